@@ -1,0 +1,45 @@
+# tollgate: the two commands of the README, and their parts.
+#   make run    build and start the gateway on its embedded defaults
+#   make test   install what is missing, build, run every test (plus an ASan+UBSan unit build)
+SHELL := /bin/bash
+BUILD ?= build
+BUILD_ASAN ?= build-asan
+JOBS ?= $(shell nproc)
+CMAKE_FLAGS ?=
+
+.PHONY: deps build build-asan test test-unit test-asan bench run format clean
+
+deps:
+	@scripts/install-deps.sh
+
+$(BUILD)/build.ninja:
+	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo $(CMAKE_FLAGS)
+
+build: deps $(BUILD)/build.ninja
+	cmake --build $(BUILD) -j $(JOBS)
+
+$(BUILD_ASAN)/build.ninja:
+	cmake -S . -B $(BUILD_ASAN) -G Ninja -DCMAKE_BUILD_TYPE=Debug -DTOLLGATE_SANITIZE=ON \
+	  -DTOLLGATE_UNIT_ONLY=ON -DTOLLGATE_BENCH=OFF $(CMAKE_FLAGS)
+
+build-asan: deps $(BUILD_ASAN)/build.ninja
+	cmake --build $(BUILD_ASAN) -j $(JOBS)
+
+test-asan: build-asan
+	ctest --test-dir $(BUILD_ASAN) -L unit --output-on-failure -j $(JOBS)
+
+test: build build-asan
+	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
+	ctest --test-dir $(BUILD_ASAN) -L unit --output-on-failure -j $(JOBS)
+
+bench: build
+	scripts/run-benchmarks.sh
+
+run: build
+	scripts/run-demo.sh
+
+format:
+	clang-format -i $$(git ls-files '*.hpp' '*.cpp')
+
+clean:
+	rm -rf $(BUILD) $(BUILD_ASAN)

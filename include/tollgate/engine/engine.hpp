@@ -1,0 +1,83 @@
+// Evaluates one request's checks against a store: all-or-nothing, shadow, fail mode.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <span>
+#include <string_view>
+
+#include <tollgate/core/decision.hpp>
+#include <tollgate/core/time.hpp>
+#include <tollgate/store/store.hpp>
+
+namespace tollgate::engine {
+
+// What a route does when the store cannot answer.
+enum class FailMode : uint8_t {
+  kOpen,    // allow, count as degraded
+  kClosed,  // reject with 503 limiter_unavailable
+};
+
+// The combined answer for one request. Thread-compatible (a value type).
+struct Verdict {
+  enum class Kind : uint8_t {
+    kAllowed,      // every enforced check allowed (shadow checks may have rejected)
+    kRejected,     // an enforced check rejected; nothing was consumed
+    kDegraded,     // the store failed and the route fails open: allowed, unlimited
+    kUnavailable,  // the store failed and the route fails closed: 503
+  };
+  Kind kind = Kind::kAllowed;
+  // Index of the enforced check that limited (largest retry-after among the rejecting ones),
+  // else of the enforced check with the smallest remaining; -1 when there is none.
+  int primary = -1;
+  // Largest retry-after over the rejecting enforced checks (Infinite for a cost that can never
+  // pass); zero when allowed.
+  core::Duration retry_after;
+  core::RejectCode code = core::RejectCode::kNone;
+  // Shadow checks that would have rejected this request.
+  int shadow_rejections = 0;
+  core::Instant now;
+  store::StoreErrc store_error = store::StoreErrc::kOk;
+
+  bool allowed() const { return kind == Kind::kAllowed || kind == Kind::kDegraded; }
+};
+
+// Combines per-check decisions (pure; exposed for tests).
+Verdict Combine(std::span<const store::Check> checks, std::span<const core::Decision> decisions);
+
+// Counters for /metrics. Thread-safe (relaxed atomics).
+struct EngineStats {
+  std::atomic<uint64_t> allowed{0};
+  std::atomic<uint64_t> rejected{0};
+  std::atomic<uint64_t> shadow_rejected{0};   // requests a shadow check would have rejected
+  std::atomic<uint64_t> degraded{0};          // store failed, allowed (fail-open)
+  std::atomic<uint64_t> unavailable{0};       // store failed, rejected (fail-closed)
+};
+
+// Thread-safe: holds no per-request state; the store is thread-safe.
+class Engine {
+ public:
+  explicit Engine(store::Store& store) : store_(store) {}
+
+  struct Request {
+    store::Batch batch;
+    FailMode fail_mode = FailMode::kOpen;
+  };
+
+  // Decides `request`, writing per-check decisions into `decisions` (one per check), and calls
+  // `done` once, possibly later on the store's thread. Data behind `request` and `decisions`
+  // must stay valid until then.
+  void Decide(const Request& request, std::span<core::Decision> decisions,
+              std::function<void(Verdict)> done);
+
+  const EngineStats& stats() const { return stats_; }
+  store::Store& store() { return store_; }
+
+ private:
+  store::Store& store_;
+  EngineStats stats_;
+};
+
+}  // namespace tollgate::engine

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages tollgate needs to build, test and run.
+# Idempotent: installs only what is missing, and does nothing when all is there.
+set -euo pipefail
+
+packages=(
+  g++ cmake ninja-build ccache make pkg-config
+  libboost1.81-dev libboost-json1.81-dev libboost-url1.81-dev
+  libyaml-cpp-dev libhiredis-dev libssl-dev
+  libgtest-dev libgmock-dev libbenchmark-dev
+  redis-server redis-tools curl
+)
+if [[ ${TOLLGATE_EXTRA_PACKAGES:-} ]]; then
+  read -r -a extra <<<"$TOLLGATE_EXTRA_PACKAGES"
+  packages+=("${extra[@]}")
+fi
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+[[ ${#missing[@]} -eq 0 ]] && exit 0
+
+sudo=""
+[[ $(id -u) -ne 0 ]] && sudo="sudo"
+echo "install-deps: installing ${missing[*]}" >&2
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -qq
+$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
