@@ -1,0 +1,125 @@
+// The configuration file as plain structs. Every field documents its default; the loader
+// validates shapes and names the field path of any error. See docs/configuration.md.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <tollgate/core/limit.hpp>
+#include <tollgate/core/result.hpp>
+
+namespace tollgate::config {
+
+struct ServerConfig {
+  std::string listen = "127.0.0.1:8080";        // host:port of the gateway
+  std::string admin_listen = "127.0.0.1:9090";  // host:port of the admin API; loopback by default
+  int threads = 0;                              // io threads; 0 = one per core
+  size_t max_connections = 10'000;              // per process; more are closed at accept
+  size_t max_header_bytes = 16 * 1024;          // request line + headers; larger gets 431
+  uint64_t max_body_bytes = 100 * 1024 * 1024;  // request bodies larger get 413
+  int header_timeout_ms = 10'000;               // to read a request's headers (slow clients)
+  int idle_timeout_ms = 60'000;                 // keep-alive connection with no request
+  int drain_timeout_ms = 10'000;                // SIGTERM: time for in-flight requests
+  bool access_log = true;                       // one JSON line per request on stdout
+};
+
+struct UpstreamConfig {
+  std::string url = "http://127.0.0.1:8081";  // http://host:port[/base-path]
+  int connect_timeout_ms = 1'000;
+  int timeout_ms = 30'000;                    // until the upstream's response headers
+  size_t max_connections = 256;               // pooled keep-alive connections, per process
+};
+
+struct StoreConfig {
+  std::string type = "memory";   // memory | redis
+  size_t max_keys = 1'000'000;   // memory: most keys held
+  std::string prefix = "tollgate";  // key prefix: separates environments sharing a Redis
+  std::string url;               // redis: redis://[user:pass@]host:port[/db]
+  int timeout_ms = 5;            // redis: deadline per call
+};
+
+enum class Mode { kEnforce, kShadow };
+
+// One limit of a plan (or of the anonymous per-IP limits).
+struct LimitConfig {
+  std::string name;
+  core::LimitSpec spec;
+};
+
+struct PlanConfig {
+  std::string name;
+  std::optional<Mode> mode;  // unset: the global mode
+  std::string scope = "key";  // key | account: whose budget the limits count
+  std::vector<LimitConfig> limits;
+};
+
+// A per-key change to one named limit of its plan, until `expires`.
+struct OverrideConfig {
+  std::string limit;               // the plan limit's name
+  core::LimitSpec spec;            // the plan's spec with the overridden fields
+  std::optional<int64_t> expires_unix_s;  // unset: never expires
+};
+
+struct KeyConfig {
+  std::string sha256_hex;  // digest of the key (a clear `key:` is hashed at load)
+  std::string id;          // shown in logs and metrics, never the key itself
+  std::string account;
+  std::string plan;
+  std::vector<OverrideConfig> overrides;
+};
+
+enum class RouteIdentity { kKey, kIp, kNone };
+enum class FailMode { kOpen, kClosed };
+
+struct CostConfig {
+  int64_t fixed = 1;          // used when `query` is empty
+  std::string query;          // the query parameter holding a count (e.g. pages)
+  int64_t per = 1;            // cost = max(min, ceil(count / per))
+  int64_t min = 1;
+};
+
+struct RouteConfig {
+  std::string path;           // exact path, or a prefix ending in '*' ("/v1/export*")
+  std::string method;         // empty: any method
+  CostConfig cost;
+  FailMode fail_mode = FailMode::kOpen;
+  RouteIdentity identity = RouteIdentity::kKey;
+};
+
+struct IdentityConfig {
+  std::vector<std::string> api_key_headers = {"Authorization", "X-API-Key"};
+  std::vector<std::string> trusted_proxies;  // CIDRs whose X-Forwarded-For is believed
+  // Invalid keys per client IP before 429 instead of 401.
+  core::LimitSpec invalid_key_limit;
+};
+
+struct HeadersConfig {
+  bool ietf = true;         // RateLimit-Policy / RateLimit (draft-ietf-httpapi-ratelimit-headers)
+  bool ratelimit = true;    // RateLimit-Limit / -Remaining / -Reset
+  bool x_ratelimit = true;  // X-RateLimit-Limit / -Remaining / -Reset
+};
+
+struct Config {
+  ServerConfig server;
+  UpstreamConfig upstream;
+  StoreConfig store;
+  Mode mode = Mode::kEnforce;
+  IdentityConfig identity;
+  std::vector<PlanConfig> plans;  // in file order
+  std::vector<KeyConfig> keys;
+  std::vector<RouteConfig> routes;  // first match wins; unmatched paths: identity key, cost 1
+  std::vector<LimitConfig> anonymous;  // per client IP, for `identity: ip` routes
+  HeadersConfig headers;
+};
+
+// Parses YAML text. Errors name the field path ("plans.free.limits[0].capacity: must be > 0").
+core::Result<Config> ParseConfig(const std::string& yaml_text, const std::string& base_dir = ".");
+core::Result<Config> LoadConfigFile(const std::string& path);
+
+// Lowercase hex SHA-256 of `text`.
+std::string Sha256Hex(std::string_view text);
+
+}  // namespace tollgate::config

@@ -1,0 +1,43 @@
+// The response contract of DESIGN.md: rate-limit headers and error bodies. No HTTP library
+// here: headers are name/value pairs the server copies into its response.
+#pragma once
+
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <tollgate/config/config.hpp>
+#include <tollgate/core/decision.hpp>
+#include <tollgate/engine/engine.hpp>
+#include <tollgate/store/store.hpp>
+
+namespace tollgate::http {
+
+using HeaderList = std::vector<std::pair<std::string, std::string>>;
+
+// Appends the configured header sets for the enforced checks (shadow checks are never
+// advertised; unlimited meters have nothing to advertise):
+//   RateLimit-Policy: "burst";q=20;w=40, "daily";q=1000;w=86400
+//   RateLimit: "burst";r=7;t=26, "daily";r=990;t=3600
+//   RateLimit-Limit / -Remaining / -Reset and X-RateLimit-* for the verdict's primary check
+//   (the one that limited, else the one with the smallest remaining). Reset is delta seconds:
+//   on a 429 the wait before a retry can pass, otherwise the time until fully recovered.
+//   Retry-After on a rejection, unless the request can never pass.
+void AppendRateLimitHeaders(const config::HeadersConfig& sets,
+                            std::span<const store::Check> checks,
+                            std::span<const core::Decision> decisions,
+                            const engine::Verdict& verdict, HeaderList& out);
+
+// application/problem+json body of a 429 (or 503 limiter_unavailable).
+std::string RejectionBody(std::span<const store::Check> checks,
+                          std::span<const core::Decision> decisions,
+                          const engine::Verdict& verdict);
+
+// {"code": "...", "message": "..."} for other errors (401, 400, 502, 504 ...).
+std::string ErrorBody(std::string_view code, std::string_view message);
+
+// Escapes a string for a JSON string literal (without the quotes).
+std::string JsonEscape(std::string_view s);
+
+}  // namespace tollgate::http

@@ -1,0 +1,30 @@
+// The gateway: a reverse proxy that limits API keys before forwarding to the upstream.
+// Boost.Beast stays out of this header (build times: see STYLE.md).
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include <tollgate/config/config.hpp>
+
+namespace tollgate::http {
+
+// Not thread-safe to construct; Run() owns the calling thread until shutdown.
+class Gateway {
+ public:
+  // `config_path` is re-read on SIGHUP and POST /admin/reload. Throws std::runtime_error when
+  // a listener cannot be bound (start-up only).
+  Gateway(std::string config_path, config::Config config);
+  ~Gateway();
+
+  // Serves until SIGTERM or SIGINT, then drains in-flight requests (server.drain_timeout_ms)
+  // and returns the process exit code (0).
+  int Run();
+
+  struct Impl;  // defined in gateway.cpp
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace tollgate::http

@@ -1,0 +1,49 @@
+// Prometheus counters and histograms, rendered as text for GET /metrics.
+#pragma once
+
+#include <array>
+#include <functional>
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+
+namespace tollgate::metrics {
+
+// Latency histogram with fixed buckets (seconds). Thread-safe (relaxed atomics).
+class Histogram {
+ public:
+  static constexpr std::array<double, 14> kBuckets = {0.00005, 0.0001, 0.00025, 0.0005, 0.001,
+                                                      0.0025, 0.005, 0.01, 0.025, 0.05,
+                                                      0.1, 0.25, 1, 5};
+  void Observe(double seconds);
+  void Render(std::string_view name, std::string& out) const;
+
+ private:
+  std::array<std::atomic<uint64_t>, kBuckets.size() + 1> counts_{};
+  std::atomic<uint64_t> sum_ns_{0};
+};
+
+// Thread-safe. Counters are created on first use and live as long as the registry.
+class Registry {
+ public:
+  // `labels` is the rendered label set without braces: plan="free",result="allowed".
+  std::atomic<uint64_t>& Counter(std::string_view name, std::string_view labels = {});
+  Histogram& Hist(std::string_view name);
+  // Gauges are read when rendering.
+  void Gauge(std::string_view name, std::string_view help, std::function<double()> read);
+
+  // HELP text per metric family, declared once (see metrics.cpp for the list).
+  std::string Render() const;
+
+ private:
+  mutable std::mutex mu_;
+  std::map<std::string, std::unique_ptr<std::atomic<uint64_t>>> counters_;
+  std::map<std::string, std::unique_ptr<Histogram>> histograms_;
+  std::map<std::string, std::pair<std::string, std::function<double()>>> gauges_;
+};
+
+}  // namespace tollgate::metrics

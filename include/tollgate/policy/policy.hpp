@@ -1,0 +1,126 @@
+// Who gets which limit: plans, keys, overrides, routes, costs, client addresses.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include <tollgate/config/config.hpp>
+#include <tollgate/core/limit.hpp>
+#include <tollgate/core/result.hpp>
+
+namespace tollgate::policy {
+
+struct NamedLimit {
+  std::string name;
+  core::Limit limit;
+};
+
+struct Plan {
+  std::string name;
+  bool enforced = true;      // false: shadow (computed, counted, never rejects)
+  bool per_account = false;  // limits count per account instead of per key
+  std::vector<NamedLimit> limits;
+};
+
+// A per-key replacement of one plan limit until `expires`.
+struct Override {
+  size_t limit_index;  // into the plan's limits
+  core::Limit limit;
+  std::optional<core::Instant> expires;  // unset: never
+};
+
+struct Key {
+  std::string id;
+  std::string account;
+  const Plan* plan = nullptr;  // an unknown plan name resolves to the strictest plan
+  std::string plan_name;       // as configured
+  std::vector<Override> overrides;
+
+  // The limit that applies to plan limit `i` at `now` (an override until it expires).
+  const core::Limit& LimitAt(size_t i, core::Instant now) const;
+};
+
+struct Route {
+  std::string path;   // exact, or a prefix when `prefix`
+  bool prefix = false;
+  std::string method;  // empty: any
+  config::CostConfig cost;
+  config::FailMode fail_mode = config::FailMode::kOpen;
+  config::RouteIdentity identity = config::RouteIdentity::kKey;
+};
+
+// An IPv4 or IPv6 network. IPv4 is held as IPv4-mapped IPv6.
+struct Cidr {
+  std::array<uint8_t, 16> bytes{};
+  int prefix_len = 0;
+  bool Contains(const std::array<uint8_t, 16>& addr) const;
+};
+
+// Parses "1.2.3.4", "::1", "::ffff:1.2.3.4" (and "[::1]") into IPv4-mapped IPv6 bytes.
+std::optional<std::array<uint8_t, 16>> ParseAddress(std::string_view text);
+core::Result<Cidr> ParseCidr(std::string_view text);
+
+// The compiled, immutable policy of one configuration. Thread-safe (immutable); a reload
+// builds a new one and swaps it in.
+class Policy {
+ public:
+  static core::Result<std::shared_ptr<const Policy>> Build(config::Config config);
+
+  // By SHA-256 digest (32 raw bytes) of the presented key; null when unknown.
+  const Key* FindByDigest(std::string_view digest32) const;
+  const Key* FindById(std::string_view id) const;
+  // First matching route, or the default route (identity key, cost 1, fail open).
+  const Route& Match(std::string_view method, std::string_view path) const;
+  // The request's cost from the route and the query string ("pages=120&x=1"). Errors are
+  // client errors (400): a count that is not a non-negative integer.
+  core::Result<int64_t> Cost(const Route& route, std::string_view query) const;
+  // The client address for limits: the peer, or the right-most X-Forwarded-For entry that is
+  // not a trusted proxy when the peer is one. IPv6 is grouped by /64 ("2001:db8:0:1::/64").
+  std::string ClientAddress(std::string_view peer, std::string_view forwarded_for) const;
+  // The key presented in the configured headers (Authorization: Bearer …, X-API-Key); empty
+  // when none. `header(name)` returns a header's value or empty.
+  template <class HeaderFn>
+  std::string_view PresentedKey(HeaderFn header) const {
+    for (const std::string& name : config_.identity.api_key_headers) {
+      std::string_view v = header(name);
+      if (v.empty()) continue;
+      if (name.size() == 13 && EqualsIgnoreCase(name, "Authorization")) {
+        if (v.size() > 7 && EqualsIgnoreCase(v.substr(0, 7), "Bearer ")) return Trim(v.substr(7));
+        continue;
+      }
+      return Trim(v);
+    }
+    return {};
+  }
+
+  const Plan& anonymous() const { return anonymous_; }
+  const core::Limit& invalid_key_limit() const { return *invalid_key_limit_; }
+  const std::vector<Plan>& plans() const { return plans_; }
+  const Plan& strictest() const { return plans_[strictest_]; }
+  const config::Config& config() const { return config_; }
+
+  static bool EqualsIgnoreCase(std::string_view a, std::string_view b);
+  static std::string_view Trim(std::string_view s);
+
+ private:
+  Policy() = default;
+  config::Config config_;
+  std::vector<Plan> plans_;
+  size_t strictest_ = 0;
+  Plan anonymous_;
+  std::optional<core::Limit> invalid_key_limit_;
+  std::vector<Key> keys_;
+  std::unordered_map<std::string, size_t> by_digest_;  // raw 32-byte digest
+  std::unordered_map<std::string, size_t> by_id_;
+  std::vector<Route> routes_;
+  Route default_route_;
+  std::vector<Cidr> trusted_;
+};
+
+}  // namespace tollgate::policy

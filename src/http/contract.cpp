@@ -1,0 +1,120 @@
+#include <tollgate/http/contract.hpp>
+
+#include <cstdio>
+
+namespace tollgate::http {
+namespace {
+
+bool Advertised(const store::Check& c) { return c.enforced && c.limit->PolicyQuota() > 0; }
+
+std::string Num(int64_t v) { return std::to_string(v); }
+
+}  // namespace
+
+std::string JsonEscape(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (char ch : s) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (c == '"') out += "\\\"";
+    else if (c == '\\') out += "\\\\";
+    else if (c < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", c);
+      out += buf;
+    } else {
+      out += ch;
+    }
+  }
+  return out;
+}
+
+void AppendRateLimitHeaders(const config::HeadersConfig& sets,
+                            std::span<const store::Check> checks,
+                            std::span<const core::Decision> decisions,
+                            const engine::Verdict& verdict, HeaderList& out) {
+  const bool rejected = verdict.kind == engine::Verdict::Kind::kRejected;
+  if (sets.ietf) {
+    std::string policy, state;
+    for (size_t i = 0; i < checks.size(); ++i) {
+      if (!Advertised(checks[i])) continue;
+      const core::Decision& d = decisions[i];
+      const std::string name = "\"" + std::string(checks[i].name) + "\"";
+      if (!policy.empty()) {
+        policy += ", ";
+        state += ", ";
+      }
+      policy += name + ";q=" + Num(checks[i].limit->PolicyQuota()) +
+                ";w=" + Num(checks[i].limit->PolicyWindowSeconds(verdict.now));
+      state += name + ";r=" + Num(d.remaining) + ";t=" + Num(d.reset.CeilSeconds());
+    }
+    if (!policy.empty()) {
+      out.emplace_back("RateLimit-Policy", std::move(policy));
+      out.emplace_back("RateLimit", std::move(state));
+    }
+  }
+  if (verdict.primary >= 0 && (sets.ratelimit || sets.x_ratelimit)) {
+    const auto i = static_cast<size_t>(verdict.primary);
+    const core::Decision& d = decisions[i];
+    if (Advertised(checks[i])) {
+      const std::string limit = Num(d.limit);
+      const std::string remaining = Num(d.remaining);
+      const core::Duration reset =
+          rejected && !d.retry_after.IsInfinite() ? d.retry_after : d.reset;
+      const std::string reset_s = Num(std::max<int64_t>(rejected ? 1 : 0, reset.CeilSeconds()));
+      if (sets.ratelimit) {
+        out.emplace_back("RateLimit-Limit", limit);
+        out.emplace_back("RateLimit-Remaining", remaining);
+        out.emplace_back("RateLimit-Reset", reset_s);
+      }
+      if (sets.x_ratelimit) {
+        out.emplace_back("X-RateLimit-Limit", limit);
+        out.emplace_back("X-RateLimit-Remaining", remaining);
+        out.emplace_back("X-RateLimit-Reset", reset_s);
+      }
+    }
+  }
+  if ((rejected || verdict.kind == engine::Verdict::Kind::kUnavailable) &&
+      !verdict.retry_after.IsInfinite()) {
+    out.emplace_back("Retry-After", Num(std::max<int64_t>(1, verdict.retry_after.CeilSeconds())));
+  }
+}
+
+std::string RejectionBody(std::span<const store::Check> checks,
+                          std::span<const core::Decision> decisions,
+                          const engine::Verdict& verdict) {
+  if (verdict.kind == engine::Verdict::Kind::kUnavailable) {
+    return "{\"type\":\"about:blank\",\"title\":\"Service Unavailable\",\"status\":503,"
+           "\"code\":\"limiter_unavailable\",\"detail\":\"the rate limiter cannot decide; retry "
+           "later\"}";
+  }
+  std::string violated;
+  for (size_t i = 0; i < checks.size(); ++i) {
+    if (!checks[i].enforced || decisions[i].allowed) continue;
+    if (!violated.empty()) violated += ",";
+    violated += "\"" + JsonEscape(checks[i].name) + "\"";
+  }
+  const std::string code(core::RejectCodeName(verdict.code));
+  std::string detail;
+  switch (verdict.code) {
+    case core::RejectCode::kCostExceedsCapacity:
+      detail = "this request costs more than the limit's capacity and can never pass";
+      break;
+    case core::RejectCode::kQuotaExceeded: detail = "quota exhausted for this period"; break;
+    case core::RejectCode::kCeilingExceeded: detail = "usage ceiling reached for this period"; break;
+    default: detail = "too many requests"; break;
+  }
+  std::string body = "{\"type\":\"https://iana.org/assignments/http-problem-types#quota-exceeded\","
+                     "\"title\":\"Too Many Requests\",\"status\":429,\"code\":\"" + code +
+                     "\",\"detail\":\"" + detail + "\",\"violated-policies\":[" + violated + "]";
+  if (!verdict.retry_after.IsInfinite()) {
+    body += ",\"retry_after\":" + Num(std::max<int64_t>(1, verdict.retry_after.CeilSeconds()));
+  }
+  return body + "}";
+}
+
+std::string ErrorBody(std::string_view code, std::string_view message) {
+  return "{\"code\":\"" + JsonEscape(code) + "\",\"message\":\"" + JsonEscape(message) + "\"}";
+}
+
+}  // namespace tollgate::http

@@ -1,0 +1,911 @@
+#include <tollgate/http/gateway.hpp>
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <mutex>
+#include <optional>
+#include <stdexcept>
+#include <thread>
+#include <vector>
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/core/tcp_stream.hpp>
+#include <boost/beast/http.hpp>
+
+#include <tollgate/engine/engine.hpp>
+#include <tollgate/http/contract.hpp>
+#include <tollgate/metrics/metrics.hpp>
+#include <tollgate/policy/policy.hpp>
+#include <tollgate/store/memory_store.hpp>
+#include <tollgate/util/clock.hpp>
+
+namespace tollgate::http {
+namespace {
+
+namespace net = boost::asio;
+namespace beast = boost::beast;
+namespace bhttp = boost::beast::http;
+using tcp = net::ip::tcp;
+using std::chrono::milliseconds;
+using Clock = std::chrono::steady_clock;
+
+constexpr auto kTuple = net::as_tuple(net::use_awaitable);
+constexpr size_t kMaxChecks = 16;
+constexpr size_t kRelayChunk = 16 * 1024;
+
+struct Endpoint {
+  std::string host;
+  std::string port;
+};
+
+Endpoint SplitHostPort(const std::string& s, const char* what) {
+  const size_t colon = s.rfind(':');
+  if (colon == std::string::npos) throw std::runtime_error(std::string(what) + ": expected host:port, got '" + s + "'");
+  std::string host = s.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
+  return {host, s.substr(colon + 1)};
+}
+
+struct UpstreamTarget {
+  Endpoint endpoint;
+  std::string base_path;  // prefixed to every forwarded target; empty or "/api"
+};
+
+UpstreamTarget ParseUpstream(const std::string& url) {
+  std::string rest = url.substr(7);  // after http://
+  const size_t slash = rest.find('/');
+  UpstreamTarget t;
+  if (slash != std::string::npos) {
+    t.base_path = rest.substr(slash);
+    if (t.base_path == "/") t.base_path.clear();
+    rest = rest.substr(0, slash);
+  }
+  if (rest.find(':') == std::string::npos) rest += ":80";
+  t.endpoint = SplitHostPort(rest, "upstream.url");
+  return t;
+}
+
+double SecondsSince(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// Headers that describe one connection, not the message (RFC 9110 7.6.1). Beast manages
+// Transfer-Encoding and Content-Length itself through the parser/serializer pair.
+void StripHopByHop(bhttp::fields& f) {
+  // Headers named in Connection are hop-by-hop too.
+  std::vector<std::string> named;
+  for (auto it = f.find(bhttp::field::connection); it != f.end() && it->name() == bhttp::field::connection; ++it) {
+    std::string_view v = it->value();
+    while (!v.empty()) {
+      const size_t comma = v.find(',');
+      const std::string_view token = policy::Policy::Trim(v.substr(0, comma));
+      if (!token.empty() && !policy::Policy::EqualsIgnoreCase(token, "close") &&
+          !policy::Policy::EqualsIgnoreCase(token, "keep-alive")) {
+        named.emplace_back(token);
+      }
+      if (comma == std::string_view::npos) break;
+      v.remove_prefix(comma + 1);
+    }
+  }
+  for (const auto& n : named) f.erase(n);
+  for (auto field : {bhttp::field::connection, bhttp::field::keep_alive,
+                     bhttp::field::proxy_authenticate, bhttp::field::proxy_authorization,
+                     bhttp::field::te, bhttp::field::trailer, bhttp::field::upgrade}) {
+    f.erase(field);
+  }
+  f.erase("Proxy-Connection");
+}
+
+// Thread-safe line writer for the JSON access log and bounded-rate error log.
+class Log {
+ public:
+  void Access(const std::string& line) {
+    std::lock_guard lock(mu_);
+    std::fwrite(line.data(), 1, line.size(), stdout);
+  }
+  void Error(const std::string& line) {
+    std::lock_guard lock(mu_);
+    std::fprintf(stderr, "%s\n", line.c_str());
+    std::fflush(stderr);
+  }
+  void Flush() {
+    std::lock_guard lock(mu_);
+    std::fflush(stdout);
+  }
+
+ private:
+  std::mutex mu_;
+};
+
+std::string NowIso() {
+  const auto now = std::chrono::system_clock::now();
+  const auto t = std::chrono::system_clock::to_time_t(now);
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count() % 1000;
+  std::tm tm;
+  gmtime_r(&t, &tm);
+  char buf[80];
+  std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%03lldZ", tm.tm_year + 1900,
+                tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
+                static_cast<long long>(ms));
+  return buf;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+
+struct UpstreamConnection {
+  explicit UpstreamConnection(net::io_context& ioc) : stream(ioc) {}
+  beast::tcp_stream stream;
+  beast::flat_buffer buffer;
+};
+
+struct Worker;
+
+struct Gateway::Impl {
+  Impl(std::string path, config::Config config);
+
+  std::string config_path;
+  const config::ServerConfig server;  // not reloadable: needs a restart
+  const config::UpstreamConfig upstream_config;
+  const UpstreamTarget upstream;
+
+  std::mutex policy_mu;
+  std::shared_ptr<const policy::Policy> policy;
+  std::atomic<uint64_t> generation{1};
+
+  std::unique_ptr<store::MemoryStore> memory;
+  std::unique_ptr<engine::Engine> engine;
+  metrics::Registry metrics;
+  Log log;
+
+  std::atomic<size_t> connections{0};
+  std::atomic<size_t> in_flight{0};
+  std::atomic<bool> draining{false};
+
+  std::vector<std::unique_ptr<Worker>> workers;
+
+  // Reload: a bad configuration is refused and the old one keeps serving.
+  core::Result<bool> Reload();
+  std::shared_ptr<const policy::Policy> CurrentPolicy() {
+    std::lock_guard lock(policy_mu);
+    return policy;
+  }
+};
+
+struct Worker {
+  Worker(Gateway::Impl& g, size_t i) : gw(g), index(i) {}
+
+  Gateway::Impl& gw;
+  size_t index;
+  net::io_context ioc{1};
+  std::optional<tcp::acceptor> acceptor;
+  std::optional<tcp::acceptor> admin;
+  std::thread thread;
+
+  // This thread's copy of the policy, refreshed when the generation moves on.
+  std::shared_ptr<const policy::Policy> policy;
+  uint64_t generation = 0;
+  const policy::Policy& Policy() {
+    const uint64_t g = gw.generation.load(std::memory_order_acquire);
+    if (g != generation) {
+      policy = gw.CurrentPolicy();
+      generation = g;
+    }
+    return *policy;
+  }
+
+  // Idle keep-alive connections to the upstream, this thread's share of max_connections.
+  std::vector<std::unique_ptr<UpstreamConnection>> idle;
+  size_t upstream_open = 0;
+
+  net::awaitable<void> Accept(tcp::acceptor& acceptor, bool admin_listener);
+  net::awaitable<void> Session(beast::tcp_stream stream, bool admin_listener);
+  net::awaitable<bool> Handle(beast::tcp_stream& stream, beast::flat_buffer& buffer,
+                              bhttp::request_parser<bhttp::buffer_body>& parser,
+                              const std::string& peer, bool admin_listener);
+  net::awaitable<std::unique_ptr<UpstreamConnection>> AcquireUpstream(beast::error_code& ec);
+};
+
+namespace {
+
+struct RequestLog {
+  std::string key_id;
+  std::string plan;
+  std::string decision = "none";
+  int64_t cost = 0;
+  int upstream_status = 0;
+};
+
+template <class Body>
+net::awaitable<bool> Send(beast::tcp_stream& stream, bhttp::response<Body>& res) {
+  res.prepare_payload();
+  stream.expires_after(std::chrono::seconds(30));
+  auto [ec, n] = co_await bhttp::async_write(stream, res, kTuple);
+  co_return !ec && res.keep_alive();
+}
+
+bhttp::response<bhttp::string_body> MakeResponse(const bhttp::request_parser<bhttp::buffer_body>& parser,
+                                                 bhttp::status status, std::string body,
+                                                 const char* content_type = "application/json") {
+  bhttp::response<bhttp::string_body> res{status, parser.get().version()};
+  res.set(bhttp::field::server, "tollgate");
+  res.set(bhttp::field::content_type, content_type);
+  res.body() = std::move(body);
+  // Only a request read in full leaves the connection usable for the next one.
+  res.keep_alive(parser.get().keep_alive() && parser.is_done());
+  return res;
+}
+
+// Copies the body of `parser`'s message from `in` to `out` through serializer `sr`, a chunk at
+// a time: a large export never sits in memory whole.
+template <bool isRequest>
+net::awaitable<beast::error_code> Relay(bhttp::parser<isRequest, bhttp::buffer_body>& p,
+                                        beast::tcp_stream& in, beast::flat_buffer& in_buf,
+                                        beast::tcp_stream& out,
+                                        bhttp::serializer<isRequest, bhttp::buffer_body>& sr,
+                                        milliseconds timeout, bool* in_failed) {
+  std::array<char, kRelayChunk> buf;
+  do {
+    if (!p.is_done()) {
+      p.get().body().data = buf.data();
+      p.get().body().size = buf.size();
+      in.expires_after(timeout);
+      auto [ec, n] = co_await bhttp::async_read(in, in_buf, p, kTuple);
+      if (ec == bhttp::error::need_buffer) ec = {};
+      if (ec) {
+        *in_failed = true;
+        co_return ec;
+      }
+      p.get().body().size = buf.size() - p.get().body().size;
+      p.get().body().data = buf.data();
+      p.get().body().more = !p.is_done();
+    } else {
+      p.get().body().data = nullptr;
+      p.get().body().size = 0;
+      p.get().body().more = false;
+    }
+    out.expires_after(timeout);
+    auto [ec, n] = co_await bhttp::async_write(out, sr, kTuple);
+    if (ec == bhttp::error::need_buffer) ec = {};
+    if (ec) co_return ec;
+  } while (!sr.is_done());
+  co_return beast::error_code{};
+}
+
+}  // namespace
+
+net::awaitable<std::unique_ptr<UpstreamConnection>> Worker::AcquireUpstream(beast::error_code& ec) {
+  while (!idle.empty()) {
+    auto c = std::move(idle.back());
+    idle.pop_back();
+    if (c->stream.socket().is_open()) co_return c;
+    --upstream_open;
+  }
+  const size_t share = std::max<size_t>(1, gw.upstream_config.max_connections / gw.workers.size());
+  if (upstream_open >= share) {
+    ec = net::error::no_buffer_space;
+    co_return nullptr;
+  }
+  auto c = std::make_unique<UpstreamConnection>(ioc);
+  tcp::resolver resolver(ioc);
+  auto [rec, results] = co_await resolver.async_resolve(gw.upstream.endpoint.host,
+                                                        gw.upstream.endpoint.port, kTuple);
+  if (rec) {
+    ec = rec;
+    co_return nullptr;
+  }
+  c->stream.expires_after(milliseconds(gw.upstream_config.connect_timeout_ms));
+  auto [cec, ep] = co_await c->stream.async_connect(results, kTuple);
+  if (cec) {
+    ec = cec;
+    co_return nullptr;
+  }
+  c->stream.socket().set_option(tcp::no_delay(true));
+  ++upstream_open;
+  co_return c;
+}
+
+net::awaitable<void> Worker::Accept(tcp::acceptor& a, bool admin_listener) {
+  for (;;) {
+    auto [ec, socket] = co_await a.async_accept(kTuple);
+    if (ec) {
+      if (ec == net::error::operation_aborted || !a.is_open()) co_return;
+      continue;  // e.g. EMFILE: keep accepting
+    }
+    if (gw.connections.load() >= gw.server.max_connections) {
+      beast::error_code ignored;
+      socket.close(ignored);
+      continue;
+    }
+    socket.set_option(tcp::no_delay(true));
+    net::co_spawn(ioc, Session(beast::tcp_stream(std::move(socket)), admin_listener),
+                  [this](std::exception_ptr e) {
+                    if (!e) return;
+                    try {
+                      std::rethrow_exception(e);
+                    } catch (const std::exception& ex) {
+                      gw.log.Error(std::string("{\"level\":\"error\",\"msg\":\"session failed\",\"error\":\"") +
+                                   JsonEscape(ex.what()) + "\"}");
+                    }
+                  });
+  }
+}
+
+net::awaitable<void> Worker::Session(beast::tcp_stream stream, bool admin_listener) {
+  gw.connections.fetch_add(1);
+  struct Release {
+    std::atomic<size_t>& n;
+    ~Release() { n.fetch_sub(1); }
+  } release{gw.connections};
+  beast::error_code ec;
+  const auto remote = stream.socket().remote_endpoint(ec);
+  std::string peer = ec ? "" : remote.address().to_string();
+  beast::flat_buffer buffer;
+  for (;;) {
+    if (buffer.size() == 0) {
+      // Keep-alive: wait for the next request's first bytes.
+      stream.expires_after(milliseconds(gw.server.idle_timeout_ms));
+      auto [rec, n] = co_await stream.async_read_some(buffer.prepare(4096), kTuple);
+      if (rec) break;
+      buffer.commit(n);
+    }
+    bhttp::request_parser<bhttp::buffer_body> parser;
+    parser.header_limit(static_cast<uint32_t>(gw.server.max_header_bytes));
+    parser.body_limit(gw.server.max_body_bytes);
+    stream.expires_after(milliseconds(gw.server.header_timeout_ms));
+    auto [hec, n] = co_await bhttp::async_read_header(stream, buffer, parser, kTuple);
+    if (hec) {
+      bhttp::status status = bhttp::status::bad_request;
+      std::string code = "bad_request";
+      if (hec == bhttp::error::header_limit) {
+        status = bhttp::status::request_header_fields_too_large;
+        code = "header_too_large";
+      } else if (hec == beast::error::timeout) {
+        status = bhttp::status::request_timeout;
+        code = "header_timeout";
+      } else if (hec == bhttp::error::end_of_stream || hec == net::error::eof ||
+                 hec == net::error::connection_reset) {
+        break;
+      }
+      bhttp::response<bhttp::string_body> res{status, 11};
+      res.set(bhttp::field::content_type, "application/json");
+      res.set(bhttp::field::server, "tollgate");
+      res.body() = ErrorBody(code, hec.message());
+      res.keep_alive(false);
+      gw.metrics.Counter("tollgate_requests_total", "class=\"4xx\"").fetch_add(1, std::memory_order_relaxed);
+      co_await Send(stream, res);
+      break;
+    }
+    gw.in_flight.fetch_add(1);
+    bool keep = false;
+    try {
+      keep = co_await Handle(stream, buffer, parser, peer, admin_listener);
+    } catch (...) {
+      gw.in_flight.fetch_sub(1);
+      throw;
+    }
+    gw.in_flight.fetch_sub(1);
+    if (!keep || gw.draining.load()) break;
+  }
+  stream.socket().shutdown(tcp::socket::shutdown_send, ec);
+  stream.close();
+}
+
+net::awaitable<bool> Worker::Handle(beast::tcp_stream& stream, beast::flat_buffer& buffer,
+                                    bhttp::request_parser<bhttp::buffer_body>& parser,
+                                    const std::string& peer, bool admin_listener) {
+  const auto start = Clock::now();
+  const policy::Policy& pol = Policy();
+  auto& req = parser.get();
+  const std::string_view target = req.target();
+  const size_t qmark = target.find('?');
+  const std::string_view path = target.substr(0, qmark);
+  const std::string_view query = qmark == std::string_view::npos ? std::string_view() : target.substr(qmark + 1);
+  const std::string_view method = req.method_string();
+  RequestLog rlog;
+  int status_code = 0;
+
+  auto finish = [&](int status) {
+    status_code = status;
+    const char* cls = status < 300 ? "2xx" : status < 400 ? "3xx" : status < 500 ? "4xx" : "5xx";
+    gw.metrics.Counter("tollgate_requests_total", std::string("class=\"") + cls + "\"")
+        .fetch_add(1, std::memory_order_relaxed);
+    if (!gw.server.access_log) return;
+    std::string line = "{\"ts\":\"" + NowIso() + "\",\"method\":\"" + JsonEscape(method) +
+                       "\",\"path\":\"" + JsonEscape(path) + "\",\"status\":" + std::to_string(status) +
+                       ",\"client\":\"" + JsonEscape(peer) + "\",\"key_id\":\"" + JsonEscape(rlog.key_id) +
+                       "\",\"plan\":\"" + JsonEscape(rlog.plan) + "\",\"decision\":\"" + rlog.decision +
+                       "\",\"cost\":" + std::to_string(rlog.cost) +
+                       ",\"upstream_status\":" + std::to_string(rlog.upstream_status) +
+                       ",\"latency_ms\":" + std::to_string(SecondsSince(start) * 1000) + "}\n";
+    gw.log.Access(line);
+  };
+  // Builds a response of ours (not the upstream's); Send() writes it.
+  bhttp::response<bhttp::string_body> out;
+  auto make = [&](bhttp::status status, std::string body, const HeaderList& headers = {},
+                  const char* type = "application/json") {
+    auto res = MakeResponse(parser, status, std::move(body), type);
+    for (const auto& [k, v] : headers) res.set(k, v);
+    if (gw.draining.load()) res.keep_alive(false);
+    finish(static_cast<int>(status));
+    return res;
+  };
+
+  // Built-in endpoints.
+  if (method == "GET" && (path == "/healthz" || path == "/readyz")) {
+    {
+      out = make(bhttp::status::ok, gw.draining.load() && path == "/readyz" ? "{\"status\":\"draining\"}" : "{\"status\":\"ok\"}");
+      co_return co_await Send(stream, out);
+    }
+  }
+  if (method == "GET" && path == "/metrics") {
+    {
+      out = make(bhttp::status::ok, gw.metrics.Render(), {}, "text/plain; version=0.0.4");
+      co_return co_await Send(stream, out);
+    }
+  }
+  if (admin_listener) {
+    if (method == "POST" && path == "/admin/reload") {
+      auto r = gw.Reload();
+      if (!r) {
+      out = make(bhttp::status::bad_request, ErrorBody("invalid_config", r.error()));
+      co_return co_await Send(stream, out);
+    }
+      {
+      out = make(bhttp::status::ok, "{\"status\":\"reloaded\"}");
+      co_return co_await Send(stream, out);
+    }
+    }
+    if (method == "GET" && path.substr(0, 12) == "/admin/keys/") {
+      const policy::Key* key = pol.FindById(path.substr(12));
+      if (!key) {
+      out = make(bhttp::status::not_found, ErrorBody("unknown_key", "no key with this id"));
+      co_return co_await Send(stream, out);
+    }
+      std::string body = "{\"id\":\"" + JsonEscape(key->id) + "\",\"account\":\"" + JsonEscape(key->account) +
+                         "\",\"plan\":\"" + JsonEscape(key->plan->name) + "\",\"configured_plan\":\"" +
+                         JsonEscape(key->plan_name) + "\",\"enforced\":" + (key->plan->enforced ? "true" : "false") +
+                         ",\"overrides\":[";
+      for (size_t i = 0; i < key->overrides.size(); ++i) {
+        const auto& o = key->overrides[i];
+        body += (i ? "," : "") + std::string("{\"limit\":\"") + JsonEscape(key->plan->limits[o.limit_index].name) +
+                "\",\"quota\":" + std::to_string(o.limit.PolicyQuota()) + ",\"expires_unix\":" +
+                (o.expires ? std::to_string(o.expires->unix_micros() / 1'000'000) : "null") + "}";
+      }
+      {
+      out = make(bhttp::status::ok, body + "]}");
+      co_return co_await Send(stream, out);
+    }
+    }
+    {
+      out = make(bhttp::status::not_found, ErrorBody("not_found", "unknown admin endpoint"));
+      co_return co_await Send(stream, out);
+    }
+  }
+
+  // Identity and checks.
+  const policy::Route& route = pol.Match(method, path);
+  const core::Instant now = util::SystemClock::Instance().Now();
+  std::array<store::Check, kMaxChecks> checks;
+  std::array<core::Decision, kMaxChecks> decisions;
+  size_t n_checks = 0;
+  std::string scope;
+  const policy::Plan* plan = nullptr;
+  const policy::Key* key = nullptr;
+  const bool status_endpoint = method == "GET" && path == "/v1/rate-limit";
+  const std::string client = pol.ClientAddress(peer, req["X-Forwarded-For"]);
+
+  auto header = [&](const std::string& name) { return std::string_view(req[name]); };
+  if (route.identity == config::RouteIdentity::kKey || status_endpoint) {
+    const std::string_view presented = pol.PresentedKey(header);
+    if (!presented.empty()) {
+      const std::string hex = config::Sha256Hex(presented);
+      std::string raw(32, '\0');
+      for (size_t i = 0; i < 32; ++i) raw[i] = static_cast<char>(std::stoi(hex.substr(2 * i, 2), nullptr, 16));
+      key = pol.FindByDigest(raw);
+    }
+    if (!key) {
+      gw.metrics.Counter("tollgate_invalid_keys_total").fetch_add(1, std::memory_order_relaxed);
+      rlog.decision = "invalid_key";
+      // Repeated invalid keys from one address are limited per address.
+      const store::Check bad{"invalid_key", &pol.invalid_key_limit(), 1, true};
+      const std::string bad_scope = "badkey:" + client;
+      engine::Verdict v;
+      gw.engine->Decide({.batch = {.scope = bad_scope, .checks = {&bad, 1}}, .fail_mode = engine::FailMode::kOpen},
+                        {decisions.data(), 1}, [&](engine::Verdict r) { v = r; });
+      if (v.kind == engine::Verdict::Kind::kRejected) {
+        HeaderList h;
+        h.emplace_back("Retry-After", std::to_string(std::max<int64_t>(1, v.retry_after.CeilSeconds())));
+        {
+      out = make(bhttp::status::too_many_requests,
+                                 RejectionBody({&bad, 1}, {decisions.data(), 1}, v), h,
+                                 "application/problem+json");
+      co_return co_await Send(stream, out);
+    }
+      }
+      {
+      out = make(bhttp::status::unauthorized,
+                               ErrorBody(presented.empty() ? "missing_api_key" : "invalid_api_key",
+                                         presented.empty() ? "an API key is required" : "the API key is not valid"),
+                               {{"WWW-Authenticate", "Bearer"}});
+      co_return co_await Send(stream, out);
+    }
+    }
+    plan = key->plan;
+    rlog.key_id = key->id;
+    scope = (plan->per_account ? "account:" + key->account : "key:" + key->id);
+  } else if (route.identity == config::RouteIdentity::kIp) {
+    plan = &pol.anonymous();
+    scope = "ip:" + client;
+  }
+
+  int64_t cost = 0;
+  if (plan) {
+    rlog.plan = plan->name;
+    auto c = pol.Cost(route, query);
+    if (!c) {
+      out = make(bhttp::status::bad_request, ErrorBody("invalid_cost", c.error()));
+      co_return co_await Send(stream, out);
+    }
+    cost = status_endpoint ? 0 : *c;
+    rlog.cost = cost;
+    for (size_t i = 0; i < plan->limits.size() && n_checks < kMaxChecks; ++i, ++n_checks) {
+      checks[n_checks] = store::Check{plan->limits[i].name,
+                                      key ? &key->LimitAt(i, now) : &plan->limits[i].limit, cost,
+                                      plan->enforced};
+    }
+  }
+
+  HeaderList rate_headers;
+  if (n_checks > 0) {
+    const auto t0 = Clock::now();
+    engine::Verdict v;
+    const engine::Engine::Request request{
+        .batch = {.scope = scope,
+                  .checks = {checks.data(), n_checks},
+                  .mode = status_endpoint ? store::Mode::kPeek : store::Mode::kConsume},
+        .fail_mode = route.fail_mode == config::FailMode::kClosed ? engine::FailMode::kClosed
+                                                                   : engine::FailMode::kOpen};
+    gw.engine->Decide(request, {decisions.data(), n_checks}, [&](engine::Verdict r) { v = r; });
+    gw.metrics.Hist("tollgate_limiter_latency_seconds").Observe(SecondsSince(t0));
+    const std::span<const store::Check> cs{checks.data(), n_checks};
+    const std::span<const core::Decision> ds{decisions.data(), n_checks};
+
+    if (status_endpoint) {
+      // GET /v1/rate-limit: the caller's limits and usage; consumes nothing.
+      engine::Verdict shown = v;
+      AppendRateLimitHeaders(pol.config().headers, cs, ds, shown, rate_headers);
+      const int p = v.primary;
+      std::string body = "{\"key_id\":\"" + JsonEscape(key->id) + "\",\"plan\":\"" + JsonEscape(plan->name) +
+                         "\",\"mode\":\"" + (plan->enforced ? "enforce" : "shadow") + "\"";
+      if (p >= 0) {
+        body += ",\"limit\":" + std::to_string(ds[p].limit) + ",\"remaining\":" + std::to_string(ds[p].remaining) +
+                ",\"resetSeconds\":" + std::to_string(ds[p].reset.CeilSeconds());
+      }
+      body += ",\"policies\":[";
+      std::string burst, quota;
+      for (size_t i = 0; i < n_checks; ++i) {
+        const auto& d = ds[i];
+        const auto alg = cs[i].limit->algorithm();
+        std::string item = "{\"name\":\"" + JsonEscape(cs[i].name) + "\",\"algorithm\":\"" +
+                           std::string(core::AlgorithmName(alg)) + "\",\"limit\":" + std::to_string(d.limit) +
+                           ",\"remaining\":" + std::to_string(d.remaining) + ",\"resetSeconds\":" +
+                           std::to_string(d.reset.CeilSeconds()) + ",\"windowSeconds\":" +
+                           std::to_string(cs[i].limit->PolicyWindowSeconds(v.now));
+        if (alg == core::Algorithm::kQuota) {
+          const auto& q = std::get<core::Quota>(cs[i].limit->impl());
+          item += ",\"period\":\"" + std::string(q.period() == core::Period::kDay ? "day" : "month") +
+                  "\",\"used\":" + std::to_string(d.used) + ",\"allowance\":" +
+                  (q.allowance() ? std::to_string(*q.allowance()) : "null") + ",\"ceiling\":" +
+                  (q.ceiling() ? std::to_string(*q.ceiling()) : "null") + ",\"overAllowance\":" +
+                  (d.over_allowance ? "true" : "false");
+          if (quota.empty()) quota = item + "}";
+        } else if (burst.empty()) {
+          burst = item + "}";
+        }
+        body += (i ? "," : "") + item + "}";
+      }
+      body += "]";
+      if (!burst.empty()) body += ",\"burst\":" + burst;
+      if (!quota.empty()) body += ",\"quota\":" + quota;
+      rlog.decision = "status";
+      {
+      out = make(bhttp::status::ok, body + "}", plan->enforced ? rate_headers : HeaderList{});
+      co_return co_await Send(stream, out);
+    }
+    }
+
+    for (size_t i = 0; i < n_checks; ++i) {
+      const char* result = ds[i].allowed ? "allowed" : (cs[i].enforced ? "rejected" : "shadow_rejected");
+      gw.metrics.Counter("tollgate_decisions_total", "plan=\"" + plan->name + "\",check=\"" +
+                                                         std::string(cs[i].name) + "\",result=\"" + result + "\"")
+          .fetch_add(1, std::memory_order_relaxed);
+    }
+    if (v.shadow_rejections > 0) {
+      gw.metrics.Counter("tollgate_shadow_rejections_total", "plan=\"" + plan->name + "\"")
+          .fetch_add(1, std::memory_order_relaxed);
+      rlog.decision = "shadow_rejected";
+    }
+    switch (v.kind) {
+      case engine::Verdict::Kind::kAllowed:
+        if (rlog.decision == "none") rlog.decision = "allowed";
+        if (plan->enforced) AppendRateLimitHeaders(pol.config().headers, cs, ds, v, rate_headers);
+        break;
+      case engine::Verdict::Kind::kDegraded:
+        rlog.decision = "degraded";
+        gw.metrics.Counter("tollgate_degraded_total").fetch_add(1, std::memory_order_relaxed);
+        break;
+      case engine::Verdict::Kind::kUnavailable: {
+        rlog.decision = "unavailable";
+        gw.metrics.Counter("tollgate_limiter_unavailable_total").fetch_add(1, std::memory_order_relaxed);
+        AppendRateLimitHeaders(pol.config().headers, cs, ds, v, rate_headers);
+        {
+      out = make(bhttp::status::service_unavailable, RejectionBody(cs, ds, v),
+                                 rate_headers, "application/problem+json");
+      co_return co_await Send(stream, out);
+    }
+      }
+      case engine::Verdict::Kind::kRejected: {
+        rlog.decision = "rejected";
+        gw.metrics.Counter("tollgate_rejections_total", "plan=\"" + plan->name + "\",code=\"" +
+                                                            std::string(core::RejectCodeName(v.code)) + "\"")
+            .fetch_add(1, std::memory_order_relaxed);
+        AppendRateLimitHeaders(pol.config().headers, cs, ds, v, rate_headers);
+        {
+      out = make(bhttp::status::too_many_requests, RejectionBody(cs, ds, v),
+                                 rate_headers, "application/problem+json");
+      co_return co_await Send(stream, out);
+    }
+      }
+    }
+  } else if (status_endpoint) {
+    {
+      out = make(bhttp::status::not_found, ErrorBody("not_found", "no limits apply"));
+      co_return co_await Send(stream, out);
+    }
+  }
+
+  // Forward to the upstream.
+  StripHopByHop(req.base());
+  {
+    std::string xff(req["X-Forwarded-For"]);
+    xff = xff.empty() ? peer : xff + ", " + peer;
+    req.set("X-Forwarded-For", xff);
+  }
+  if (key) {
+    req.set("X-Tollgate-Key-Id", key->id);
+    req.set("X-Tollgate-Plan", plan->name);
+  } else {
+    req.erase("X-Tollgate-Key-Id");
+    req.erase("X-Tollgate-Plan");
+  }
+  if (!gw.upstream.base_path.empty()) req.target(gw.upstream.base_path + std::string(target));
+  const bool client_keep_alive = req.keep_alive();
+  req.keep_alive(true);
+  const bool is_head = req.method() == bhttp::verb::head;
+
+  beast::error_code ec;
+  std::unique_ptr<UpstreamConnection> up;
+  std::optional<bhttp::response_parser<bhttp::buffer_body>> rp;
+  const auto t_up = Clock::now();
+  // One retry on a fresh connection when a pooled one turns out closed before any response
+  // byte and no request body was sent.
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    const bool pooled = !idle.empty();
+    up = co_await AcquireUpstream(ec);
+    if (!up) break;
+    bhttp::request_serializer<bhttp::buffer_body> sr{req};
+    bool client_failed = false;
+    ec = co_await Relay(parser, stream, buffer, up->stream, sr,
+                        milliseconds(gw.upstream_config.timeout_ms), &client_failed);
+    if (client_failed) {
+      --upstream_open;
+      co_return false;  // the client went away mid-body
+    }
+    if (!ec) {
+      rp.emplace();
+      rp->body_limit(boost::none);
+      if (is_head) rp->skip(true);
+      up->stream.expires_after(milliseconds(gw.upstream_config.timeout_ms));
+      auto [rec, rn] = co_await bhttp::async_read_header(up->stream, up->buffer, *rp, kTuple);
+      ec = rec;
+    }
+    if (!ec) break;
+    --upstream_open;
+    up.reset();
+    const bool nothing_sent = parser.is_done() && parser.get().body().size == 0;
+    if (!(pooled && nothing_sent && ec != beast::error::timeout)) break;
+  }
+  if (!up || ec) {
+    const bool timeout = ec == beast::error::timeout;
+    const char* kind = !up && !timeout ? "connect" : timeout ? "timeout" : "protocol";
+    gw.metrics.Counter("tollgate_upstream_errors_total", std::string("kind=\"") + kind + "\"")
+        .fetch_add(1, std::memory_order_relaxed);
+    {
+      out = make(timeout ? bhttp::status::gateway_timeout : bhttp::status::bad_gateway,
+                             ErrorBody(timeout ? "upstream_timeout" : "upstream_unavailable",
+                                       ec ? ec.message() : "no upstream connection"),
+                             rate_headers);
+      co_return co_await Send(stream, out);
+    }
+  }
+  gw.metrics.Hist("tollgate_upstream_latency_seconds").Observe(SecondsSince(t_up));
+
+  auto& res = rp->get();
+  rlog.upstream_status = static_cast<int>(res.result_int());
+  const bool upstream_keep_alive = res.keep_alive();
+  StripHopByHop(res.base());
+  for (const auto& [k, v] : rate_headers) res.set(k, v);
+  const bool keep = client_keep_alive && parser.is_done() && !gw.draining.load();
+  res.keep_alive(keep);
+  bhttp::response_serializer<bhttp::buffer_body> rs{res};
+  bool upstream_failed = false;
+  ec = co_await Relay(*rp, up->stream, up->buffer, stream, rs,
+                      milliseconds(gw.upstream_config.timeout_ms), &upstream_failed);
+  finish(rlog.upstream_status);
+  if (!ec && upstream_keep_alive && rp->is_done()) {
+    idle.push_back(std::move(up));
+  } else {
+    --upstream_open;
+  }
+  co_return !ec && keep;
+}
+
+// ---------------------------------------------------------------------------------------------
+
+Gateway::Impl::Impl(std::string path, config::Config config)
+    : config_path(std::move(path)),
+      server(config.server),
+      upstream_config(config.upstream),
+      upstream(ParseUpstream(config.upstream.url)) {
+  if (config.store.type != "memory") {
+    throw std::runtime_error("store.type: " + config.store.type + " is not available in this build");
+  }
+  memory = std::make_unique<store::MemoryStore>(
+      store::MemoryStoreOptions{.max_keys = config.store.max_keys});
+  engine = std::make_unique<engine::Engine>(*memory);
+  auto built = policy::Policy::Build(std::move(config));
+  if (!built) throw std::runtime_error(built.error());
+  policy = *built;
+  metrics.Gauge("tollgate_store_keys", "Keys held by the memory store.",
+                [this] { return static_cast<double>(memory->size()); });
+  metrics.Gauge("tollgate_store_evictions_total", "Live keys evicted from the full memory store.",
+                [this] { return static_cast<double>(memory->stats().evicted_live.load()); });
+  metrics.Gauge("tollgate_connections", "Open client connections.",
+                [this] { return static_cast<double>(connections.load()); });
+}
+
+core::Result<bool> Gateway::Impl::Reload() {
+  auto config = config::LoadConfigFile(config_path);
+  core::Result<std::shared_ptr<const policy::Policy>> built =
+      config ? policy::Policy::Build(std::move(config).value())
+             : core::Result<std::shared_ptr<const policy::Policy>>(core::Error{config.error()});
+  if (!built) {
+    metrics.Counter("tollgate_config_reloads_total", "result=\"error\"").fetch_add(1);
+    log.Error("{\"level\":\"error\",\"msg\":\"reload refused; the previous configuration keeps serving\",\"error\":\"" +
+              JsonEscape(built.error()) + "\"}");
+    return core::Error{built.error()};
+  }
+  {
+    std::lock_guard lock(policy_mu);
+    policy = *built;
+  }
+  generation.fetch_add(1, std::memory_order_release);
+  metrics.Counter("tollgate_config_reloads_total", "result=\"ok\"").fetch_add(1);
+  log.Error("{\"level\":\"info\",\"msg\":\"configuration reloaded\"}");
+  return true;
+}
+
+Gateway::Gateway(std::string config_path, config::Config config)
+    : impl_(std::make_unique<Impl>(std::move(config_path), std::move(config))) {
+  Impl& g = *impl_;
+  size_t threads = g.server.threads > 0 ? static_cast<size_t>(g.server.threads)
+                                        : std::max(1u, std::thread::hardware_concurrency());
+  const Endpoint listen = SplitHostPort(g.server.listen, "server.listen");
+  const Endpoint admin = SplitHostPort(g.server.admin_listen, "server.admin_listen");
+  auto open = [](net::io_context& ioc, const Endpoint& ep, bool reuse_port) {
+    tcp::resolver resolver(ioc);
+    const auto results = resolver.resolve(ep.host, ep.port);
+    const tcp::endpoint endpoint = *results.begin();
+    tcp::acceptor a(ioc);
+    a.open(endpoint.protocol());
+    a.set_option(net::socket_base::reuse_address(true));
+    if (reuse_port) {
+      // Every worker listens on the same port; the kernel spreads connections across them.
+      const int one = 1;
+      ::setsockopt(a.native_handle(), SOL_SOCKET, SO_REUSEPORT, &one, sizeof one);
+    }
+    a.bind(endpoint);
+    a.listen(net::socket_base::max_listen_connections);
+    return a;
+  };
+  for (size_t i = 0; i < threads; ++i) g.workers.push_back(std::make_unique<Worker>(g, i));
+  try {
+    for (auto& w : g.workers) w->acceptor.emplace(open(w->ioc, listen, true));
+    g.workers[0]->admin.emplace(open(g.workers[0]->ioc, admin, false));
+  } catch (const boost::system::system_error& e) {
+    throw std::runtime_error(std::string("cannot listen: ") + e.what());
+  }
+}
+
+Gateway::~Gateway() = default;
+
+int Gateway::Run() {
+  Impl& g = *impl_;
+  for (auto& w : g.workers) {
+    net::co_spawn(w->ioc, w->Accept(*w->acceptor, false), net::detached);
+    if (w->admin) net::co_spawn(w->ioc, w->Accept(*w->admin, true), net::detached);
+    w->thread = std::thread([&w] {
+      auto guard = net::make_work_guard(w->ioc);
+      w->ioc.run();
+    });
+  }
+  g.log.Error("{\"level\":\"info\",\"msg\":\"listening\",\"listen\":\"" + g.server.listen +
+              "\",\"admin\":\"" + g.server.admin_listen + "\",\"threads\":" +
+              std::to_string(g.workers.size()) + "}");
+
+  net::io_context main_ioc{1};
+  net::signal_set signals(main_ioc, SIGTERM, SIGINT, SIGHUP);
+  net::steady_timer ticker(main_ioc);
+  bool stopping = false;
+  Clock::time_point drain_deadline;
+
+  std::function<void()> wait_signal = [&] {
+    signals.async_wait([&](const beast::error_code& ec, int sig) {
+      if (ec) return;
+      if (sig == SIGHUP) {
+        (void)g.Reload();
+        wait_signal();
+        return;
+      }
+      // SIGTERM / SIGINT: stop accepting, let in-flight requests finish, then exit.
+      stopping = true;
+      g.draining.store(true);
+      drain_deadline = Clock::now() + milliseconds(g.server.drain_timeout_ms);
+      for (auto& w : g.workers) {
+        net::post(w->ioc, [&w] {
+          beast::error_code ignored;
+          if (w->acceptor) w->acceptor->close(ignored);
+          if (w->admin) w->admin->close(ignored);
+        });
+      }
+      g.log.Error("{\"level\":\"info\",\"msg\":\"draining\"}");
+    });
+  };
+  wait_signal();
+  std::function<void()> tick = [&] {
+    ticker.expires_after(milliseconds(stopping ? 20 : 500));
+    ticker.async_wait([&](const beast::error_code& ec) {
+      if (ec) return;
+      g.log.Flush();
+      if (stopping && (g.in_flight.load() == 0 || Clock::now() >= drain_deadline)) {
+        signals.cancel();
+        return;
+      }
+      static int sweeps = 0;
+      if (++sweeps % 20 == 0) g.memory->Sweep(util::SystemClock::Instance().Now());
+      tick();
+    });
+  };
+  tick();
+  main_ioc.run();
+  for (auto& w : g.workers) w->ioc.stop();
+  for (auto& w : g.workers) w->thread.join();
+  g.log.Flush();
+  g.log.Error("{\"level\":\"info\",\"msg\":\"stopped\"}");
+  return 0;
+}
+
+}  // namespace tollgate::http

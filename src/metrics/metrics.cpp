@@ -1,0 +1,118 @@
+#include <tollgate/metrics/metrics.hpp>
+
+#include <cstdio>
+
+namespace tollgate::metrics {
+namespace {
+
+// Every metric family tollgate exports, declared once.
+struct Family {
+  const char* name;
+  const char* type;
+  const char* help;
+};
+constexpr Family kFamilies[] = {
+    {"tollgate_requests_total", "counter", "Requests answered, by status class."},
+    {"tollgate_decisions_total", "counter", "Limiter decisions per check, by plan, check and result (allowed, rejected, shadow_rejected)."},
+    {"tollgate_rejections_total", "counter", "Requests rejected with 429, by plan and code."},
+    {"tollgate_shadow_rejections_total", "counter", "Requests a shadow-mode limit would have rejected, by plan."},
+    {"tollgate_degraded_total", "counter", "Requests allowed without a decision because the store failed (fail-open)."},
+    {"tollgate_limiter_unavailable_total", "counter", "Requests answered 503 because the store failed (fail-closed)."},
+    {"tollgate_invalid_keys_total", "counter", "Requests with a missing or unknown API key."},
+    {"tollgate_upstream_errors_total", "counter", "Upstream failures, by kind (connect, timeout, protocol)."},
+    {"tollgate_config_reloads_total", "counter", "Configuration reloads, by result (ok, error)."},
+    {"tollgate_limiter_latency_seconds", "histogram", "Time to decide one request."},
+    {"tollgate_upstream_latency_seconds", "histogram", "Time from forwarding to the upstream's response headers."},
+};
+
+const Family* Find(std::string_view name) {
+  for (const Family& f : kFamilies) if (name == f.name) return &f;
+  return nullptr;
+}
+
+}  // namespace
+
+void Histogram::Observe(double seconds) {
+  size_t i = 0;
+  while (i < kBuckets.size() && seconds > kBuckets[i]) ++i;
+  counts_[i].fetch_add(1, std::memory_order_relaxed);
+  sum_ns_.fetch_add(static_cast<uint64_t>(seconds * 1e9), std::memory_order_relaxed);
+}
+
+void Histogram::Render(std::string_view name, std::string& out) const {
+  uint64_t cumulative = 0;
+  char buf[128];
+  for (size_t i = 0; i <= kBuckets.size(); ++i) {
+    cumulative += counts_[i].load(std::memory_order_relaxed);
+    if (i < kBuckets.size()) {
+      std::snprintf(buf, sizeof buf, "_bucket{le=\"%g\"} %llu\n", kBuckets[i],
+                    static_cast<unsigned long long>(cumulative));
+    } else {
+      std::snprintf(buf, sizeof buf, "_bucket{le=\"+Inf\"} %llu\n",
+                    static_cast<unsigned long long>(cumulative));
+    }
+    out.append(name).append(buf);
+  }
+  std::snprintf(buf, sizeof buf, "_sum %.9f\n", sum_ns_.load(std::memory_order_relaxed) / 1e9);
+  out.append(name).append(buf);
+  std::snprintf(buf, sizeof buf, "_count %llu\n", static_cast<unsigned long long>(cumulative));
+  out.append(name).append(buf);
+}
+
+std::atomic<uint64_t>& Registry::Counter(std::string_view name, std::string_view labels) {
+  std::string key(name);
+  key += '\0';
+  key += labels;
+  std::lock_guard lock(mu_);
+  auto& slot = counters_[key];
+  if (!slot) slot = std::make_unique<std::atomic<uint64_t>>(0);
+  return *slot;
+}
+
+Histogram& Registry::Hist(std::string_view name) {
+  std::lock_guard lock(mu_);
+  auto& slot = histograms_[std::string(name)];
+  if (!slot) slot = std::make_unique<Histogram>();
+  return *slot;
+}
+
+void Registry::Gauge(std::string_view name, std::string_view help, std::function<double()> read) {
+  std::lock_guard lock(mu_);
+  gauges_[std::string(name)] = {std::string(help), std::move(read)};
+}
+
+std::string Registry::Render() const {
+  std::lock_guard lock(mu_);
+  std::string out;
+  // Families always appear, at zero when nothing happened yet: absence is not silence.
+  for (const Family& f : kFamilies) {
+    out.append("# HELP ").append(f.name).append(" ").append(f.help).append("\n");
+    out.append("# TYPE ").append(f.name).append(" ").append(f.type).append("\n");
+    if (std::string_view(f.type) == "histogram") {
+      auto it = histograms_.find(f.name);
+      if (it != histograms_.end()) it->second->Render(f.name, out);
+      continue;
+    }
+    bool any = false;
+    for (const auto& [key, value] : counters_) {
+      const size_t nul = key.find('\0');
+      if (std::string_view(key).substr(0, nul) != f.name) continue;
+      any = true;
+      out.append(f.name);
+      const std::string_view labels = std::string_view(key).substr(nul + 1);
+      if (!labels.empty()) out.append("{").append(labels).append("}");
+      out.append(" ").append(std::to_string(value->load(std::memory_order_relaxed))).append("\n");
+    }
+    if (!any) out.append(f.name).append(" 0\n");
+  }
+  for (const auto& [name, g] : gauges_) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, " %.17g\n", g.second());
+    out.append("# HELP ").append(name).append(" ").append(g.first).append("\n");
+    out.append("# TYPE ").append(name).append(" gauge\n").append(name).append(buf);
+  }
+  (void)Find;
+  return out;
+}
+
+}  // namespace tollgate::metrics

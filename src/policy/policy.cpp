@@ -1,0 +1,242 @@
+#include <tollgate/policy/policy.hpp>
+
+#include <arpa/inet.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cstring>
+
+namespace tollgate::policy {
+namespace {
+
+core::Limit MustCreate(const core::LimitSpec& spec) {
+  // Specs were validated by the config loader.
+  return core::Limit::Create(spec).value();
+}
+
+std::string HexToRaw(const std::string& hex) {
+  std::string raw(hex.size() / 2, '\0');
+  for (size_t i = 0; i < raw.size(); ++i) {
+    raw[i] = static_cast<char>(std::stoi(hex.substr(2 * i, 2), nullptr, 16));
+  }
+  return raw;
+}
+
+std::vector<NamedLimit> Compile(const std::vector<config::LimitConfig>& limits) {
+  std::vector<NamedLimit> out;
+  for (const auto& l : limits) out.push_back({l.name, MustCreate(l.spec)});
+  return out;
+}
+
+// "pages=120&x=1" -> "120" for "pages".
+std::optional<std::string_view> QueryParam(std::string_view query, std::string_view name) {
+  while (!query.empty()) {
+    const size_t amp = query.find('&');
+    const std::string_view pair = query.substr(0, amp);
+    const size_t eq = pair.find('=');
+    if (pair.substr(0, eq) == name) {
+      return eq == std::string_view::npos ? std::string_view() : pair.substr(eq + 1);
+    }
+    if (amp == std::string_view::npos) break;
+    query.remove_prefix(amp + 1);
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+const core::Limit& Key::LimitAt(size_t i, core::Instant now) const {
+  for (const Override& o : overrides) {
+    if (o.limit_index == i && (!o.expires || now < *o.expires)) return o.limit;
+  }
+  return plan->limits[i].limit;
+}
+
+bool Cidr::Contains(const std::array<uint8_t, 16>& addr) const {
+  int bits = prefix_len;
+  for (size_t i = 0; i < 16 && bits > 0; ++i, bits -= 8) {
+    const uint8_t mask = bits >= 8 ? 0xff : static_cast<uint8_t>(0xff << (8 - bits));
+    if ((addr[i] & mask) != (bytes[i] & mask)) return false;
+  }
+  return true;
+}
+
+std::optional<std::array<uint8_t, 16>> ParseAddress(std::string_view text) {
+  if (text.size() >= 2 && text.front() == '[' && text.back() == ']') text = text.substr(1, text.size() - 2);
+  if (text.empty() || text.size() > 45) return std::nullopt;
+  char buf[64];
+  std::memcpy(buf, text.data(), text.size());
+  buf[text.size()] = '\0';
+  std::array<uint8_t, 16> out{};
+  in_addr v4;
+  if (inet_pton(AF_INET, buf, &v4) == 1) {
+    out[10] = out[11] = 0xff;
+    std::memcpy(&out[12], &v4, 4);
+    return out;
+  }
+  if (inet_pton(AF_INET6, buf, out.data()) == 1) return out;
+  return std::nullopt;
+}
+
+core::Result<Cidr> ParseCidr(std::string_view text) {
+  const size_t slash = text.find('/');
+  auto addr = ParseAddress(text.substr(0, slash));
+  if (!addr) return core::Error{"not an IP address: '" + std::string(text) + "'"};
+  const bool v4 = (*addr)[10] == 0xff && (*addr)[11] == 0xff &&
+                  std::all_of(addr->begin(), addr->begin() + 10, [](uint8_t b) { return b == 0; });
+  int len = v4 ? 32 : 128;
+  if (slash != std::string_view::npos) {
+    const std::string_view n = text.substr(slash + 1);
+    const auto [p, ec] = std::from_chars(n.data(), n.data() + n.size(), len);
+    if (ec != std::errc() || p != n.data() + n.size() || len < 0 || len > (v4 ? 32 : 128)) {
+      return core::Error{"bad prefix length in '" + std::string(text) + "'"};
+    }
+  }
+  return Cidr{*addr, v4 ? len + 96 : len};
+}
+
+bool Policy::EqualsIgnoreCase(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (std::tolower(static_cast<unsigned char>(a[i])) != std::tolower(static_cast<unsigned char>(b[i]))) return false;
+  }
+  return true;
+}
+
+std::string_view Policy::Trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+  return s;
+}
+
+core::Result<std::shared_ptr<const Policy>> Policy::Build(config::Config config) {
+  std::shared_ptr<Policy> p(new Policy());
+  for (const auto& pc : config.plans) {
+    Plan plan;
+    plan.name = pc.name;
+    plan.enforced = pc.mode.value_or(config.mode) == config::Mode::kEnforce;
+    plan.per_account = pc.scope == "account";
+    plan.limits = Compile(pc.limits);
+    p->plans_.push_back(std::move(plan));
+  }
+  // The strictest plan: the smallest quota of its first limit (ties: the first in the file).
+  for (size_t i = 1; i < p->plans_.size(); ++i) {
+    auto first_q = [&](size_t j) {
+      return p->plans_[j].limits.empty() ? INT64_MAX : p->plans_[j].limits[0].limit.PolicyQuota();
+    };
+    if (first_q(i) < first_q(p->strictest_)) p->strictest_ = i;
+  }
+  p->anonymous_.name = "anonymous";
+  p->anonymous_.enforced = config.mode == config::Mode::kEnforce;
+  p->anonymous_.limits = Compile(config.anonymous);
+  p->invalid_key_limit_ = MustCreate(config.identity.invalid_key_limit);
+
+  for (const auto& kc : config.keys) {
+    Key k;
+    k.id = kc.id;
+    k.account = kc.account;
+    k.plan_name = kc.plan;
+    k.plan = &p->plans_[p->strictest_];
+    for (const Plan& plan : p->plans_) if (plan.name == kc.plan) k.plan = &plan;
+    for (const auto& oc : kc.overrides) {
+      for (size_t i = 0; i < k.plan->limits.size(); ++i) {
+        if (k.plan->limits[i].name != oc.limit) continue;
+        std::optional<core::Instant> expires;
+        if (oc.expires_unix_s) expires = core::Instant::FromUnixSeconds(*oc.expires_unix_s);
+        k.overrides.push_back({i, MustCreate(oc.spec), expires});
+      }
+    }
+    p->by_digest_[HexToRaw(kc.sha256_hex)] = p->keys_.size();
+    p->by_id_[k.id] = p->keys_.size();
+    p->keys_.push_back(std::move(k));
+  }
+  for (size_t i = 0; i < config.routes.size(); ++i) {
+    const auto& rc = config.routes[i];
+    Route r;
+    r.prefix = rc.path.back() == '*';
+    r.path = r.prefix ? rc.path.substr(0, rc.path.size() - 1) : rc.path;
+    r.method = rc.method;
+    r.cost = rc.cost;
+    r.fail_mode = rc.fail_mode;
+    r.identity = rc.identity;
+    if (r.identity == config::RouteIdentity::kIp && p->anonymous_.limits.empty()) {
+      return core::Error{"routes[" + std::to_string(i) + "].identity: ip needs anonymous.limits"};
+    }
+    p->routes_.push_back(std::move(r));
+  }
+  for (size_t i = 0; i < config.identity.trusted_proxies.size(); ++i) {
+    auto cidr = ParseCidr(config.identity.trusted_proxies[i]);
+    if (!cidr) return core::Error{"identity.trusted_proxies[" + std::to_string(i) + "]: " + cidr.error()};
+    p->trusted_.push_back(*cidr);
+  }
+  p->config_ = std::move(config);
+  return std::shared_ptr<const Policy>(std::move(p));
+}
+
+const Key* Policy::FindByDigest(std::string_view digest32) const {
+  auto it = by_digest_.find(std::string(digest32));
+  return it == by_digest_.end() ? nullptr : &keys_[it->second];
+}
+
+const Key* Policy::FindById(std::string_view id) const {
+  auto it = by_id_.find(std::string(id));
+  return it == by_id_.end() ? nullptr : &keys_[it->second];
+}
+
+const Route& Policy::Match(std::string_view method, std::string_view path) const {
+  for (const Route& r : routes_) {
+    if (!r.method.empty() && r.method != method) continue;
+    if (r.prefix ? path.substr(0, r.path.size()) == r.path : path == r.path) return r;
+  }
+  return default_route_;
+}
+
+core::Result<int64_t> Policy::Cost(const Route& route, std::string_view query) const {
+  const config::CostConfig& c = route.cost;
+  if (c.query.empty()) return c.fixed;
+  const auto value = QueryParam(query, c.query);
+  if (!value) return c.min;
+  int64_t n = 0;
+  const auto [p, ec] = std::from_chars(value->data(), value->data() + value->size(), n);
+  if (ec != std::errc() || p != value->data() + value->size() || n < 0) {
+    return core::Error{"query parameter '" + c.query + "' must be a non-negative integer"};
+  }
+  const int64_t cost = n / c.per + (n % c.per != 0);
+  return std::max(c.min, cost);
+}
+
+std::string Policy::ClientAddress(std::string_view peer, std::string_view forwarded_for) const {
+  auto addr = ParseAddress(peer);
+  auto trusted = [&](const std::array<uint8_t, 16>& a) {
+    for (const Cidr& c : trusted_) if (c.Contains(a)) return true;
+    return false;
+  };
+  if (addr && !forwarded_for.empty() && trusted(*addr)) {
+    // Walk right to left; the first hop that is not a trusted proxy is the client.
+    std::string_view rest = forwarded_for;
+    while (!rest.empty()) {
+      const size_t comma = rest.rfind(',');
+      const std::string_view hop = Trim(comma == std::string_view::npos ? rest : rest.substr(comma + 1));
+      rest = comma == std::string_view::npos ? std::string_view() : rest.substr(0, comma);
+      auto a = ParseAddress(hop);
+      if (!a) break;  // garbage: keep the last address we could trust
+      addr = a;
+      if (!trusted(*a)) break;
+    }
+  }
+  if (!addr) return std::string(peer);
+  const auto& b = *addr;
+  const bool v4 = b[10] == 0xff && b[11] == 0xff &&
+                  std::all_of(b.begin(), b.begin() + 10, [](uint8_t x) { return x == 0; });
+  char buf[INET6_ADDRSTRLEN];
+  if (v4) {
+    inet_ntop(AF_INET, &b[12], buf, sizeof buf);
+    return buf;
+  }
+  std::array<uint8_t, 16> net{};
+  std::copy(b.begin(), b.begin() + 8, net.begin());
+  inet_ntop(AF_INET6, net.data(), buf, sizeof buf);
+  return std::string(buf) + "/64";
+}
+
+}  // namespace tollgate::policy

@@ -1,0 +1,77 @@
+#!/usr/bin/env python3
+"""A small HTTP/1.1 upstream for tests and `make run`.
+
+GET  /big?bytes=N   streams N bytes (chunked), never holding them in memory
+GET  /slow?ms=N     answers after N ms
+ANY  /echo...       (and any other path) answers JSON describing the request it received
+"""
+import argparse
+import json
+import sys
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, urlsplit
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args):
+        pass
+
+    def _answer(self):
+        url = urlsplit(self.path)
+        query = parse_qs(url.query)
+        length = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(length) if length else b""
+        if url.path == "/big":
+            n = int(query.get("bytes", ["0"])[0])
+            self.send_response(200)
+            self.send_header("Content-Type", "application/octet-stream")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            chunk = b"x" * 65536
+            left = n
+            while left > 0:
+                part = chunk[: min(left, len(chunk))]
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(part), part))
+                left -= len(part)
+            self.wfile.write(b"0\r\n\r\n")
+            return
+        if url.path == "/slow":
+            time.sleep(int(query.get("ms", ["1000"])[0]) / 1000)
+        out = json.dumps({
+            "method": self.command,
+            "path": self.path,
+            "headers": {k: v for k, v in self.headers.items()},
+            "body_bytes": len(body),
+        }).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(out)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(out)
+
+    do_GET = do_POST = do_PUT = do_DELETE = do_HEAD = do_PATCH = _answer
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--port", type=int, default=8081)
+    ap.add_argument("--port-file", help="write the bound port here (use --port 0)")
+    args = ap.parse_args()
+    server = ThreadingHTTPServer(("127.0.0.1", args.port), Handler)
+    server.daemon_threads = True
+    if args.port_file:
+        with open(args.port_file, "w") as f:
+            f.write(str(server.server_address[1]))
+    print(f"upstream listening on 127.0.0.1:{server.server_address[1]}", file=sys.stderr, flush=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+
+
+if __name__ == "__main__":
+    main()
