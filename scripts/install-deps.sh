@@ -8,7 +8,7 @@ packages=(
   libboost1.81-dev libboost-json1.81-dev libboost-url1.81-dev
   libyaml-cpp-dev libhiredis-dev libssl-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  redis-server redis-tools curl
+  redis-server redis-tools curl python3
 )
 if [[ ${TOLLGATE_EXTRA_PACKAGES:-} ]]; then
   read -r -a extra <<<"$TOLLGATE_EXTRA_PACKAGES"

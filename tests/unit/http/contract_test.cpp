@@ -1,0 +1,102 @@
+#include <tollgate/http/contract.hpp>
+
+#include <map>
+
+#include <gtest/gtest.h>
+
+namespace tollgate::http {
+namespace {
+
+using core::Decision;
+using core::Duration;
+
+core::Limit Bucket(int64_t capacity, const char* rate) {
+  return core::Limit::Create({.algorithm = core::Algorithm::kTokenBucket,
+                              .capacity = capacity,
+                              .refill = core::Rate::Parse(rate, 1).value()})
+      .value();
+}
+
+std::map<std::string, std::string> ToMap(const HeaderList& h) {
+  std::map<std::string, std::string> m;
+  for (const auto& [k, v] : h) m[k] = v;
+  return m;
+}
+
+class ContractTest : public ::testing::Test {
+ protected:
+  core::Limit burst_ = Bucket(20, "0.5");
+  core::Limit daily_ =
+      core::Limit::Create({.algorithm = core::Algorithm::kQuota, .allowance = 1000, .ceiling = 10000})
+          .value();
+  std::vector<store::Check> checks_ = {{"burst", &burst_, 1, true}, {"daily", &daily_, 1, true}};
+  config::HeadersConfig all_{true, true, true};
+};
+
+TEST_F(ContractTest, AllowedCarriesIetfAndLegacyHeaders) {
+  std::vector<Decision> d(2);
+  d[0] = {.allowed = true, .limit = 20, .remaining = 7, .reset = Duration::Seconds(26)};
+  d[1] = {.allowed = true, .limit = 1000, .remaining = 990, .reset = Duration::Millis(3'600'500)};
+  engine::Verdict v = engine::Combine(checks_, d);
+  v.now = core::Instant::FromUnixSeconds(1'790'000'000);
+  HeaderList h;
+  AppendRateLimitHeaders(all_, checks_, d, v, h);
+  auto m = ToMap(h);
+  EXPECT_EQ(m["RateLimit-Policy"], "\"burst\";q=20;w=40, \"daily\";q=1000;w=86400");
+  EXPECT_EQ(m["RateLimit"], "\"burst\";r=7;t=26, \"daily\";r=990;t=3601");
+  EXPECT_EQ(m["RateLimit-Limit"], "20");
+  EXPECT_EQ(m["RateLimit-Remaining"], "7");
+  EXPECT_EQ(m["RateLimit-Reset"], "26");
+  EXPECT_EQ(m["X-RateLimit-Remaining"], "7");
+  EXPECT_EQ(m.count("Retry-After"), 0u);
+}
+
+TEST_F(ContractTest, RejectionCarriesRetryAfterAndProblemBody) {
+  std::vector<Decision> d(2);
+  d[0] = {.allowed = false, .code = core::RejectCode::kRateLimited, .limit = 20, .remaining = 0,
+          .reset = Duration::Seconds(40), .retry_after = Duration::Millis(1500)};
+  d[1] = {.allowed = true, .limit = 1000, .remaining = 990};
+  const engine::Verdict v = engine::Combine(checks_, d);
+  HeaderList h;
+  AppendRateLimitHeaders(all_, checks_, d, v, h);
+  auto m = ToMap(h);
+  EXPECT_EQ(m["Retry-After"], "2");
+  EXPECT_EQ(m["RateLimit-Remaining"], "0");
+  EXPECT_EQ(m["RateLimit-Reset"], "2");
+  const std::string body = RejectionBody(checks_, d, v);
+  EXPECT_NE(body.find("\"code\":\"rate_limited\""), std::string::npos);
+  EXPECT_NE(body.find("\"violated-policies\":[\"burst\"]"), std::string::npos);
+}
+
+TEST_F(ContractTest, CostAboveCapacityHasNoRetryAfter) {
+  std::vector<Decision> d(2);
+  d[0] = {.allowed = false, .code = core::RejectCode::kCostExceedsCapacity, .limit = 20,
+          .remaining = 20, .retry_after = Duration::Infinite()};
+  d[1] = {.allowed = true, .limit = 1000, .remaining = 990};
+  const engine::Verdict v = engine::Combine(checks_, d);
+  HeaderList h;
+  AppendRateLimitHeaders(all_, checks_, d, v, h);
+  EXPECT_EQ(ToMap(h).count("Retry-After"), 0u);
+  EXPECT_NE(RejectionBody(checks_, d, v).find("cost_exceeds_capacity"), std::string::npos);
+}
+
+TEST_F(ContractTest, ShadowChecksAreNotAdvertisedAndSetsAreConfigurable) {
+  checks_[1].enforced = false;
+  std::vector<Decision> d(2);
+  d[0] = {.allowed = true, .limit = 20, .remaining = 3};
+  d[1] = {.allowed = false, .limit = 1000};
+  const engine::Verdict v = engine::Combine(checks_, d);
+  HeaderList h;
+  AppendRateLimitHeaders({.ietf = true, .ratelimit = false, .x_ratelimit = false}, checks_, d, v, h);
+  auto m = ToMap(h);
+  EXPECT_EQ(m["RateLimit-Policy"], "\"burst\";q=20;w=40");
+  EXPECT_EQ(m.count("RateLimit-Limit"), 0u);
+  EXPECT_EQ(m.count("X-RateLimit-Limit"), 0u);
+}
+
+TEST(Contract, JsonEscape) {
+  EXPECT_EQ(JsonEscape("a\"b\\c\n"), "a\\\"b\\\\c\\u000a");
+}
+
+}  // namespace
+}  // namespace tollgate::http
