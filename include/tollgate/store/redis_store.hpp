@@ -1,0 +1,68 @@
+// RedisStore: one budget per key shared by every gateway replica, one round trip per decision.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include <tollgate/core/result.hpp>
+#include <tollgate/store/store.hpp>
+
+namespace tollgate::store {
+
+struct RedisStoreOptions {
+  // redis://[user:password@]host:port[/db] (standalone) or
+  // redis-cluster://host:port[,host:port...] (Redis Cluster; seeds for the slot map).
+  std::string url = "redis://127.0.0.1:6379";
+  // Key prefix: keys are <prefix>:{<scope>}:<check>:<algorithm>. Environments sharing a Redis
+  // must use different prefixes. Default "tollgate".
+  std::string prefix = "tollgate";
+  // Deadline of one decision, from Apply() to the reply. Default 5 ms.
+  int timeout_ms = 5;
+  // Deadline to connect (and authenticate). Default 1000 ms.
+  int connect_timeout_ms = 1000;
+  // Consecutive failures that open the circuit breaker; while open, calls fail at once
+  // (kUnavailable) and one probe per `breaker_open_ms` checks whether Redis is back.
+  int breaker_failures = 5;
+  int breaker_open_ms = 500;
+};
+
+// Counters for /metrics. Thread-safe (relaxed atomics).
+struct RedisStoreStats {
+  std::atomic<uint64_t> calls{0};
+  std::atomic<uint64_t> timeouts{0};
+  std::atomic<uint64_t> errors{0};          // connection and protocol failures
+  std::atomic<uint64_t> breaker_rejections{0};  // failed at once: circuit open
+  std::atomic<uint64_t> noscript{0};        // script reloaded after NOSCRIPT
+  std::atomic<uint64_t> redirects{0};       // MOVED / ASK followed
+  std::atomic<uint64_t> reconnects{0};
+  std::atomic<int> breaker_open{0};         // 1 while the circuit is open
+};
+
+// Thread-safe: Apply() may be called from any thread. The store runs its own I/O thread, with
+// one connection per Redis node; commands issued while a write is in flight leave together in
+// the next write (auto-pipelining). Completions run on the store's thread.
+class RedisStore final : public Store {
+ public:
+  // Parses the URL and starts the I/O thread; connections open lazily and reconnect with
+  // backoff. Errors: a malformed URL.
+  static core::Result<std::unique_ptr<RedisStore>> Create(RedisStoreOptions options);
+  ~RedisStore() override;
+
+  void Apply(const Batch& batch, std::span<core::Decision> decisions, Completion done) override;
+  std::string_view Name() const override { return "redis"; }
+
+  const RedisStoreStats& stats() const;
+
+  // The Lua script every decision runs (exposed for benchmarks and docs).
+  static std::string_view Script();
+
+  class Impl;  // defined in redis_store.cpp
+
+ private:
+  explicit RedisStore(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace tollgate::store

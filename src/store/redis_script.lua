@@ -1,0 +1,258 @@
+-- tollgate: every check of one identity, evaluated atomically in one call.
+-- The same arithmetic as src/core/*.cpp (the conformance suite holds them equal). All values
+-- stay below 2^53, where Lua's double-precision numbers are exact integers.
+--
+-- KEYS[i]  the state of check i: a string "a b" (fixed-size algorithms) or a sorted set (log).
+-- ARGV[1]  now in microseconds since the epoch; 0 = read Redis TIME (one clock for all replicas)
+-- ARGV[2]  1 = consume (all-or-nothing), 0 = peek (change nothing)
+-- ARGV[3 + 6(i-1) ...]  per check: algorithm, cost, enforced (1/0), p1, p2, p3
+--   0 token bucket    p1 capacity, p2 refill units per us (rate.tokens), p3 units per token
+--   1 sliding log     p1 limit, p2 window (us)
+--   2 sliding counter p1 limit, p2 window (ms)
+--   3 fixed window    p1 limit, p2 window (us)
+--   4 quota           p1 period (0 day, 1 month), p2 allowance (0 none), p3 ceiling (0 none)
+-- Returns {now, committed, then per check: allowed, code, limit, remaining, reset_us,
+--          retry_after_us (-1 never), used, over_allowance}
+-- Codes: 0 none, 1 rate_limited, 2 quota_exceeded, 3 ceiling_exceeded, 4 cost_exceeds_capacity
+
+local now = tonumber(ARGV[1])
+if now == 0 then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+local consume = ARGV[2] == '1'
+local DAY_US = 86400000000
+
+local function idiv(a, b) -- floor(a / b), exact for |a| < 2^53, b > 0
+  local q = math.floor(a / b)
+  if q * b > a then q = q - 1 elseif (q + 1) * b <= a then q = q + 1 end
+  return q
+end
+local function ceildiv(a, b)
+  if a <= 0 then return 0 end
+  return -idiv(-a, b)
+end
+
+-- Howard Hinnant's civil-date algorithms (as src/core/calendar.cpp).
+local function days_from_civil(y, m, d)
+  if m <= 2 then y = y - 1 end
+  local era = idiv(y, 400)
+  local yoe = y - era * 400
+  local mp = (m + 9) % 12
+  local doy = idiv(153 * mp + 2, 5) + d - 1
+  local doe = yoe * 365 + idiv(yoe, 4) - idiv(yoe, 100) + doy
+  return era * 146097 + doe - 719468
+end
+local function civil_from_days(z)
+  z = z + 719468
+  local era = idiv(z, 146097)
+  local doe = z - era * 146097
+  local yoe = idiv(doe - idiv(doe, 1460) + idiv(doe, 36524) - idiv(doe, 146096), 365)
+  local doy = doe - (365 * yoe + idiv(yoe, 4) - idiv(yoe, 100))
+  local mp = idiv(5 * doy + 2, 153)
+  local d = doy - idiv(153 * mp + 2, 5) + 1
+  local m = mp < 10 and mp + 3 or mp - 9
+  local y = yoe + era * 400
+  if m <= 2 then y = y + 1 end
+  return y, m, d
+end
+-- Period index and end (us) of the period containing t.
+local function period_of(kind, t)
+  local days = idiv(t, DAY_US)
+  if kind == 0 then return days, (days + 1) * DAY_US end
+  local y, m = civil_from_days(days)
+  local ny, nm = y, m + 1
+  if nm == 13 then ny, nm = y + 1, 1 end
+  return y * 12 + m - 1, days_from_civil(ny, nm, 1) * DAY_US
+end
+
+local function read_pair(key)
+  local v = redis.call('GET', key)
+  if not v then return 0, 0 end
+  local a, b = string.match(v, '^(-?%d+) (-?%d+)$')
+  return tonumber(a), tonumber(b)
+end
+
+-- Each evaluator returns: decision table, and the new state {a, b, expires_at} when allowed.
+local function token_bucket(key, cost, cap, tokens, unit)
+  local a, b = read_pair(key)
+  local full = cap * unit
+  local deficit = a
+  local elapsed = now - b
+  if deficit > 0 and elapsed > 0 then
+    if elapsed >= ceildiv(deficit, tokens) then deficit = 0 else deficit = deficit - elapsed * tokens end
+  end
+  local d = {1, 0, cap, 0, 0, 0, 0, 0}
+  local new
+  if cost > cap then
+    d[1], d[2], d[6] = 0, 4, -1
+  elseif deficit + cost * unit <= full then
+    deficit = deficit + cost * unit
+    new = {deficit, now, now + ceildiv(deficit, tokens)}
+  else
+    d[1], d[2], d[6] = 0, 1, ceildiv(deficit + cost * unit - full, tokens)
+  end
+  d[4] = idiv(full - deficit, unit)
+  d[5] = ceildiv(deficit, tokens)
+  return d, new
+end
+
+local function fixed_window(key, cost, limit, w)
+  local a, b = read_pair(key)
+  local index = idiv(now, w)
+  local count = (a == index) and b or 0
+  local to_end = (index + 1) * w - now
+  local d = {1, 0, limit, 0, 0, 0, 0, 0}
+  local new
+  if cost > limit then
+    d[1], d[2], d[6], d[4] = 0, 4, -1, limit - count
+    return d, nil
+  end
+  if count + cost <= limit then
+    new = {index, count + cost, (index + 1) * w}
+    d[4] = limit - count - cost
+  else
+    d[1], d[2], d[6] = 0, 1, to_end
+    d[4] = math.max(0, limit - count)
+  end
+  if d[4] ~= limit then d[5] = to_end end
+  return d, new
+end
+
+local function sliding_counter(key, cost, limit, w)
+  local a, b = read_pair(key)
+  local now_ms = idiv(now, 1000)
+  local index = idiv(now_ms, w)
+  local elapsed = now_ms - index * w
+  local prev, curr = 0, 0
+  local hi, lo = idiv(b, 4294967296), b % 4294967296
+  if a == index then prev, curr = hi, lo elseif a == index - 1 then prev = lo end
+  local end_us = (index + 1) * w * 1000 - now
+  local next_end_us = end_us + w * 1000
+  local weighted = prev * (w - elapsed) + curr * w
+  local function remaining_after(extra)
+    return math.max(0, idiv(limit * w - weighted - extra * w, w))
+  end
+  local d = {1, 0, limit, 0, 0, 0, 0, 0}
+  local new
+  if cost > limit then
+    d[1], d[2], d[6] = 0, 4, -1
+    d[4] = remaining_after(0)
+  elseif weighted + cost * w <= limit * w then
+    d[4] = remaining_after(cost)
+    curr = curr + cost
+    new = {index, prev * 4294967296 + curr, (index + 2) * w * 1000}
+  else
+    d[1], d[2] = 0, 1
+    d[4] = remaining_after(0)
+    if curr + cost <= limit then
+      local e = w - idiv((limit - curr - cost) * w, prev)
+      d[6] = (index * w + e) * 1000 - now
+    else
+      local e = w - idiv((limit - cost) * w, curr)
+      d[6] = end_us + e * 1000
+    end
+  end
+  if curr > 0 then d[5] = next_end_us elseif prev > 0 then d[5] = end_us end
+  return d, new
+end
+
+local function quota(key, cost, kind, allowance, ceiling)
+  local a, b = read_pair(key)
+  local index, period_end = period_of(kind, now)
+  local used = (a == index) and b or 0
+  local limit = allowance > 0 and allowance or ceiling
+  local d = {1, 0, limit, 0, period_end - now, 0, used, 0}
+  local new
+  if ceiling > 0 and cost > ceiling then
+    d[1], d[2], d[6] = 0, 4, -1
+  elseif ceiling == 0 or used + cost <= ceiling then
+    used = used + cost
+    d[7] = used
+    new = {index, used, period_end}
+  else
+    d[1], d[6] = 0, period_end - now
+    d[2] = allowance > 0 and 3 or 2
+  end
+  d[4] = math.max(0, limit - d[7])
+  if allowance > 0 and d[7] > allowance then d[8] = 1 end
+  return d, new
+end
+
+-- The log: a sorted set of accepted requests, score = time, member = "time:cost:n".
+local function sliding_log(key, cost, limit, w, record)
+  redis.call('ZREMRANGEBYSCORE', key, '-inf', now - w)
+  local entries = redis.call('ZRANGE', key, 0, -1, 'WITHSCORES')
+  local total, newest = 0, nil
+  local costs = {}
+  for i = 1, #entries, 2 do
+    local c = tonumber(string.match(entries[i], '^%-?%d+:(%d+):'))
+    costs[#costs + 1] = {tonumber(entries[i + 1]), c}
+    total = total + c
+    newest = tonumber(entries[i + 1])
+  end
+  local d = {1, 0, limit, 0, 0, 0, 0, 0}
+  local new
+  if cost > limit then
+    d[1], d[2], d[6] = 0, 4, -1
+  elseif total + cost <= limit then
+    if record and cost > 0 then
+      -- Recorded at commit; the decision then reports the state after it (see below).
+      new = {newest and math.max(now, newest) or now, cost, #costs}
+    end
+  else
+    d[1], d[2] = 0, 1
+    local left, leaves_at = total, now
+    for i = 1, #costs do
+      if left + cost <= limit then break end
+      left = left - costs[i][2]
+      leaves_at = costs[i][1] + w
+    end
+    d[6] = leaves_at - now
+  end
+  d[4] = math.max(0, limit - total)
+  if newest then d[5] = newest + w - now end
+  return d, new
+end
+
+local n = (#ARGV - 2) / 6
+local out = {now, 0}
+local states = {}
+local commit = consume
+for i = 1, n do
+  local base = 3 + (i - 1) * 6
+  local alg = tonumber(ARGV[base])
+  local cost = tonumber(ARGV[base + 1])
+  local enforced = ARGV[base + 2] == '1'
+  local p1, p2, p3 = tonumber(ARGV[base + 3]), tonumber(ARGV[base + 4]), tonumber(ARGV[base + 5])
+  local d, new
+  if alg == 0 then d, new = token_bucket(KEYS[i], cost, p1, p2, p3)
+  elseif alg == 1 then d, new = sliding_log(KEYS[i], cost, p1, p2, consume)
+  elseif alg == 2 then d, new = sliding_counter(KEYS[i], cost, p1, p2)
+  elseif alg == 3 then d, new = fixed_window(KEYS[i], cost, p1, p2)
+  else d, new = quota(KEYS[i], cost, p1, p2, p3) end
+  if d[1] == 0 and enforced then commit = false end
+  states[i] = {alg, cost, new, p2}
+  for j = 1, 8 do out[#out + 1] = d[j] end
+end
+if commit then
+  out[2] = 1
+  for i = 1, n do
+    local alg, cost, new, w = states[i][1], states[i][2], states[i][3], states[i][4]
+    if new and cost > 0 then
+      if alg == 1 then
+        redis.call('ZADD', KEYS[i], new[1], string.format('%d:%d:%d', new[1], new[2], new[3]))
+        -- Every entry leaves the window by newest + w.
+        redis.call('PEXPIRE', KEYS[i], ceildiv(new[1] + w - now, 1000) + 1)
+        local at = 2 + (i - 1) * 8
+        out[at + 4] = math.max(0, out[at + 4] - cost)
+        out[at + 5] = new[1] + w - now
+      else
+        -- PX: the key lives exactly as long as it holds information (at least 1 ms).
+        local ttl_ms = math.max(1, ceildiv(new[3] - now, 1000))
+        redis.call('SET', KEYS[i], string.format('%d %d', new[1], new[2]), 'PX', ttl_ms)
+      end
+    end
+  end
+end
+return out

@@ -1,0 +1,648 @@
+#include <tollgate/store/redis_store.hpp>
+
+#include <openssl/evp.h>
+
+#include <array>
+#include <charconv>
+#include <chrono>
+#include <deque>
+#include <functional>
+#include <map>
+#include <thread>
+#include <vector>
+
+#include <boost/asio/connect.hpp>
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/write.hpp>
+#include <hiredis/hiredis.h>
+
+namespace tollgate::store {
+namespace internal {
+extern const std::string_view kRedisScript;
+}  // namespace internal
+
+namespace {
+
+namespace net = boost::asio;
+using tcp = net::ip::tcp;
+using SteadyClock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+constexpr int kSlots = 16384;
+constexpr int kMaxRedirects = 5;
+constexpr size_t kValuesPerCheck = 8;
+
+struct NodeAddress {
+  std::string host;
+  std::string port;
+  bool operator<(const NodeAddress& o) const { return std::tie(host, port) < std::tie(o.host, o.port); }
+};
+
+struct ParsedUrl {
+  bool cluster = false;
+  std::vector<NodeAddress> nodes;
+  std::string user;
+  std::string password;
+  int db = 0;
+};
+
+core::Result<NodeAddress> ParseHostPort(std::string_view s) {
+  const size_t colon = s.rfind(':');
+  if (colon == std::string_view::npos || colon == 0 || colon + 1 == s.size()) {
+    return core::Error{"store.url: expected host:port, got '" + std::string(s) + "'"};
+  }
+  return NodeAddress{std::string(s.substr(0, colon)), std::string(s.substr(colon + 1))};
+}
+
+core::Result<ParsedUrl> ParseUrl(std::string_view url) {
+  ParsedUrl out;
+  std::string_view rest;
+  if (url.rfind("redis://", 0) == 0) {
+    rest = url.substr(8);
+  } else if (url.rfind("redis-cluster://", 0) == 0) {
+    out.cluster = true;
+    rest = url.substr(16);
+  } else if (url.rfind("rediss://", 0) == 0) {
+    return core::Error{"store.url: rediss:// (TLS) is not supported; use a TLS tunnel or redis://"};
+  } else {
+    return core::Error{"store.url: must start with redis:// or redis-cluster://, got '" + std::string(url) + "'"};
+  }
+  if (const size_t at = rest.rfind('@'); at != std::string_view::npos) {
+    const std::string_view cred = rest.substr(0, at);
+    const size_t colon = cred.find(':');
+    if (colon == std::string_view::npos) {
+      out.password = std::string(cred);
+    } else {
+      out.user = std::string(cred.substr(0, colon));
+      out.password = std::string(cred.substr(colon + 1));
+    }
+    rest = rest.substr(at + 1);
+  }
+  if (const size_t slash = rest.find('/'); slash != std::string_view::npos) {
+    const std::string_view db = rest.substr(slash + 1);
+    rest = rest.substr(0, slash);
+    if (!db.empty()) {
+      const auto [p, ec] = std::from_chars(db.data(), db.data() + db.size(), out.db);
+      if (ec != std::errc() || p != db.data() + db.size() || out.db < 0) {
+        return core::Error{"store.url: bad database number '" + std::string(db) + "'"};
+      }
+      if (out.cluster && out.db != 0) return core::Error{"store.url: Redis Cluster has only database 0"};
+    }
+  }
+  while (!rest.empty()) {
+    const size_t comma = rest.find(',');
+    auto node = ParseHostPort(rest.substr(0, comma));
+    if (!node) return core::Error{node.error()};
+    out.nodes.push_back(*node);
+    if (comma == std::string_view::npos) break;
+    rest = rest.substr(comma + 1);
+  }
+  if (out.nodes.empty()) return core::Error{"store.url: no host"};
+  if (!out.cluster && out.nodes.size() > 1) return core::Error{"store.url: one host for redis://"};
+  return out;
+}
+
+uint16_t Crc16(std::string_view s) {
+  uint16_t crc = 0;
+  for (unsigned char c : s) {
+    crc ^= static_cast<uint16_t>(c) << 8;
+    for (int i = 0; i < 8; ++i) crc = (crc & 0x8000) ? static_cast<uint16_t>((crc << 1) ^ 0x1021) : static_cast<uint16_t>(crc << 1);
+  }
+  return crc;
+}
+
+// The cluster slot of a key: CRC16 of its hash tag ({...}) when it has one.
+int HashSlot(std::string_view key) {
+  const size_t open = key.find('{');
+  if (open != std::string_view::npos) {
+    const size_t close = key.find('}', open + 1);
+    if (close != std::string_view::npos && close > open + 1) key = key.substr(open + 1, close - open - 1);
+  }
+  return Crc16(key) % kSlots;
+}
+
+std::string Sha1Hex(std::string_view text) {
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  EVP_Digest(text.data(), text.size(), digest, &len, EVP_sha1(), nullptr);
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  for (unsigned int i = 0; i < len; ++i) {
+    out += kHex[digest[i] >> 4];
+    out += kHex[digest[i] & 15];
+  }
+  return out;
+}
+
+// RESP request encoding.
+void AppendCommand(std::string& out, const std::vector<std::string>& args) {
+  out += '*';
+  out += std::to_string(args.size());
+  out += "\r\n";
+  for (const std::string& a : args) {
+    out += '$';
+    out += std::to_string(a.size());
+    out += "\r\n";
+    out += a;
+    out += "\r\n";
+  }
+}
+
+const char* AlgorithmSuffix(core::Algorithm a) {
+  switch (a) {
+    case core::Algorithm::kTokenBucket: return "tb";
+    case core::Algorithm::kSlidingWindowLog: return "log";
+    case core::Algorithm::kSlidingWindowCounter: return "swc";
+    case core::Algorithm::kFixedWindow: return "fw";
+    case core::Algorithm::kQuota: return "q";
+  }
+  return "x";
+}
+
+// The six script arguments of one check (see redis_script.lua).
+std::array<int64_t, 3> ScriptParams(const core::Limit& limit) {
+  return std::visit(
+      [](const auto& impl) -> std::array<int64_t, 3> {
+        using T = std::decay_t<decltype(impl)>;
+        if constexpr (std::is_same_v<T, core::TokenBucket>) {
+          return {impl.capacity(), impl.rate().tokens, impl.rate().per_micros};
+        } else if constexpr (std::is_same_v<T, core::SlidingLog>) {
+          return {impl.limit(), impl.window().micros(), 0};
+        } else if constexpr (std::is_same_v<T, core::SlidingCounter>) {
+          return {impl.limit(), impl.window().micros() / 1000, 0};
+        } else if constexpr (std::is_same_v<T, core::FixedWindow>) {
+          return {impl.limit(), impl.window().micros(), 0};
+        } else {
+          return {impl.period() == core::Period::kDay ? 0 : 1, impl.allowance().value_or(0),
+                  impl.ceiling().value_or(0)};
+        }
+      },
+      limit.impl());
+}
+
+struct ReplyDeleter {
+  void operator()(redisReply* r) const { freeReplyObject(r); }
+};
+using ReplyPtr = std::unique_ptr<redisReply, ReplyDeleter>;
+
+enum class Failure { kNone, kConnection, kTimeout, kProtocol };
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+
+// One connection to one node. Not thread-safe: used on the store's I/O thread only.
+class Connection {
+ public:
+  using ReplyFn = std::function<void(const redisReply*, Failure)>;
+
+  Connection(RedisStore::Impl& store, net::io_context& ioc, NodeAddress address)
+      : store_(store), ioc_(ioc), address_(std::move(address)), socket_(ioc), timer_(ioc) {}
+  ~Connection() {
+    if (reader_) redisReaderFree(reader_);
+  }
+
+  // Queues `command` (RESP-encoded). Everything queued in one turn of the event loop leaves in
+  // one write.
+  void Send(std::string_view command, ReplyFn fn);
+  const NodeAddress& address() const { return address_; }
+
+ private:
+  enum class State { kIdle, kConnecting, kReady, kBackoff };
+  void Connect();
+  void ScheduleFlush();
+  void Flush();
+  void Read();
+  void Fail(const std::string& why);
+
+  RedisStore::Impl& store_;
+  net::io_context& ioc_;
+  NodeAddress address_;
+  tcp::socket socket_;
+  net::steady_timer timer_;
+  State state_ = State::kIdle;
+  redisReader* reader_ = nullptr;
+  std::string out_;
+  std::string writing_;
+  bool write_in_flight_ = false;
+  bool flush_scheduled_ = false;
+  std::deque<ReplyFn> pending_;  // in the order of the replies to come
+  std::array<char, 16 * 1024> read_buf_;
+  SteadyClock::time_point retry_at_;
+  int backoff_ms_ = 0;
+  uint64_t epoch_ = 0;  // bumps on every failure: stale handlers see a different epoch
+};
+
+class RedisStore::Impl {
+ public:
+  Impl(RedisStoreOptions options, ParsedUrl url)
+      : options_(std::move(options)), url_(std::move(url)), sha_(Sha1Hex(internal::kRedisScript)) {
+    slots_.fill(-1);
+    thread_ = std::thread([this] {
+      auto guard = net::make_work_guard(ioc_);
+      ioc_.run();
+    });
+    if (url_.cluster) net::post(ioc_, [this] { RefreshTopology(); });
+  }
+  ~Impl() {
+    ioc_.stop();
+    thread_.join();
+  }
+
+  struct Call {
+    explicit Call(net::io_context& ioc) : timer(ioc) {}
+    std::vector<std::string> args;
+    std::span<core::Decision> decisions;
+    size_t n = 0;
+    Completion done;
+    int slot = 0;
+    bool finished = false;
+    int redirects = 0;
+    net::steady_timer timer;
+  };
+
+  void Apply(const Batch& batch, std::span<core::Decision> decisions, Completion done);
+
+  const RedisStoreOptions& options() const { return options_; }
+  const ParsedUrl& url() const { return url_; }
+  RedisStoreStats stats;
+
+ private:
+  friend class Connection;
+  void Start(const std::shared_ptr<Call>& call);
+  void Dispatch(const std::shared_ptr<Call>& call, Connection& conn, bool asking);
+  void OnReply(const std::shared_ptr<Call>& call, Connection& conn, const redisReply* reply, Failure f);
+  void Finish(const std::shared_ptr<Call>& call, StoreErrc errc, std::string message);
+  Connection& NodeFor(int slot);
+  Connection& Node(const NodeAddress& address);
+  void RefreshTopology();
+
+  RedisStoreOptions options_;
+  ParsedUrl url_;
+  const std::string sha_;
+  net::io_context ioc_{1};
+  std::thread thread_;
+  std::map<NodeAddress, std::unique_ptr<Connection>> nodes_;
+  std::vector<NodeAddress> node_list_;  // index -> address, for slots_
+  std::array<int, kSlots> slots_;
+  bool refreshing_ = false;
+  // Circuit breaker (I/O thread only).
+  int consecutive_failures_ = 0;
+  SteadyClock::time_point open_until_{};
+};
+
+// ---------------------------------------------------------------------------------------------
+
+void Connection::Send(std::string_view command, ReplyFn fn) {
+  if (state_ == State::kBackoff) {
+    if (SteadyClock::now() < retry_at_) {
+      fn(nullptr, Failure::kConnection);
+      return;
+    }
+    state_ = State::kIdle;
+  }
+  out_.append(command);
+  pending_.push_back(std::move(fn));
+  if (state_ == State::kIdle) Connect();
+  if (state_ == State::kReady) ScheduleFlush();
+}
+
+void Connection::Connect() {
+  state_ = State::kConnecting;
+  const uint64_t epoch = epoch_;
+  if (reader_) redisReaderFree(reader_);
+  reader_ = redisReaderCreate();
+  // The handshake goes first, ahead of what was queued while connecting.
+  std::string hello;
+  std::deque<ReplyFn> hello_fns;
+  auto check = [this](const char* what) {
+    return [this, what](const redisReply* r, Failure f) {
+      if (f == Failure::kNone && r->type == REDIS_REPLY_ERROR) {
+        Fail(std::string(what) + " failed: " + std::string(r->str, r->len));
+      }
+    };
+  };
+  const ParsedUrl& url = store_.url();
+  if (!url.password.empty()) {
+    if (url.user.empty()) {
+      AppendCommand(hello, {"AUTH", url.password});
+    } else {
+      AppendCommand(hello, {"AUTH", url.user, url.password});
+    }
+    hello_fns.push_back(check("AUTH"));
+  }
+  if (url.db != 0) {
+    AppendCommand(hello, {"SELECT", std::to_string(url.db)});
+    hello_fns.push_back(check("SELECT"));
+  }
+  out_.insert(0, hello);
+  for (auto it = hello_fns.rbegin(); it != hello_fns.rend(); ++it) pending_.push_front(std::move(*it));
+
+  auto resolver = std::make_shared<tcp::resolver>(ioc_);
+  timer_.expires_after(milliseconds(store_.options().connect_timeout_ms));
+  timer_.async_wait([this, epoch](const boost::system::error_code& ec) {
+    if (!ec && epoch == epoch_ && state_ == State::kConnecting) Fail("connect timeout");
+  });
+  resolver->async_resolve(address_.host, address_.port,
+      [this, epoch, resolver](const boost::system::error_code& ec, tcp::resolver::results_type results) {
+        if (epoch != epoch_) return;
+        if (ec) return Fail("resolve " + address_.host + ": " + ec.message());
+        net::async_connect(socket_, results, [this, epoch](const boost::system::error_code& cec, const tcp::endpoint&) {
+          if (epoch != epoch_) return;
+          if (cec) return Fail("connect " + address_.host + ":" + address_.port + ": " + cec.message());
+          timer_.cancel();
+          socket_.set_option(tcp::no_delay(true));
+          state_ = State::kReady;
+          backoff_ms_ = 0;
+          Read();
+          Flush();
+        });
+      });
+}
+
+void Connection::ScheduleFlush() {
+  if (flush_scheduled_ || write_in_flight_) return;
+  flush_scheduled_ = true;
+  // Runs after the handlers already queued: their commands join this write.
+  net::post(ioc_, [this, epoch = epoch_] {
+    if (epoch != epoch_) return;
+    flush_scheduled_ = false;
+    Flush();
+  });
+}
+
+void Connection::Flush() {
+  if (write_in_flight_ || state_ != State::kReady || out_.empty()) return;
+  writing_.clear();
+  writing_.swap(out_);
+  write_in_flight_ = true;
+  net::async_write(socket_, net::buffer(writing_), [this, epoch = epoch_](const boost::system::error_code& ec, size_t) {
+    if (epoch != epoch_) return;
+    write_in_flight_ = false;
+    if (ec) return Fail("write: " + ec.message());
+    Flush();
+  });
+}
+
+void Connection::Read() {
+  socket_.async_read_some(net::buffer(read_buf_), [this, epoch = epoch_](const boost::system::error_code& ec, size_t n) {
+    if (epoch != epoch_) return;
+    if (ec) return Fail("read: " + ec.message());
+    if (redisReaderFeed(reader_, read_buf_.data(), n) != REDIS_OK) return Fail("bad reply stream");
+    for (;;) {
+      void* raw = nullptr;
+      if (redisReaderGetReply(reader_, &raw) != REDIS_OK) return Fail("bad reply");
+      if (!raw) break;
+      ReplyPtr reply(static_cast<redisReply*>(raw));
+      if (pending_.empty()) return Fail("unexpected reply");
+      ReplyFn fn = std::move(pending_.front());
+      pending_.pop_front();
+      fn(reply.get(), Failure::kNone);
+      if (epoch != epoch_) return;  // fn failed the connection
+    }
+    Read();
+  });
+}
+
+void Connection::Fail(const std::string& why) {
+  ++epoch_;
+  boost::system::error_code ignored;
+  socket_.close(ignored);
+  timer_.cancel();
+  state_ = State::kBackoff;
+  backoff_ms_ = backoff_ms_ == 0 ? 50 : std::min(backoff_ms_ * 2, 2000);
+  retry_at_ = SteadyClock::now() + milliseconds(backoff_ms_);
+  out_.clear();
+  write_in_flight_ = false;
+  flush_scheduled_ = false;
+  store_.stats.reconnects.fetch_add(1, std::memory_order_relaxed);
+  std::deque<ReplyFn> failed;
+  failed.swap(pending_);
+  (void)why;
+  for (auto& fn : failed) fn(nullptr, Failure::kConnection);
+}
+
+// ---------------------------------------------------------------------------------------------
+
+Connection& RedisStore::Impl::Node(const NodeAddress& address) {
+  auto& slot = nodes_[address];
+  if (!slot) slot = std::make_unique<Connection>(*this, ioc_, address);
+  return *slot;
+}
+
+Connection& RedisStore::Impl::NodeFor(int slot) {
+  const int index = slots_[static_cast<size_t>(slot)];
+  if (index >= 0) return Node(node_list_[static_cast<size_t>(index)]);
+  return Node(url_.nodes[0]);
+}
+
+void RedisStore::Impl::RefreshTopology() {
+  if (refreshing_) return;
+  refreshing_ = true;
+  std::string cmd;
+  AppendCommand(cmd, {"CLUSTER", "SLOTS"});
+  // Ask the first seed; a failure leaves the map as it is (redirects still work).
+  Node(url_.nodes[0]).Send(cmd, [this](const redisReply* r, Failure f) {
+    refreshing_ = false;
+    if (f != Failure::kNone || r->type != REDIS_REPLY_ARRAY) return;
+    std::array<int, kSlots> slots;
+    slots.fill(-1);
+    std::vector<NodeAddress> list;
+    for (size_t i = 0; i < r->elements; ++i) {
+      const redisReply* range = r->element[i];
+      if (range->type != REDIS_REPLY_ARRAY || range->elements < 3) continue;
+      const redisReply* master = range->element[2];
+      if (master->type != REDIS_REPLY_ARRAY || master->elements < 2) continue;
+      NodeAddress a{std::string(master->element[0]->str, master->element[0]->len),
+                    std::to_string(master->element[1]->integer)};
+      if (a.host.empty()) a.host = url_.nodes[0].host;
+      int index = -1;
+      for (size_t j = 0; j < list.size(); ++j) {
+        if (!(list[j] < a) && !(a < list[j])) index = static_cast<int>(j);
+      }
+      if (index < 0) {
+        index = static_cast<int>(list.size());
+        list.push_back(a);
+      }
+      for (long long s = range->element[0]->integer; s <= range->element[1]->integer && s < kSlots; ++s) {
+        slots[static_cast<size_t>(s)] = index;
+      }
+    }
+    node_list_ = std::move(list);
+    slots_ = slots;
+  });
+}
+
+void RedisStore::Impl::Apply(const Batch& batch, std::span<core::Decision> decisions, Completion done) {
+  auto call = std::make_shared<Call>(ioc_);
+  call->n = batch.checks.size();
+  call->decisions = decisions;
+  call->done = std::move(done);
+  auto& args = call->args;
+  args.reserve(5 + 7 * call->n);
+  args.emplace_back("EVALSHA");
+  args.emplace_back(sha_);
+  args.emplace_back(std::to_string(call->n));
+  for (const Check& c : batch.checks) {
+    std::string key = options_.prefix;
+    key += ":{";
+    key += batch.scope;
+    key += "}:";
+    key += c.name;
+    key += ':';
+    key += AlgorithmSuffix(c.limit->algorithm());
+    args.push_back(std::move(key));
+  }
+  call->slot = call->n > 0 ? HashSlot(args[3]) : 0;
+  args.push_back(batch.now ? std::to_string(batch.now->unix_micros()) : "0");
+  args.emplace_back(batch.mode == Mode::kConsume ? "1" : "0");
+  for (const Check& c : batch.checks) {
+    args.push_back(std::to_string(static_cast<int>(c.limit->algorithm())));
+    args.push_back(std::to_string(c.cost));
+    args.emplace_back(c.enforced ? "1" : "0");
+    for (int64_t p : ScriptParams(*c.limit)) args.push_back(std::to_string(p));
+  }
+  stats.calls.fetch_add(1, std::memory_order_relaxed);
+  net::post(ioc_, [this, call] { Start(call); });
+}
+
+void RedisStore::Impl::Start(const std::shared_ptr<Call>& call) {
+  const auto now = SteadyClock::now();
+  if (consecutive_failures_ >= options_.breaker_failures) {
+    if (now < open_until_) {
+      stats.breaker_rejections.fetch_add(1, std::memory_order_relaxed);
+      return Finish(call, StoreErrc::kUnavailable, "circuit open");
+    }
+    // Half-open: this call probes; a failure re-opens the circuit (see Finish).
+  }
+  call->timer.expires_after(milliseconds(options_.timeout_ms));
+  call->timer.async_wait([this, call](const boost::system::error_code& ec) {
+    if (ec || call->finished) return;
+    stats.timeouts.fetch_add(1, std::memory_order_relaxed);
+    Finish(call, StoreErrc::kTimeout, "deadline exceeded");
+  });
+  Dispatch(call, NodeFor(call->slot), false);
+}
+
+void RedisStore::Impl::Dispatch(const std::shared_ptr<Call>& call, Connection& conn, bool asking) {
+  std::string cmd;
+  if (asking) AppendCommand(cmd, {"ASKING"});
+  AppendCommand(cmd, call->args);
+  if (asking) conn.Send(std::string_view(cmd).substr(0, cmd.find("*", 1)), [](const redisReply*, Failure) {});
+  const std::string_view body = asking ? std::string_view(cmd).substr(cmd.find("*", 1)) : std::string_view(cmd);
+  conn.Send(body, [this, call, &conn](const redisReply* r, Failure f) { OnReply(call, conn, r, f); });
+}
+
+void RedisStore::Impl::OnReply(const std::shared_ptr<Call>& call, Connection& conn, const redisReply* r, Failure f) {
+  if (call->finished) return;
+  if (f != Failure::kNone) {
+    stats.errors.fetch_add(1, std::memory_order_relaxed);
+    return Finish(call, StoreErrc::kUnavailable, "connection to " + conn.address().host + ":" + conn.address().port + " failed");
+  }
+  if (r->type == REDIS_REPLY_ERROR) {
+    const std::string_view err(r->str, r->len);
+    if (err.rfind("NOSCRIPT", 0) == 0) {
+      // Redis restarted or flushed its scripts: send the script itself (which caches it again).
+      stats.noscript.fetch_add(1, std::memory_order_relaxed);
+      call->args[0] = "EVAL";
+      call->args[1] = std::string(internal::kRedisScript);
+      Dispatch(call, conn, false);
+      call->args[0] = "EVALSHA";
+      call->args[1] = sha_;
+      return;
+    }
+    const bool moved = err.rfind("MOVED ", 0) == 0;
+    if ((moved || err.rfind("ASK ", 0) == 0) && call->redirects < kMaxRedirects) {
+      ++call->redirects;
+      stats.redirects.fetch_add(1, std::memory_order_relaxed);
+      // "MOVED <slot> <host>:<port>"
+      const size_t sp = err.rfind(' ');
+      auto node = ParseHostPort(err.substr(sp + 1));
+      if (node) {
+        if (node->host.empty()) node->host = conn.address().host;
+        if (moved) {
+          int index = -1;
+          for (size_t j = 0; j < node_list_.size(); ++j) {
+            if (!(node_list_[j] < *node) && !(*node < node_list_[j])) index = static_cast<int>(j);
+          }
+          if (index < 0) {
+            index = static_cast<int>(node_list_.size());
+            node_list_.push_back(*node);
+          }
+          slots_[static_cast<size_t>(call->slot)] = index;
+          RefreshTopology();
+        }
+        return Dispatch(call, Node(*node), !moved);
+      }
+    }
+    stats.errors.fetch_add(1, std::memory_order_relaxed);
+    return Finish(call, StoreErrc::kProtocol, std::string(err));
+  }
+  if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 + kValuesPerCheck * call->n) {
+    stats.errors.fetch_add(1, std::memory_order_relaxed);
+    return Finish(call, StoreErrc::kProtocol, "unexpected script reply");
+  }
+  auto value = [&](size_t i) { return static_cast<int64_t>(r->element[i]->integer); };
+  for (size_t i = 0; i < call->n; ++i) {
+    const size_t b = 2 + i * kValuesPerCheck;
+    core::Decision& d = call->decisions[i];
+    d.allowed = value(b) == 1;
+    d.code = static_cast<core::RejectCode>(value(b + 1));
+    d.limit = value(b + 2);
+    d.remaining = value(b + 3);
+    d.reset = core::Duration::Micros(value(b + 4));
+    d.retry_after = value(b + 5) < 0 ? core::Duration::Infinite() : core::Duration::Micros(value(b + 5));
+    d.used = value(b + 6);
+    d.over_allowance = value(b + 7) == 1;
+  }
+  ApplyResult result;
+  result.committed = value(1) == 1;
+  result.now = core::Instant::FromUnixMicros(value(0));
+  call->finished = true;
+  call->timer.cancel();
+  consecutive_failures_ = 0;
+  stats.breaker_open.store(0, std::memory_order_relaxed);
+  call->done(std::move(result));
+}
+
+void RedisStore::Impl::Finish(const std::shared_ptr<Call>& call, StoreErrc errc, std::string message) {
+  call->finished = true;
+  call->timer.cancel();
+  if (errc != StoreErrc::kOk && message != "circuit open") {
+    if (++consecutive_failures_ >= options_.breaker_failures) {
+      open_until_ = SteadyClock::now() + milliseconds(options_.breaker_open_ms);
+      stats.breaker_open.store(1, std::memory_order_relaxed);
+    }
+  }
+  ApplyResult result;
+  result.error = errc;
+  result.message = std::move(message);
+  call->done(std::move(result));
+}
+
+// ---------------------------------------------------------------------------------------------
+
+core::Result<std::unique_ptr<RedisStore>> RedisStore::Create(RedisStoreOptions options) {
+  auto url = ParseUrl(options.url);
+  if (!url) return core::Error{url.error()};
+  if (options.timeout_ms <= 0) return core::Error{"store.timeout_ms: must be > 0"};
+  return std::unique_ptr<RedisStore>(
+      new RedisStore(std::make_unique<Impl>(std::move(options), std::move(url).value())));
+}
+
+RedisStore::RedisStore(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+RedisStore::~RedisStore() = default;
+
+void RedisStore::Apply(const Batch& batch, std::span<core::Decision> decisions, Completion done) {
+  impl_->Apply(batch, decisions, std::move(done));
+}
+
+const RedisStoreStats& RedisStore::stats() const { return impl_->stats; }
+
+std::string_view RedisStore::Script() { return internal::kRedisScript; }
+
+}  // namespace tollgate::store

@@ -1,0 +1,141 @@
+// The same decision sequences on MemoryStore and RedisStore must give the same answers.
+#include <tollgate/store/redis_store.hpp>
+
+#include <future>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include <tollgate/store/memory_store.hpp>
+#include "support/redis_server.hpp"
+
+namespace tollgate::store {
+namespace {
+
+using core::Algorithm;
+using core::Decision;
+using core::Duration;
+using core::Limit;
+
+ApplyResult ApplySync(Store& store, const Batch& batch, std::span<Decision> out) {
+  std::promise<ApplyResult> p;
+  auto f = p.get_future();
+  store.Apply(batch, out, [&p](ApplyResult&& r) { p.set_value(std::move(r)); });
+  return f.get();
+}
+
+class ConformanceTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { server_ = new testing::RedisServer(); }
+  static void TearDownTestSuite() {
+    delete server_;
+    server_ = nullptr;
+  }
+  void SetUp() override {
+    auto r = RedisStore::Create({.url = server_->url(), .prefix = "conf", .timeout_ms = 2000});
+    ASSERT_TRUE(r.ok()) << r.error();
+    redis_ = std::move(r).value();
+  }
+
+  static testing::RedisServer* server_;
+  MemoryStore memory_{MemoryStoreOptions{.max_keys = 100'000, .shards = 4}};
+  std::unique_ptr<RedisStore> redis_;
+};
+testing::RedisServer* ConformanceTest::server_ = nullptr;
+
+std::string Describe(const Decision& d) {
+  return "allowed=" + std::to_string(d.allowed) + " code=" + std::to_string(static_cast<int>(d.code)) +
+         " limit=" + std::to_string(d.limit) + " remaining=" + std::to_string(d.remaining) +
+         " reset=" + std::to_string(d.reset.micros()) + " retry=" +
+         (d.retry_after.IsInfinite() ? "inf" : std::to_string(d.retry_after.micros())) +
+         " used=" + std::to_string(d.used) + " over=" + std::to_string(d.over_allowance);
+}
+
+Limit RandomLimit(std::mt19937_64& rng) {
+  const char* rates[] = {"0.5", "1", "3", "50", "7.25"};
+  switch (rng() % 6) {
+    case 0:
+    case 1:
+      return Limit::Create({.algorithm = Algorithm::kTokenBucket,
+                            .capacity = 1 + static_cast<int64_t>(rng() % 20),
+                            .refill = core::Rate::Parse(rates[rng() % 5], 1).value()})
+          .value();
+    case 2:
+      return Limit::Create({.algorithm = Algorithm::kSlidingWindowLog,
+                            .limit = 1 + static_cast<int64_t>(rng() % 10),
+                            .window = Duration::Millis(500 + static_cast<int64_t>(rng() % 5000))})
+          .value();
+    case 3:
+      return Limit::Create({.algorithm = Algorithm::kSlidingWindowCounter,
+                            .limit = 1 + static_cast<int64_t>(rng() % 10),
+                            .window = Duration::Millis(500 + static_cast<int64_t>(rng() % 5000))})
+          .value();
+    case 4:
+      return Limit::Create({.algorithm = Algorithm::kFixedWindow,
+                            .limit = 1 + static_cast<int64_t>(rng() % 10),
+                            .window = Duration::Millis(500 + static_cast<int64_t>(rng() % 5000))})
+          .value();
+    default: {
+      const bool soft = rng() % 2;
+      const int64_t allowance = 5 + static_cast<int64_t>(rng() % 20);
+      return Limit::Create({.algorithm = Algorithm::kQuota,
+                            .period = rng() % 2 ? core::Period::kDay : core::Period::kMonth,
+                            .allowance = soft ? std::optional<int64_t>(allowance) : std::nullopt,
+                            .ceiling = allowance * (soft ? 3 : 1)})
+          .value();
+    }
+  }
+}
+
+TEST_F(ConformanceTest, RandomSequencesAgreeDecisionForDecision) {
+  // Times near the real clock, advancing faster than it, so Redis TTLs never run out early.
+  const int64_t base = std::chrono::duration_cast<std::chrono::microseconds>(
+                           std::chrono::system_clock::now().time_since_epoch()).count();
+  for (uint32_t seed = 1; seed <= 40; ++seed) {
+    std::mt19937_64 rng(seed);
+    std::vector<Limit> limits;
+    const size_t n = 1 + rng() % 3;
+    for (size_t i = 0; i < n; ++i) limits.push_back(RandomLimit(rng));
+    const std::string names[] = {"a", "b", "c"};
+    std::vector<Check> checks;
+    for (size_t i = 0; i < n; ++i) checks.push_back({names[i], &limits[i], 1, rng() % 4 != 0});
+    const std::string scope = "seed:" + std::to_string(seed);
+    int64_t now = base + static_cast<int64_t>(rng() % 1'000'000);
+    for (int step = 0; step < 120; ++step) {
+      now += static_cast<int64_t>(rng() % 400) * 1000 + 1000;
+      for (auto& c : checks) c.cost = rng() % 10 == 0 ? 1 + static_cast<int64_t>(rng() % 25) : 1;
+      const Mode mode = rng() % 8 == 0 ? Mode::kPeek : Mode::kConsume;
+      std::vector<Decision> m(n), r(n);
+      const Batch batch{.scope = scope, .checks = checks, .mode = mode,
+                        .now = core::Instant::FromUnixMicros(now)};
+      const ApplyResult mr = ApplySync(memory_, batch, m);
+      const ApplyResult rr = ApplySync(*redis_, batch, r);
+      ASSERT_EQ(rr.error, StoreErrc::kOk) << rr.message;
+      ASSERT_EQ(mr.committed, rr.committed) << "seed " << seed << " step " << step;
+      for (size_t i = 0; i < n; ++i) {
+        ASSERT_EQ(Describe(m[i]), Describe(r[i]))
+            << "seed " << seed << " step " << step << " check " << i << " algorithm "
+            << core::AlgorithmName(limits[i].algorithm());
+      }
+    }
+  }
+}
+
+TEST_F(ConformanceTest, RedisReadsItsOwnClockWhenNoTimeIsGiven) {
+  const Limit b = Limit::Create({.algorithm = Algorithm::kTokenBucket, .capacity = 2,
+                                 .refill = core::Rate::Parse("0.001", 1).value()}).value();
+  const std::vector<Check> checks = {{"burst", &b, 1}};
+  std::vector<Decision> d(1);
+  const auto before = std::chrono::system_clock::now();
+  const ApplyResult r = ApplySync(*redis_, Batch{.scope = "clock", .checks = checks}, d);
+  ASSERT_EQ(r.error, StoreErrc::kOk);
+  const int64_t wall = std::chrono::duration_cast<std::chrono::microseconds>(before.time_since_epoch()).count();
+  EXPECT_NEAR(static_cast<double>(r.now.unix_micros()), static_cast<double>(wall), 5e6);
+  EXPECT_TRUE(d[0].allowed);
+  EXPECT_EQ(d[0].remaining, 1);
+}
+
+}  // namespace
+}  // namespace tollgate::store

@@ -1,0 +1,148 @@
+#include <tollgate/store/redis_store.hpp>
+
+#include <atomic>
+#include <future>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "support/redis_server.hpp"
+
+namespace tollgate::store {
+namespace {
+
+using core::Algorithm;
+using core::Decision;
+using core::Limit;
+
+ApplyResult ApplySync(Store& store, const Batch& batch, std::span<Decision> out) {
+  std::promise<ApplyResult> p;
+  auto f = p.get_future();
+  store.Apply(batch, out, [&p](ApplyResult&& r) { p.set_value(std::move(r)); });
+  return f.get();
+}
+
+Limit Bucket(int64_t capacity, const char* rate) {
+  return Limit::Create({.algorithm = Algorithm::kTokenBucket, .capacity = capacity,
+                        .refill = core::Rate::Parse(rate, 1).value()}).value();
+}
+
+std::unique_ptr<RedisStore> Make(const testing::RedisServer& s, int timeout_ms = 200) {
+  auto r = RedisStore::Create({.url = s.url(), .prefix = "t", .timeout_ms = timeout_ms,
+                               .connect_timeout_ms = 200, .breaker_failures = 3, .breaker_open_ms = 100});
+  EXPECT_TRUE(r.ok()) << r.error();
+  return std::move(r).value();
+}
+
+TEST(RedisStore, RejectsBadUrls) {
+  EXPECT_FALSE(RedisStore::Create({.url = "http://x:1"}).ok());
+  EXPECT_FALSE(RedisStore::Create({.url = "rediss://x:1"}).ok());
+  EXPECT_FALSE(RedisStore::Create({.url = "redis://nohostport"}).ok());
+  EXPECT_FALSE(RedisStore::Create({.url = "redis://h:1/x"}).ok());
+  EXPECT_TRUE(RedisStore::Create({.url = "redis://user:pw@h:1/3"}).ok());
+  EXPECT_TRUE(RedisStore::Create({.url = "redis-cluster://a:1,b:2"}).ok());
+}
+
+TEST(RedisStore, TwoReplicasShareOneExactBudget) {
+  testing::RedisServer server;
+  auto a = Make(server, 2000);
+  auto b = Make(server, 2000);
+  const Limit burst = Bucket(300, "0.001");
+  const Limit daily = Limit::Create({.algorithm = Algorithm::kQuota, .ceiling = 250}).value();
+  std::atomic<int> accepted{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      RedisStore& store = t % 2 ? *a : *b;
+      const std::vector<Check> checks = {{"burst", &burst, 1}, {"daily", &daily, 1}};
+      std::vector<Decision> d(2);
+      for (int i = 0; i < 250; ++i) {
+        const ApplyResult r = ApplySync(store, Batch{.scope = "key:shared", .checks = checks}, d);
+        ASSERT_EQ(r.error, StoreErrc::kOk) << r.message;
+        if (r.committed) accepted.fetch_add(1);
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(accepted.load(), 250);  // the daily ceiling, exactly, across both replicas
+}
+
+TEST(RedisStore, KeysHaveTtlsAndDisappearAfterTheirWindows) {
+  testing::RedisServer server;
+  auto store = Make(server, 2000);
+  const Limit burst = Bucket(5, "50");  // full again 20 ms after one request
+  const Limit window = Limit::Create({.algorithm = Algorithm::kSlidingWindowLog, .limit = 5,
+                                      .window = core::Duration::Millis(100)}).value();
+  std::vector<Decision> d(2);
+  for (int i = 0; i < 2000; ++i) {
+    const std::string scope = "key:" + std::to_string(i);
+    const std::vector<Check> checks = {{"burst", &burst, 1}, {"minute", &window, 1}};
+    ASSERT_TRUE(ApplySync(*store, Batch{.scope = scope, .checks = checks}, d).committed);
+  }
+  EXPECT_GE(std::stoi(server.Cli("DBSIZE")), 1);
+  for (int i = 0; i < 100 && server.Cli("DBSIZE") != "0"; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_EQ(server.Cli("DBSIZE"), "0");
+}
+
+TEST(RedisStore, ScriptCacheFlushIsHandled) {
+  testing::RedisServer server;
+  auto store = Make(server, 2000);
+  const Limit burst = Bucket(100, "1");
+  const std::vector<Check> checks = {{"burst", &burst, 1}};
+  std::vector<Decision> d(1);
+  ASSERT_EQ(ApplySync(*store, Batch{.scope = "k", .checks = checks}, d).error, StoreErrc::kOk);
+  server.Cli("SCRIPT FLUSH");
+  for (int i = 0; i < 3; ++i) {
+    const ApplyResult r = ApplySync(*store, Batch{.scope = "k", .checks = checks}, d);
+    ASSERT_EQ(r.error, StoreErrc::kOk) << r.message;
+    EXPECT_EQ(d[0].remaining, 98 - i);
+  }
+  EXPECT_GE(store->stats().noscript.load(), 1u);
+}
+
+TEST(RedisStore, DeadRedisFailsFastThenRecoversWithoutRestart) {
+  testing::RedisServer server;
+  auto store = Make(server);
+  const Limit burst = Bucket(100, "1");
+  const std::vector<Check> checks = {{"burst", &burst, 1}};
+  std::vector<Decision> d(1);
+  ASSERT_EQ(ApplySync(*store, Batch{.scope = "k", .checks = checks}, d).error, StoreErrc::kOk);
+  server.Stop();
+  for (int i = 0; i < 20; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const ApplyResult r = ApplySync(*store, Batch{.scope = "k", .checks = checks}, d);
+    EXPECT_NE(r.error, StoreErrc::kOk);
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(500));
+  }
+  EXPECT_GE(store->stats().breaker_rejections.load(), 1u);
+  server.Start();  // same port, empty: no script cached
+  bool recovered = false;
+  for (int i = 0; i < 100 && !recovered; ++i) {
+    recovered = ApplySync(*store, Batch{.scope = "k", .checks = checks}, d).error == StoreErrc::kOk;
+    if (!recovered) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_TRUE(recovered);
+}
+
+TEST(RedisStore, StalledRedisTripsTheDeadline) {
+  testing::RedisServer server;
+  auto store = Make(server, 20);
+  const Limit burst = Bucket(100, "1");
+  const std::vector<Check> checks = {{"burst", &burst, 1}};
+  std::vector<Decision> d(1);
+  ASSERT_EQ(ApplySync(*store, Batch{.scope = "k", .checks = checks}, d).error, StoreErrc::kOk);
+  server.Pause();
+  const auto t0 = std::chrono::steady_clock::now();
+  const ApplyResult r = ApplySync(*store, Batch{.scope = "k", .checks = checks}, d);
+  const auto took = std::chrono::steady_clock::now() - t0;
+  server.Resume();
+  EXPECT_EQ(r.error, StoreErrc::kTimeout);
+  EXPECT_LT(took, std::chrono::milliseconds(1000));
+  EXPECT_GE(store->stats().timeouts.load(), 1u);
+}
+
+}  // namespace
+}  // namespace tollgate::store

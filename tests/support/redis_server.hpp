@@ -1,0 +1,105 @@
+// A real redis-server on a free loopback port, in a temporary folder, stopped by its PID.
+#pragma once
+
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace tollgate::testing {
+
+// A port the kernel just handed out on 127.0.0.1 (free at the time of the call).
+inline int FreePort() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+  socklen_t len = sizeof addr;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+// Not thread-safe. The destructor kills the server by PID and removes its folder.
+class RedisServer {
+ public:
+  explicit RedisServer(std::vector<std::string> extra_args = {}) : extra_(std::move(extra_args)) {
+    char tmpl[] = "/tmp/tollgate-redis-XXXXXX";
+    dir_ = ::mkdtemp(tmpl);
+    Start();
+  }
+  ~RedisServer() {
+    Stop();
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);
+  }
+  RedisServer(const RedisServer&) = delete;
+  RedisServer& operator=(const RedisServer&) = delete;
+
+  int port() const { return port_; }
+  pid_t pid() const { return pid_; }
+  std::string url() const { return "redis://127.0.0.1:" + std::to_string(port_); }
+
+  void Start() {
+    if (port_ == 0) port_ = FreePort();
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      std::vector<std::string> args = {"redis-server", "--port", std::to_string(port_),
+                                       "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+                                       "--dir", dir_, "--logfile", dir_ + "/redis.log"};
+      args.insert(args.end(), extra_.begin(), extra_.end());
+      std::vector<char*> argv;
+      for (auto& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      ::execvp("redis-server", argv.data());
+      std::_Exit(127);
+    }
+    for (int i = 0; i < 200; ++i) {
+      if (Cli("PING") == "PONG") return;
+      std::this_thread::sleep_for(std::chrono::milliseconds(25));
+    }
+    throw std::runtime_error("redis-server did not start on port " + std::to_string(port_));
+  }
+  void Stop() {
+    if (pid_ <= 0) return;
+    ::kill(pid_, SIGCONT);
+    ::kill(pid_, SIGKILL);
+    ::waitpid(pid_, nullptr, 0);
+    pid_ = -1;
+  }
+  void Pause() { ::kill(pid_, SIGSTOP); }
+  void Resume() { ::kill(pid_, SIGCONT); }
+
+  // Runs redis-cli against this server and returns its trimmed output.
+  std::string Cli(const std::string& command) const {
+    const std::string cmd = "redis-cli -h 127.0.0.1 -p " + std::to_string(port_) + " " + command + " 2>/dev/null";
+    std::string out;
+    if (FILE* p = ::popen(cmd.c_str(), "r")) {
+      char buf[256];
+      while (std::fgets(buf, sizeof buf, p)) out += buf;
+      ::pclose(p);
+    }
+    while (!out.empty() && (out.back() == '\n' || out.back() == '\r')) out.pop_back();
+    return out;
+  }
+
+ private:
+  std::vector<std::string> extra_;
+  std::string dir_;
+  int port_ = 0;
+  pid_t pid_ = -1;
+};
+
+}  // namespace tollgate::testing
