@@ -18,18 +18,33 @@
 
 namespace tollgate::testing {
 
-// A port the kernel just handed out on 127.0.0.1 (free at the time of the call).
-inline int FreePort() {
+// Binds 127.0.0.1:`port` (0: any) and returns the port bound, or 0 when it is taken.
+inline int TryBind(int port) {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
-  socklen_t len = sizeof addr;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  int bound = 0;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) {
+    socklen_t len = sizeof addr;
+    ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+    bound = ntohs(addr.sin_port);
+  }
   ::close(fd);
-  return ntohs(addr.sin_port);
+  return bound;
+}
+
+// A port the kernel just handed out on 127.0.0.1 (free at the time of the call).
+inline int FreePort() { return TryBind(0); }
+
+// A free port P below 55535 whose cluster bus port P + 10000 is free too.
+inline int FreeClusterPort() {
+  for (int i = 0; i < 1000; ++i) {
+    const int p = 20000 + static_cast<int>((static_cast<unsigned>(::getpid()) * 7919u + i * 104729u) % 30000);
+    if (TryBind(p) && TryBind(p + 10000)) return p;
+  }
+  return 0;
 }
 
 // Not thread-safe. The destructor kills the server by PID and removes its folder.
@@ -53,7 +68,11 @@ class RedisServer {
   std::string url() const { return "redis://127.0.0.1:" + std::to_string(port_); }
 
   void Start() {
-    if (port_ == 0) port_ = FreePort();
+    if (port_ == 0) {
+      bool cluster = false;
+      for (const auto& a : extra_) cluster = cluster || a == "--cluster-enabled";
+      port_ = cluster ? FreeClusterPort() : FreePort();
+    }
     pid_ = ::fork();
     if (pid_ == 0) {
       std::vector<std::string> args = {"redis-server", "--port", std::to_string(port_),

@@ -1,0 +1,138 @@
+// RedisStore against a real 3-master Redis Cluster started by the test.
+#include <tollgate/store/redis_store.hpp>
+
+#include <future>
+#include <memory>
+#include <sstream>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "support/redis_server.hpp"
+
+namespace tollgate::store {
+namespace {
+
+using core::Decision;
+using core::Limit;
+
+ApplyResult ApplySync(Store& store, const Batch& batch, std::span<Decision> out) {
+  std::promise<ApplyResult> p;
+  auto f = p.get_future();
+  store.Apply(batch, out, [&p](ApplyResult&& r) { p.set_value(std::move(r)); });
+  return f.get();
+}
+
+class ClusterTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    for (int i = 0; i < 3; ++i) {
+      nodes_.push_back(std::make_unique<testing::RedisServer>(std::vector<std::string>{
+          "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+          "--cluster-node-timeout", "2000"}));
+    }
+    std::string create = "--cluster create";
+    for (auto& n : nodes_) create += " 127.0.0.1:" + std::to_string(n->port());
+    nodes_[0]->Cli(create + " --cluster-replicas 0 --cluster-yes");
+    for (int i = 0; i < 200; ++i) {
+      bool ok = true;
+      for (auto& n : nodes_) ok = ok && n->Cli("CLUSTER INFO").find("cluster_state:ok") != std::string::npos;
+      if (ok) return;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    FAIL() << "cluster did not become ready";
+  }
+  static void TearDownTestSuite() { nodes_.clear(); }
+
+  static std::string Url() {
+    return "redis-cluster://127.0.0.1:" + std::to_string(nodes_[0]->port());
+  }
+  // The node that serves `slot` now, per CLUSTER NODES on node 0.
+  static testing::RedisServer* Owner(int slot) {
+    for (auto& n : nodes_) {
+      if (n->Cli("CLUSTER COUNTKEYSINSLOT " + std::to_string(slot)).find("MOVED") == std::string::npos &&
+          n->Cli("-c CLUSTER KEYSLOT x") != "") {
+        const std::string myid = n->Cli("CLUSTER MYID");
+        std::stringstream nodes(n->Cli("CLUSTER NODES"));
+        std::string line;
+        while (std::getline(nodes, line)) {
+          if (line.rfind(myid, 0) != 0) continue;
+          std::stringstream fields(line);
+          std::string f;
+          for (int i = 0; i < 8 && fields >> f;) ++i;
+          while (fields >> f) {
+            const size_t dash = f.find('-');
+            const int lo = std::stoi(f.substr(0, dash));
+            const int hi = dash == std::string::npos ? lo : std::stoi(f.substr(dash + 1));
+            if (slot >= lo && slot <= hi) return n.get();
+          }
+        }
+      }
+    }
+    return nullptr;
+  }
+
+  static std::vector<std::unique_ptr<testing::RedisServer>> nodes_;
+};
+std::vector<std::unique_ptr<testing::RedisServer>> ClusterTest::nodes_;
+
+TEST_F(ClusterTest, LimitsHoldAcrossSlotsAndEveryCheckOfAKeyShareOneSlot) {
+  auto r = RedisStore::Create({.url = Url(), .prefix = "c", .timeout_ms = 2000});
+  ASSERT_TRUE(r.ok()) << r.error();
+  auto& store = **r;
+  const Limit burst = Limit::Create({.algorithm = core::Algorithm::kTokenBucket, .capacity = 5,
+                                     .refill = core::Rate::Parse("0.001", 1).value()}).value();
+  const Limit daily = Limit::Create({.algorithm = core::Algorithm::kQuota, .ceiling = 100}).value();
+  const std::vector<Check> checks = {{"burst", &burst, 1}, {"daily", &daily, 1}};
+  std::vector<Decision> d(2);
+  // Many identities: their slots spread over all three masters.
+  for (int k = 0; k < 30; ++k) {
+    const std::string scope = "key:" + std::to_string(k);
+    int accepted = 0;
+    for (int i = 0; i < 8; ++i) {
+      const ApplyResult res = ApplySync(store, Batch{.scope = scope, .checks = checks}, d);
+      ASSERT_EQ(res.error, StoreErrc::kOk) << res.message;
+      accepted += res.committed;
+    }
+    EXPECT_EQ(accepted, 5) << scope;
+  }
+  // Both keys of one identity live on one node (a cross-slot script would have failed above).
+  const std::string slot_a = nodes_[0]->Cli("CLUSTER KEYSLOT 'c:{key:7}:burst:tb'");
+  const std::string slot_b = nodes_[0]->Cli("CLUSTER KEYSLOT 'c:{key:7}:daily:q'");
+  EXPECT_EQ(slot_a, slot_b);
+}
+
+TEST_F(ClusterTest, ReshardingMovedIsFollowed) {
+  auto r = RedisStore::Create({.url = Url(), .prefix = "m", .timeout_ms = 2000});
+  ASSERT_TRUE(r.ok()) << r.error();
+  auto& store = **r;
+  const Limit burst = Limit::Create({.algorithm = core::Algorithm::kTokenBucket, .capacity = 50,
+                                     .refill = core::Rate::Parse("0.001", 1).value()}).value();
+  const std::vector<Check> checks = {{"burst", &burst, 1}};
+  std::vector<Decision> d(1);
+  const std::string scope = "key:moving";
+  ASSERT_EQ(ApplySync(store, Batch{.scope = scope, .checks = checks}, d).error, StoreErrc::kOk);
+  const int slot = std::stoi(nodes_[0]->Cli("CLUSTER KEYSLOT 'm:{key:moving}:burst:tb'"));
+  testing::RedisServer* from = Owner(slot);
+  ASSERT_NE(from, nullptr);
+  testing::RedisServer* to = nodes_[0].get() == from ? nodes_[1].get() : nodes_[0].get();
+  const std::string to_id = to->Cli("CLUSTER MYID");
+  const std::string from_id = from->Cli("CLUSTER MYID");
+  // Move the slot with its key: IMPORTING / MIGRATING, MIGRATE, then NODE everywhere.
+  const std::string s = std::to_string(slot);
+  to->Cli("CLUSTER SETSLOT " + s + " IMPORTING " + from_id);
+  from->Cli("CLUSTER SETSLOT " + s + " MIGRATING " + to_id);
+  from->Cli("MIGRATE 127.0.0.1 " + std::to_string(to->port()) + " 'm:{key:moving}:burst:tb' 0 5000");
+  for (auto& n : nodes_) n->Cli("CLUSTER SETSLOT " + s + " NODE " + to_id);
+  // The store still maps the slot to the old node: it must follow MOVED and keep the budget.
+  for (int i = 0; i < 3; ++i) {
+    const ApplyResult res = ApplySync(store, Batch{.scope = scope, .checks = checks}, d);
+    ASSERT_EQ(res.error, StoreErrc::kOk) << res.message;
+    EXPECT_EQ(d[0].remaining, 48 - i);
+  }
+  EXPECT_GE(store.stats().redirects.load(), 1u);
+}
+
+}  // namespace
+}  // namespace tollgate::store
