@@ -377,7 +377,17 @@ ApplyResult MemoryStore::ApplyNow(const Batch& batch, std::span<core::Decision> 
     if (!decisions[i].allowed && c.enforced) commit = false;
   }
   result.committed = commit;
-  if (!commit) return result;
+  if (!commit) {
+    // Nothing changes, so allowed checks report their state as it is, not after a debit that
+    // did not happen (the headers of a 429 stay honest).
+    for (size_t i = 0; i < n; ++i) {
+      const Check& c = batch.checks[i];
+      if (!decisions[i].allowed || c.cost == 0 || c.limit->UsesLog()) continue;
+      core::State now_state = pending[i].slot ? pending[i].slot->state : core::State{};
+      decisions[i] = c.limit->Evaluate(now_state, 0, now);
+    }
+    return result;
+  }
 
   // Keys that exist first, in place: that moves no slot, so the pointers from Find() stay valid.
   // Then new keys and logs, whose insertion may sweep or evict and so move slots.

@@ -235,6 +235,24 @@ for i = 1, n do
   states[i] = {alg, cost, new, p2}
   for j = 1, 8 do out[#out + 1] = d[j] end
 end
+if not commit then
+  -- Nothing changes, so allowed checks report their state as it is, not after a debit that did
+  -- not happen (the headers of a 429 stay honest). Logs already report it that way.
+  for i = 1, n do
+    local at = 2 + (i - 1) * 8
+    local alg, cost = states[i][1], states[i][2]
+    if out[at + 1] == 1 and cost > 0 and alg ~= 1 then
+      local base = 3 + (i - 1) * 6
+      local p1, p2, p3 = tonumber(ARGV[base + 3]), tonumber(ARGV[base + 4]), tonumber(ARGV[base + 5])
+      local d
+      if alg == 0 then d = token_bucket(KEYS[i], 0, p1, p2, p3)
+      elseif alg == 2 then d = sliding_counter(KEYS[i], 0, p1, p2)
+      elseif alg == 3 then d = fixed_window(KEYS[i], 0, p1, p2)
+      else d = quota(KEYS[i], 0, p1, p2, p3) end
+      for j = 1, 8 do out[at + j] = d[j] end
+    end
+  end
+end
 if commit then
   out[2] = 1
   for i = 1, n do

@@ -61,12 +61,14 @@ TEST_F(MemoryStoreTest, QuotaRejectionLeavesTheBurstBucketUntouched) {
     const ApplyResult r = Apply("key:a", checks, out);
     EXPECT_FALSE(r.committed);
     EXPECT_TRUE(out[0].allowed);
+    EXPECT_EQ(out[0].remaining, 8);  // the 429's headers: the burst as it is
     EXPECT_FALSE(out[1].allowed);
     EXPECT_EQ(out[1].code, core::RejectCode::kQuotaExceeded);
   }
   // The burst bucket still holds 8 tokens: the rejected requests consumed nothing.
   Apply("key:a", checks, out, Mode::kPeek);
-  EXPECT_EQ(out[0].remaining, 7);  // peek of cost 1 reports what would remain after it
+  EXPECT_EQ(out[0].remaining, 8);  // nothing changes, so nothing is reported as debited
+  EXPECT_EQ(out[0].remaining, 8);
   std::vector<Check> burst_only = {{"burst", &burst, 0}};
   Apply("key:a", burst_only, out, Mode::kPeek);
   EXPECT_EQ(out[0].remaining, 8);

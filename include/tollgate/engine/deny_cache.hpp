@@ -1,0 +1,81 @@
+// An exact local cache of denials in front of a shared (Redis) store.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include <tollgate/store/store.hpp>
+
+namespace tollgate::engine {
+
+// A monotonic clock in microseconds (interval measurements only). Thread-safe.
+class MonotonicClock {
+ public:
+  virtual ~MonotonicClock() = default;
+  virtual int64_t NowMicros() const = 0;
+  static const MonotonicClock& Steady();
+};
+
+struct DenyCacheOptions {
+  // Identities remembered at once; beyond it the oldest are forgotten (a forgotten identity
+  // only costs a store call). Default 100,000.
+  size_t max_entries = 100'000;
+};
+
+struct DenyCacheStats {
+  std::atomic<uint64_t> local_rejections{0};  // answered without a store call
+  std::atomic<uint64_t> forwarded{0};
+};
+
+// Thread-safe. Wraps a store shared by several replicas. After the store answers a batch, the
+// cache knows an upper bound of every token bucket's tokens at any later time: the tokens then,
+// plus the refill since the request was sent (other replicas can only take tokens away, and
+// time since the request left bounds the store clock's progress, whatever the offset between
+// the clocks). A request whose cost that bound cannot cover is rejected here, without a store
+// call; nothing the store would allow is ever rejected. Its Retry-After comes from the bound,
+// so it is never later than the store's.
+class DenyCache final : public store::Store {
+ public:
+  DenyCache(store::Store& inner, DenyCacheOptions options = {},
+            const MonotonicClock& clock = MonotonicClock::Steady());
+
+  void Apply(const store::Batch& batch, std::span<core::Decision> decisions,
+             Completion done) override;
+  std::string_view Name() const override { return inner_.Name(); }
+
+  const DenyCacheStats& stats() const { return stats_; }
+
+ private:
+  struct CheckBound {
+    std::string name;
+    const core::Limit* limit;  // identity of the limit: a reload makes new ones
+    int64_t level_upper;       // units, at sent_us
+    core::Decision last;
+  };
+  struct Entry {
+    int64_t sent_us;         // local monotonic time the answered request left
+    int64_t store_now_us;    // the store's time of that answer
+    std::vector<CheckBound> checks;
+  };
+
+  // Returns true (and fills decisions) when the batch can be rejected locally.
+  bool TryReject(const store::Batch& batch, std::span<core::Decision> decisions, int64_t now_us,
+                 store::ApplyResult& result);
+  void Record(const std::string& scope, std::span<const store::Check> checks,
+              std::span<const core::Decision> decisions, const store::ApplyResult& result,
+              int64_t sent_us);
+
+  store::Store& inner_;
+  const DenyCacheOptions options_;
+  const MonotonicClock& clock_;
+  std::mutex mu_;
+  std::unordered_map<std::string, Entry> entries_;
+  DenyCacheStats stats_;
+};
+
+}  // namespace tollgate::engine

@@ -1,0 +1,140 @@
+#include <tollgate/engine/deny_cache.hpp>
+
+#include <algorithm>
+#include <chrono>
+
+namespace tollgate::engine {
+namespace {
+
+int64_t CeilDiv(int64_t a, int64_t b) { return a <= 0 ? 0 : (a + b - 1) / b; }
+
+class SteadyMonotonicClock final : public MonotonicClock {
+ public:
+  int64_t NowMicros() const override {
+    return std::chrono::duration_cast<std::chrono::microseconds>(
+               std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  }
+};
+
+// The most tokens (in units) a bucket can hold now, `elapsed_us` after `level_upper`.
+int64_t Bound(const core::TokenBucket& b, int64_t level_upper, int64_t elapsed_us) {
+  const int64_t full = b.capacity() * b.rate().per_micros;
+  const int64_t missing = full - level_upper;
+  if (elapsed_us >= CeilDiv(missing, b.rate().tokens)) return full;
+  return level_upper + elapsed_us * b.rate().tokens;
+}
+
+}  // namespace
+
+const MonotonicClock& MonotonicClock::Steady() {
+  static SteadyMonotonicClock clock;
+  return clock;
+}
+
+DenyCache::DenyCache(store::Store& inner, DenyCacheOptions options, const MonotonicClock& clock)
+    : inner_(inner), options_(options), clock_(clock) {}
+
+bool DenyCache::TryReject(const store::Batch& batch, std::span<core::Decision> decisions,
+                          int64_t now_us, store::ApplyResult& result) {
+  std::lock_guard lock(mu_);
+  auto it = entries_.find(std::string(batch.scope));
+  if (it == entries_.end()) return false;
+  const Entry& e = it->second;
+  const int64_t elapsed = std::max<int64_t>(0, now_us - e.sent_us);
+  bool reject = false;
+  for (size_t i = 0; i < batch.checks.size(); ++i) {
+    const store::Check& c = batch.checks[i];
+    const CheckBound* known = nullptr;
+    for (const CheckBound& cb : e.checks) {
+      if (cb.limit == c.limit && cb.name == c.name) known = &cb;
+    }
+    if (!known) {
+      if (reject) continue;
+      // A check we know nothing about: only a rejection elsewhere can decide locally.
+      decisions[i] = core::Decision{.limit = c.limit->PolicyQuota()};
+      continue;
+    }
+    decisions[i] = known->last;
+    decisions[i].allowed = true;
+    decisions[i].code = core::RejectCode::kNone;
+    decisions[i].retry_after = core::Duration();
+    const auto* bucket = std::get_if<core::TokenBucket>(&c.limit->impl());
+    if (!bucket || !c.enforced || c.cost > bucket->capacity()) continue;
+    const int64_t unit = bucket->rate().per_micros;
+    const int64_t upper = Bound(*bucket, known->level_upper, elapsed);
+    if (upper >= c.cost * unit) continue;
+    core::Decision& d = decisions[i];
+    d.allowed = false;
+    d.code = core::RejectCode::kRateLimited;
+    d.remaining = upper / unit;
+    d.reset = core::Duration::Micros(CeilDiv(bucket->capacity() * unit - upper, bucket->rate().tokens));
+    d.retry_after = core::Duration::Micros(CeilDiv(c.cost * unit - upper, bucket->rate().tokens));
+    reject = true;
+  }
+  if (!reject) return false;
+  result.committed = false;
+  result.now = core::Instant::FromUnixMicros(e.store_now_us + elapsed);
+  return true;
+}
+
+void DenyCache::Record(const std::string& scope, std::span<const store::Check> checks,
+                       std::span<const core::Decision> decisions,
+                       const store::ApplyResult& result, int64_t sent_us) {
+  Entry e{sent_us, result.now.unix_micros(), {}};
+  bool useful = false;
+  for (size_t i = 0; i < checks.size(); ++i) {
+    const store::Check& c = checks[i];
+    const core::Decision& d = decisions[i];
+    int64_t level_upper = 0;
+    if (const auto* bucket = std::get_if<core::TokenBucket>(&c.limit->impl())) {
+      // reset = ceil(deficit / tokens) and remaining = floor(level / unit) bound the level.
+      const int64_t unit = bucket->rate().per_micros;
+      const int64_t full = bucket->capacity() * unit;
+      const int64_t reset_us = d.reset.micros();
+      level_upper = std::min(full - std::max<int64_t>(0, reset_us - 1) * bucket->rate().tokens,
+                             (d.remaining + 1) * unit - 1);
+      level_upper = std::clamp<int64_t>(level_upper, 0, full);
+      // Worth remembering only when a request of this cost would not fit now.
+      if (c.enforced && level_upper < std::max<int64_t>(1, c.cost) * unit) useful = true;
+    }
+    e.checks.push_back({std::string(c.name), c.limit, level_upper, d});
+  }
+  std::lock_guard lock(mu_);
+  if (!useful) {
+    entries_.erase(scope);
+    return;
+  }
+  if (entries_.size() >= options_.max_entries && !entries_.count(scope)) {
+    entries_.erase(entries_.begin());
+  }
+  entries_[scope] = std::move(e);
+}
+
+void DenyCache::Apply(const store::Batch& batch, std::span<core::Decision> decisions,
+                      Completion done) {
+  const int64_t now_us = clock_.NowMicros();
+  if (batch.mode == store::Mode::kConsume) {
+    store::ApplyResult local;
+    if (TryReject(batch, decisions, now_us, local)) {
+      stats_.local_rejections.fetch_add(1, std::memory_order_relaxed);
+      done(std::move(local));
+      return;
+    }
+  }
+  stats_.forwarded.fetch_add(1, std::memory_order_relaxed);
+  if (batch.mode != store::Mode::kConsume) {
+    inner_.Apply(batch, decisions, std::move(done));
+    return;
+  }
+  inner_.Apply(batch, decisions,
+               [this, scope = std::string(batch.scope), checks = batch.checks, decisions, now_us,
+                done = std::move(done)](store::ApplyResult&& r) {
+                 if (r.error == store::StoreErrc::kOk) {
+                   Record(scope, checks, decisions.first(checks.size()), r, now_us);
+                 }
+                 done(std::move(r));
+               });
+}
+
+}  // namespace tollgate::engine

@@ -1,0 +1,117 @@
+#include <tollgate/engine/deny_cache.hpp>
+
+#include <random>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include <tollgate/store/memory_store.hpp>
+#include "support/fake_clock.hpp"
+
+namespace tollgate::engine {
+namespace {
+
+using core::Decision;
+using core::Duration;
+using core::Limit;
+using store::ApplyResult;
+using store::Batch;
+using store::Check;
+
+// One fake time for the store (Unix) and the cache (monotonic), like Redis TIME and a replica.
+class FakeMono final : public MonotonicClock {
+ public:
+  explicit FakeMono(const testing::FakeClock& c) : c_(c) {}
+  int64_t NowMicros() const override { return c_.Now().unix_micros(); }
+
+ private:
+  const testing::FakeClock& c_;
+};
+
+// Counts calls to the store behind the cache.
+class CountingStore final : public store::Store {
+ public:
+  explicit CountingStore(store::Store& inner) : inner_(inner) {}
+  void Apply(const Batch& b, std::span<Decision> d, Completion done) override {
+    ++calls;
+    inner_.Apply(b, d, std::move(done));
+  }
+  std::string_view Name() const override { return "counting"; }
+  int calls = 0;
+
+ private:
+  store::Store& inner_;
+};
+
+ApplyResult ApplySync(store::Store& s, const Batch& b, std::span<Decision> d) {
+  ApplyResult out;
+  s.Apply(b, d, [&](ApplyResult&& r) { out = std::move(r); });
+  return out;
+}
+
+Limit Bucket(int64_t capacity, const char* rate) {
+  return Limit::Create({.algorithm = core::Algorithm::kTokenBucket, .capacity = capacity,
+                        .refill = core::Rate::Parse(rate, 1).value()}).value();
+}
+
+TEST(DenyCache, FloodingClientCostsTheStoreAlmostNothing) {
+  testing::FakeClock clock;
+  FakeMono mono(clock);
+  store::MemoryStore memory({.max_keys = 100, .shards = 1}, clock);
+  CountingStore counting(memory);
+  DenyCache cache(counting, {}, mono);
+  const Limit b = Bucket(5, "1");
+  const std::vector<Check> checks = {{"burst", &b, 1}};
+  std::vector<Decision> d(1);
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(ApplySync(cache, {.scope = "k", .checks = checks}, d).committed);
+  const int before = counting.calls;
+  for (int i = 0; i < 1000; ++i) {
+    const ApplyResult r = ApplySync(cache, {.scope = "k", .checks = checks}, d);
+    ASSERT_FALSE(r.committed);
+    ASSERT_FALSE(d[0].allowed);
+    ASSERT_GE(d[0].retry_after, Duration::Micros(1));
+    ASSERT_LE(d[0].retry_after, Duration::Seconds(1));
+  }
+  EXPECT_LE(counting.calls - before, 1);  // the first rejection comes from the store
+  EXPECT_GE(cache.stats().local_rejections.load(), 999u);
+  clock.Advance(Duration::Seconds(1));  // one token back: the store is asked again
+  EXPECT_TRUE(ApplySync(cache, {.scope = "k", .checks = checks}, d).committed);
+}
+
+TEST(DenyCache, NeverRejectsWhatTheStoreWouldAllow) {
+  for (uint32_t seed = 1; seed <= 30; ++seed) {
+    std::mt19937_64 rng(seed);
+    testing::FakeClock clock;
+    FakeMono mono(clock);
+    store::MemoryStore cached_inner({.max_keys = 100, .shards = 1}, clock);
+    store::MemoryStore plain({.max_keys = 100, .shards = 1}, clock);
+    // Another replica takes tokens from the same store behind the cache's back.
+    DenyCache cache(cached_inner, {}, mono);
+    const Limit b = Bucket(1 + static_cast<int64_t>(rng() % 10), seed % 2 ? "3" : "0.5");
+    const Limit daily = Limit::Create({.algorithm = core::Algorithm::kQuota, .ceiling = 400}).value();
+    std::vector<Check> checks = {{"burst", &b, 1}, {"daily", &daily, 1}};
+    std::vector<Decision> dc(2), dp(2);
+    for (int step = 0; step < 600; ++step) {
+      clock.Advance(Duration::Micros(static_cast<int64_t>(rng() % 700'000)));
+      for (auto& c : checks) c.cost = 1 + static_cast<int64_t>(rng() % 3);
+      const bool other_replica = rng() % 5 == 0;
+      if (other_replica) {
+        // The same request through a replica without the cache: both stores see it.
+        const ApplyResult a = ApplySync(cached_inner, {.scope = "k", .checks = checks}, dc);
+        const ApplyResult p = ApplySync(plain, {.scope = "k", .checks = checks}, dp);
+        ASSERT_EQ(a.committed, p.committed);
+        continue;
+      }
+      const ApplyResult c = ApplySync(cache, {.scope = "k", .checks = checks}, dc);
+      const ApplyResult p = ApplySync(plain, {.scope = "k", .checks = checks}, dp);
+      ASSERT_EQ(c.committed, p.committed) << "seed " << seed << " step " << step;
+      if (!c.committed && !dc[0].allowed && dc[0].code == core::RejectCode::kRateLimited) {
+        // Retry-After from the bound is never later than the store's.
+        ASSERT_LE(dc[0].retry_after, dp[0].retry_after) << "seed " << seed << " step " << step;
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace tollgate::engine
