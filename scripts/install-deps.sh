@@ -9,6 +9,7 @@ packages=(
   libyaml-cpp-dev libhiredis-dev libssl-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   redis-server redis-tools curl python3
+  libpq-dev postgresql
 )
 if [[ ${TOLLGATE_EXTRA_PACKAGES:-} ]]; then
   read -r -a extra <<<"$TOLLGATE_EXTRA_PACKAGES"
