@@ -7,6 +7,7 @@
 #include <chrono>
 #include <deque>
 #include <functional>
+#include <future>
 #include <map>
 #include <thread>
 #include <vector>
@@ -210,6 +211,7 @@ class Connection {
   // one write.
   void Send(std::string_view command, ReplyFn fn);
   const NodeAddress& address() const { return address_; }
+  bool Idle() const { return pending_.empty() && out_.empty() && !write_in_flight_; }
 
  private:
   enum class State { kIdle, kConnecting, kReady, kBackoff };
@@ -249,8 +251,26 @@ class RedisStore::Impl {
     if (url_.cluster) net::post(ioc_, [this] { RefreshTopology(); });
   }
   ~Impl() {
+    Drain(milliseconds(1000));
     ioc_.stop();
     thread_.join();
+  }
+
+  // Waits (bounded) until every command sent so far has its reply: writes such as usage
+  // counts are not lost when the process stops.
+  void Drain(milliseconds limit) {
+    const auto deadline = SteadyClock::now() + limit;
+    while (SteadyClock::now() < deadline) {
+      std::promise<bool> idle;
+      auto f = idle.get_future();
+      net::post(ioc_, [this, &idle] {
+        bool all = true;
+        for (const auto& [a, c] : nodes_) all = all && c->Idle();
+        idle.set_value(all);
+      });
+      if (f.wait_for(limit) != std::future_status::ready || f.get()) return;
+      std::this_thread::sleep_for(milliseconds(2));
+    }
   }
 
   struct Call {
@@ -266,6 +286,8 @@ class RedisStore::Impl {
   };
 
   void Apply(const Batch& batch, std::span<core::Decision> decisions, Completion done);
+  void Command(std::vector<std::string> args, size_t key_index,
+               std::function<void(core::Result<RedisValue>)> done);
 
   const RedisStoreOptions& options() const { return options_; }
   const ParsedUrl& url() const { return url_; }
@@ -624,6 +646,40 @@ void RedisStore::Impl::Finish(const std::shared_ptr<Call>& call, StoreErrc errc,
   call->done(std::move(result));
 }
 
+namespace {
+
+RedisValue ToValue(const redisReply* r) {
+  switch (r->type) {
+    case REDIS_REPLY_INTEGER: return {r->integer};
+    case REDIS_REPLY_STRING:
+    case REDIS_REPLY_STATUS: return {std::string(r->str, r->len)};
+    case REDIS_REPLY_ERROR: return {RedisValue::Error{std::string(r->str, r->len)}};
+    case REDIS_REPLY_ARRAY: {
+      std::vector<RedisValue> items;
+      for (size_t i = 0; i < r->elements; ++i) items.push_back(ToValue(r->element[i]));
+      return {std::move(items)};
+    }
+    default: return {};
+  }
+}
+
+}  // namespace
+
+void RedisStore::Impl::Command(std::vector<std::string> args, size_t key_index,
+                               std::function<void(core::Result<RedisValue>)> done) {
+  const int slot = key_index < args.size() ? HashSlot(args[key_index]) : 0;
+  net::post(ioc_, [this, args = std::move(args), slot, done = std::move(done)]() mutable {
+    std::string cmd;
+    AppendCommand(cmd, args);
+    // Plain commands (metering, exports) are not deadline-bound decisions: no breaker, no timer;
+    // a dead connection fails them at once.
+    NodeFor(slot).Send(cmd, [done = std::move(done)](const redisReply* r, Failure f) {
+      if (f != Failure::kNone) return done(core::Error{"redis unavailable"});
+      done(ToValue(r));
+    });
+  });
+}
+
 // ---------------------------------------------------------------------------------------------
 
 core::Result<std::unique_ptr<RedisStore>> RedisStore::Create(RedisStoreOptions options) {
@@ -642,6 +698,11 @@ void RedisStore::Apply(const Batch& batch, std::span<core::Decision> decisions, 
 }
 
 const RedisStoreStats& RedisStore::stats() const { return impl_->stats; }
+
+void RedisStore::Command(std::vector<std::string> args, size_t key_index,
+                         std::function<void(core::Result<RedisValue>)> done) {
+  impl_->Command(std::move(args), key_index, std::move(done));
+}
 
 std::string_view RedisStore::Script() { return internal::kRedisScript; }
 

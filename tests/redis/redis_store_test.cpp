@@ -1,4 +1,5 @@
 #include <tollgate/store/redis_store.hpp>
+#include <tollgate/store/redis_usage.hpp>
 
 #include <atomic>
 #include <future>
@@ -142,6 +143,36 @@ TEST(RedisStore, StalledRedisTripsTheDeadline) {
   EXPECT_EQ(r.error, StoreErrc::kTimeout);
   EXPECT_LT(took, std::chrono::milliseconds(1000));
   EXPECT_GE(store->stats().timeouts.load(), 1u);
+}
+
+}  // namespace
+}  // namespace tollgate::store
+
+namespace tollgate::store {
+namespace {
+
+TEST(RedisUsage, CountsSurviveTheProcessAndAddUpAcrossReplicas) {
+  testing::RedisServer server;
+  UsageRows first;
+  first[UsageKey{"2026-11-29", "acme", "k1"}].requests[0] = 2;
+  first[UsageKey{"2026-11-29", "acme", "k1"}].cost[0] = 6;
+  first[UsageKey{"2026-11-29", "beta", "k2"}].requests[3] = 1;
+  {
+    auto a = Make(server, 2000);
+    RedisUsageBackend(*a, "u").Add(first);
+  }  // this "replica" is gone
+  auto b = Make(server, 2000);
+  RedisUsageBackend backend(*b, "u");
+  backend.Add(first);  // a second replica adds the same again
+  std::promise<core::Result<UsageRows>> p;
+  backend.Read({"2026-11-29"}, "", [&](core::Result<UsageRows> r) { p.set_value(std::move(r)); });
+  auto rows = p.get_future().get();
+  ASSERT_TRUE(rows.ok()) << rows.error();
+  ASSERT_EQ(rows->size(), 2u);
+  EXPECT_EQ((rows->at(UsageKey{"2026-11-29", "acme", "k1"}).cost[0]), 12);
+  EXPECT_EQ((rows->at(UsageKey{"2026-11-29", "beta", "k2"}).requests[3]), 2);
+  const std::string ttl = server.Cli("TTL 'u:{usage:acme}:2026-11-29'");
+  EXPECT_GT(std::stoll(ttl), 86'400 * 300);
 }
 
 }  // namespace

@@ -3,8 +3,11 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
+#include <variant>
+#include <vector>
 
 #include <tollgate/core/result.hpp>
 #include <tollgate/store/store.hpp>
@@ -26,6 +29,14 @@ struct RedisStoreOptions {
   // (kUnavailable) and one probe per `breaker_open_ms` checks whether Redis is back.
   int breaker_failures = 5;
   int breaker_open_ms = 500;
+};
+
+// A reply of a plain command: nil, an integer, a string (bulk or status), an error, or an array.
+struct RedisValue {
+  struct Error {
+    std::string message;
+  };
+  std::variant<std::monostate, long long, std::string, Error, std::vector<RedisValue>> v;
 };
 
 // Counters for /metrics. Thread-safe (relaxed atomics).
@@ -54,6 +65,12 @@ class RedisStore final : public Store {
   std::string_view Name() const override { return "redis"; }
 
   const RedisStoreStats& stats() const;
+
+  // Sends one plain command (e.g. {"HINCRBY", key, field, "1"}) to the node that owns the slot of
+  // `args[key_index]`, in the same pipeline as decisions; `done` runs on the store's thread.
+  // Connection failures and timeouts give an error; a Redis error reply is a RedisValue::Error.
+  void Command(std::vector<std::string> args, size_t key_index,
+               std::function<void(core::Result<RedisValue>)> done);
 
   // The Lua script every decision runs (exposed for benchmarks and docs).
   static std::string_view Script();

@@ -1,0 +1,28 @@
+// Usage counts in Redis: they survive gateway restarts and add up across replicas.
+#pragma once
+
+#include <string>
+
+#include <tollgate/store/redis_store.hpp>
+#include <tollgate/store/usage.hpp>
+
+namespace tollgate::store {
+
+// Thread-safe. Layout: a hash <prefix>:{usage:<account>}:<day> with fields
+// "<key_id>|<outcome>|requests" and "<key_id>|<outcome>|cost", and a set <prefix>:usage:<day>
+// of the accounts seen that day; both expire after `retention_days` (default 400).
+class RedisUsageBackend final : public UsageBackend {
+ public:
+  RedisUsageBackend(RedisStore& redis, std::string prefix, int retention_days = 400)
+      : redis_(redis), prefix_(std::move(prefix)), retention_s_(int64_t{retention_days} * 86'400) {}
+  void Add(const UsageRows& deltas) override;
+  void Read(std::vector<std::string> days, std::string account,
+            std::function<void(core::Result<UsageRows>)> done) override;
+
+ private:
+  RedisStore& redis_;
+  const std::string prefix_;
+  const int64_t retention_s_;
+};
+
+}  // namespace tollgate::store

@@ -1,0 +1,75 @@
+// Usage metering storage: requests and cost units per account, key, UTC day and outcome class.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include <tollgate/core/result.hpp>
+
+namespace tollgate::store {
+
+// How a metered request ended. Limits count every attempt; billing can exclude client errors.
+enum class Outcome : uint8_t {
+  kSuccess,      // 2xx and 3xx
+  kClientError,  // 4xx other than tollgate's 429
+  kServerError,  // 5xx (the upstream's, or tollgate's 502/503/504)
+  kRejected,     // rejected by tollgate (429)
+};
+inline constexpr size_t kOutcomes = 4;
+inline constexpr const char* kOutcomeNames[kOutcomes] = {"success", "client_error", "server_error",
+                                                         "rejected"};
+
+struct UsageCounts {
+  std::array<int64_t, kOutcomes> requests{};
+  std::array<int64_t, kOutcomes> cost{};
+  void Add(const UsageCounts& o) {
+    for (size_t i = 0; i < kOutcomes; ++i) {
+      requests[i] += o.requests[i];
+      cost[i] += o.cost[i];
+    }
+  }
+};
+
+// Identifies one row: a UTC day ("2026-11-29"), an account and a key id.
+struct UsageKey {
+  std::string day;
+  std::string account;
+  std::string key_id;
+  auto operator<=>(const UsageKey&) const = default;
+};
+
+using UsageRows = std::map<UsageKey, UsageCounts>;
+
+// Where metered counts live. Implementations are thread-safe.
+class UsageBackend {
+ public:
+  virtual ~UsageBackend() = default;
+  // Adds deltas (durably for Redis: they survive a gateway restart).
+  virtual void Add(const UsageRows& deltas) = 0;
+  // Reads the rows of `days`, for one account or all (empty). `done` may run on another thread.
+  virtual void Read(std::vector<std::string> days, std::string account,
+                    std::function<void(core::Result<UsageRows>)> done) = 0;
+};
+
+// In the gateway process: lost on restart (docs/operations.md says so). Keeps at most
+// `max_days` distinct days, dropping the oldest. Thread-safe.
+class MemoryUsageBackend final : public UsageBackend {
+ public:
+  explicit MemoryUsageBackend(size_t max_days = 400) : max_days_(max_days) {}
+  void Add(const UsageRows& deltas) override;
+  void Read(std::vector<std::string> days, std::string account,
+            std::function<void(core::Result<UsageRows>)> done) override;
+
+ private:
+  const size_t max_days_;
+  std::mutex mu_;
+  UsageRows rows_;
+};
+
+}  // namespace tollgate::store

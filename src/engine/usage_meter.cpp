@@ -1,0 +1,129 @@
+#include <tollgate/engine/usage_meter.hpp>
+
+#include <charconv>
+#include <cstdio>
+#include <map>
+
+#include <tollgate/core/calendar.hpp>
+
+namespace tollgate::engine {
+namespace {
+
+bool ParseInt(std::string_view s, int& out) {
+  const auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
+  return ec == std::errc() && p == s.data() + s.size();
+}
+
+std::string DayLabel(int64_t days) {
+  return core::PeriodLabel(core::Period::kDay, core::Instant::FromUnixSeconds(days * 86'400));
+}
+
+std::string Escape(std::string_view s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    if (static_cast<unsigned char>(c) >= 0x20) out += c;
+  }
+  return out;
+}
+
+}  // namespace
+
+core::Result<std::vector<std::string>> DaysOfPeriod(std::string_view period) {
+  int y = 0, m = 0, d = 0;
+  const bool is_day = period.size() == 10 && period[4] == '-' && period[7] == '-' &&
+                      ParseInt(period.substr(0, 4), y) && ParseInt(period.substr(5, 2), m) &&
+                      ParseInt(period.substr(8, 2), d);
+  const bool is_month = period.size() == 7 && period[4] == '-' && ParseInt(period.substr(0, 4), y) &&
+                        ParseInt(period.substr(5, 2), m);
+  if ((!is_day && !is_month) || m < 1 || m > 12 || (is_day && (d < 1 || d > 31))) {
+    return core::Error{"period: expected YYYY-MM or YYYY-MM-DD, got '" + std::string(period) + "'"};
+  }
+  if (is_day) {
+    const int64_t days = core::DaysFromCivil({y, m, d});
+    if (core::CivilFromDays(days) != core::CivilDate{y, m, d}) {
+      return core::Error{"period: no such day '" + std::string(period) + "'"};
+    }
+    return std::vector<std::string>{DayLabel(days)};
+  }
+  std::vector<std::string> out;
+  const int64_t first = core::DaysFromCivil({y, m, 1});
+  const int64_t end = core::PeriodEnd(core::Period::kMonth, core::Instant::FromUnixSeconds(first * 86'400))
+                          .unix_micros() / (int64_t{86'400} * 1'000'000);
+  for (int64_t day = first; day < end; ++day) out.push_back(DayLabel(day));
+  return out;
+}
+
+void UsageMeter::Record(std::string_view account, std::string_view key_id, store::Outcome outcome,
+                        int64_t cost, core::Instant now) {
+  store::UsageKey key{core::PeriodLabel(core::Period::kDay, now), std::string(account),
+                      std::string(key_id)};
+  const auto o = static_cast<size_t>(outcome);
+  std::lock_guard lock(mu_);
+  store::UsageCounts& c = pending_[std::move(key)];
+  c.requests[o] += 1;
+  c.cost[o] += cost;
+}
+
+void UsageMeter::Flush() {
+  store::UsageRows rows;
+  {
+    std::lock_guard lock(mu_);
+    rows.swap(pending_);
+  }
+  if (!rows.empty()) backend_.Add(rows);
+}
+
+void UsageMeter::Query(std::string_view period, std::string account,
+                       std::function<void(core::Result<std::vector<UsageRecord>>)> done) {
+  auto days = DaysOfPeriod(period);
+  if (!days) return done(core::Error{days.error()});
+  Flush();
+  backend_.Read(std::move(days).value(), std::move(account),
+                [period = std::string(period), done = std::move(done)](core::Result<store::UsageRows> rows) {
+                  if (!rows) return done(core::Error{rows.error()});
+                  std::map<std::pair<std::string, std::string>, store::UsageCounts> sums;
+                  for (const auto& [k, v] : *rows) sums[{k.account, k.key_id}].Add(v);
+                  std::vector<UsageRecord> out;
+                  for (const auto& [k, v] : sums) out.push_back({period, k.first, k.second, v});
+                  done(std::move(out));
+                });
+}
+
+std::string UsageCsv(const std::vector<UsageRecord>& records) {
+  std::string out = "period,account,key_id";
+  for (const char* name : store::kOutcomeNames) out += std::string(",") + name + "_requests";
+  for (const char* name : store::kOutcomeNames) out += std::string(",") + name + "_cost";
+  out += "\n";
+  auto field = [](const std::string& s) {
+    if (s.find_first_of(",\"\n") == std::string::npos) return s;
+    std::string q = "\"";
+    for (char c : s) q += c == '"' ? std::string("\"\"") : std::string(1, c);
+    return q + "\"";
+  };
+  for (const UsageRecord& r : records) {
+    out += field(r.period) + "," + field(r.account) + "," + field(r.key_id);
+    for (int64_t n : r.counts.requests) out += "," + std::to_string(n);
+    for (int64_t n : r.counts.cost) out += "," + std::to_string(n);
+    out += "\n";
+  }
+  return out;
+}
+
+std::string UsageJson(const std::vector<UsageRecord>& records) {
+  std::string out = "[";
+  for (size_t i = 0; i < records.size(); ++i) {
+    const UsageRecord& r = records[i];
+    out += i ? "," : "";
+    out += "{\"period\":\"" + Escape(r.period) + "\",\"account\":\"" + Escape(r.account) +
+           "\",\"key_id\":\"" + Escape(r.key_id) + "\"";
+    for (size_t o = 0; o < store::kOutcomes; ++o) {
+      out += ",\"" + std::string(store::kOutcomeNames[o]) + "\":{\"requests\":" +
+             std::to_string(r.counts.requests[o]) + ",\"cost\":" + std::to_string(r.counts.cost[o]) + "}";
+    }
+    out += "}";
+  }
+  return out + "]";
+}
+
+}  // namespace tollgate::engine

@@ -1,0 +1,33 @@
+#include <tollgate/store/usage.hpp>
+
+#include <set>
+
+namespace tollgate::store {
+
+void MemoryUsageBackend::Add(const UsageRows& deltas) {
+  std::lock_guard lock(mu_);
+  for (const auto& [k, v] : deltas) rows_[k].Add(v);
+  // Day labels sort in time order: drop whole oldest days beyond the limit.
+  std::set<std::string> days;
+  for (const auto& [k, v] : rows_) days.insert(k.day);
+  while (days.size() > max_days_) {
+    const std::string oldest = *days.begin();
+    days.erase(days.begin());
+    std::erase_if(rows_, [&](const auto& kv) { return kv.first.day == oldest; });
+  }
+}
+
+void MemoryUsageBackend::Read(std::vector<std::string> days, std::string account,
+                              std::function<void(core::Result<UsageRows>)> done) {
+  UsageRows out;
+  {
+    std::lock_guard lock(mu_);
+    const std::set<std::string> wanted(days.begin(), days.end());
+    for (const auto& [k, v] : rows_) {
+      if (wanted.count(k.day) && (account.empty() || k.account == account)) out[k] = v;
+    }
+  }
+  done(std::move(out));
+}
+
+}  // namespace tollgate::store
