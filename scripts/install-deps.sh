@@ -10,6 +10,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   redis-server redis-tools curl python3
   libpq-dev postgresql
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
 )
 if [[ ${TOLLGATE_EXTRA_PACKAGES:-} ]]; then
   read -r -a extra <<<"$TOLLGATE_EXTRA_PACKAGES"
