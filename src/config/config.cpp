@@ -3,6 +3,7 @@
 #include <openssl/evp.h>
 
 #include <charconv>
+#include <cstdint>
 #include <cstdio>
 #include <fstream>
 #include <set>
@@ -174,8 +175,11 @@ void ReadLimitFields(const YAML::Node& n, const std::string& path, core::LimitSp
   }
 }
 
-LimitConfig ParseLimit(const YAML::Node& n, const std::string& path) {
-  OnlyKeys(n, path, kLimitFields);
+// `plan_limit`: a plan's limit, which may take its limit from the key (`from_key`).
+LimitConfig ParseLimit(const YAML::Node& n, const std::string& path, bool plan_limit) {
+  std::set<std::string> allowed = kLimitFields;
+  allowed.insert("from_key");
+  OnlyKeys(n, path, allowed);
   LimitConfig l;
   if (!n["name"]) Fail(Join(path, "name"), "required");
   l.name = Str(n["name"], Join(path, "name"));
@@ -183,15 +187,31 @@ LimitConfig ParseLimit(const YAML::Node& n, const std::string& path) {
     Fail(Join(path, "name"), "must be a plain word (letters, digits, - or _)");
   }
   ReadLimitFields(n, path, l.spec);
+  if (const YAML::Node f = n["from_key"]) {
+    const std::string fpath = Join(path, "from_key");
+    if (!plan_limit) Fail(fpath, "only plan limits can take their limit from the key");
+    l.from_key = Bool(f, fpath);
+    using core::Algorithm;
+    const Algorithm alg = l.spec.algorithm;
+    if (l.from_key && alg != Algorithm::kSlidingWindowLog && alg != Algorithm::kSlidingWindowCounter &&
+        alg != Algorithm::kFixedWindow) {
+      Fail(fpath, std::string("does not apply to algorithm ") + std::string(core::AlgorithmName(alg)) +
+                      " (the key's columns are a request count per minute)");
+    }
+    // rate_limit_per_minute + rate_limit_burst is a count over one minute (issue 5).
+    if (l.from_key && l.spec.window.micros() != 60'000'000) {
+      Fail(Join(path, "window_seconds"), "must be 60 with from_key (the key's columns are per minute)");
+    }
+  }
   return l;
 }
 
-std::vector<LimitConfig> ParseLimits(const YAML::Node& n, const std::string& path) {
+std::vector<LimitConfig> ParseLimits(const YAML::Node& n, const std::string& path, bool plan_limits) {
   if (!n.IsSequence()) Fail(path, "must be a list of limits");
   std::vector<LimitConfig> out;
   std::set<std::string> names;
   for (size_t i = 0; i < n.size(); ++i) {
-    out.push_back(ParseLimit(n[i], Index(path, i)));
+    out.push_back(ParseLimit(n[i], Index(path, i), plan_limits));
     if (!names.insert(out.back().name).second) Fail(Join(Index(path, i), "name"), "duplicate '" + out.back().name + "'");
   }
   if (out.size() > 8) Fail(path, "at most 8 limits");
@@ -205,8 +225,48 @@ std::vector<std::string> StrList(const YAML::Node& n, const std::string& path) {
   return out;
 }
 
+// The overrides of a key on plan `plan_name` (`plan`: null when unknown) under `path`: a map of
+// limit name -> fields. The YAML loader and ParseOverrides (other key sources) share it.
+std::vector<OverrideConfig> ReadOverrides(const YAML::Node& o, const std::string& path,
+                                          const std::string& plan_name, const PlanConfig* plan) {
+  RequireMap(o, path);
+  std::vector<OverrideConfig> out;
+  for (const auto& kv : o) {
+    const std::string name = kv.first.as<std::string>();
+    const std::string opath = Join(path, name);
+    const LimitConfig* base = nullptr;
+    if (plan) for (const auto& l : plan->limits) if (l.name == name) base = &l;
+    if (!base) Fail(opath, "plan '" + plan_name + "' has no limit named '" + name + "'");
+    std::set<std::string> allowed = kLimitFields;
+    allowed.erase("name");
+    allowed.erase("algorithm");
+    allowed.insert("expires");
+    OnlyKeys(kv.second, opath, allowed);
+    OverrideConfig ov;
+    ov.limit = name;
+    ov.spec = base->spec;
+    ReadLimitFields(kv.second, opath, ov.spec);
+    if (const YAML::Node e = kv.second["expires"]) {
+      ov.expires_unix_s = ParseExpiry(Str(e, Join(opath, "expires")), Join(opath, "expires"));
+    }
+    out.push_back(ov);
+  }
+  return out;
+}
+
+// Fails with the field path of KeyWindowLimit's error under `path`.
+void CheckKeyWindowLimit(int64_t per_minute, int64_t burst, const std::string& path) {
+  auto limit = KeyWindowLimit(per_minute, burst);
+  if (limit) return;
+  const std::string& e = limit.error();
+  const size_t colon = e.find(": ");
+  if (colon == std::string::npos) Fail(path, e);
+  Fail(Join(path, e.substr(0, colon)), e.substr(colon + 2));
+}
+
 KeyConfig ParseKey(const YAML::Node& n, const std::string& path, const Config& c) {
-  OnlyKeys(n, path, {"key", "sha256", "id", "account", "plan", "overrides"});
+  OnlyKeys(n, path, {"key", "sha256", "id", "account", "plan", "overrides", "rate_limit_per_minute",
+                     "rate_limit_burst"});
   KeyConfig k;
   if (n["key"] && n["sha256"]) Fail(path, "give key or sha256, not both");
   if (const YAML::Node key = n["key"]) {
@@ -230,29 +290,17 @@ KeyConfig ParseKey(const YAML::Node& n, const std::string& path, const Config& c
   k.plan = Str(n["plan"], Join(path, "plan"));
   // An unknown plan is not an error: the key gets the strictest plan (DESIGN.md).
   if (const YAML::Node o = n["overrides"]) {
-    RequireMap(o, Join(path, "overrides"));
     const PlanConfig* plan = nullptr;
     for (const auto& p : c.plans) if (p.name == k.plan) plan = &p;
-    for (const auto& kv : o) {
-      const std::string name = kv.first.as<std::string>();
-      const std::string opath = Join(Join(path, "overrides"), name);
-      const LimitConfig* base = nullptr;
-      if (plan) for (const auto& l : plan->limits) if (l.name == name) base = &l;
-      if (!base) Fail(opath, "plan '" + k.plan + "' has no limit named '" + name + "'");
-      std::set<std::string> allowed = kLimitFields;
-      allowed.erase("name");
-      allowed.erase("algorithm");
-      allowed.insert("expires");
-      OnlyKeys(kv.second, opath, allowed);
-      OverrideConfig ov;
-      ov.limit = name;
-      ov.spec = base->spec;
-      ReadLimitFields(kv.second, opath, ov.spec);
-      if (const YAML::Node e = kv.second["expires"]) {
-        ov.expires_unix_s = ParseExpiry(Str(e, Join(opath, "expires")), Join(opath, "expires"));
-      }
-      k.overrides.push_back(ov);
-    }
+    k.overrides = ReadOverrides(o, Join(path, "overrides"), k.plan, plan);
+  }
+  const YAML::Node per_minute = n["rate_limit_per_minute"];
+  const YAML::Node burst = n["rate_limit_burst"];
+  if (per_minute || burst) {
+    if (!per_minute || !burst) Fail(path, "give both rate_limit_per_minute and rate_limit_burst, or neither");
+    k.rate_limit_per_minute = Int(per_minute, Join(path, "rate_limit_per_minute"), INT64_MIN, INT64_MAX);
+    k.rate_limit_burst = Int(burst, Join(path, "rate_limit_burst"), INT64_MIN, INT64_MAX);
+    CheckKeyWindowLimit(*k.rate_limit_per_minute, *k.rate_limit_burst, path);
   }
   return k;
 }
@@ -336,7 +384,7 @@ Config Parse(const YAML::Node& root, const std::string& base_dir) {
         if (p.scope != "key" && p.scope != "account") Fail(Join(path, "scope"), "must be key or account");
       }
       if (!kv.second["limits"]) Fail(Join(path, "limits"), "required");
-      p.limits = ParseLimits(kv.second["limits"], Join(path, "limits"));
+      p.limits = ParseLimits(kv.second["limits"], Join(path, "limits"), true);
       c.plans.push_back(std::move(p));
     }
   }
@@ -406,7 +454,7 @@ Config Parse(const YAML::Node& root, const std::string& base_dir) {
   }
   if (const YAML::Node a = root["anonymous"]) {
     OnlyKeys(a, "anonymous", {"limits"});
-    if (a["limits"]) c.anonymous = ParseLimits(a["limits"], "anonymous.limits");
+    if (a["limits"]) c.anonymous = ParseLimits(a["limits"], "anonymous.limits", false);
   }
   if (const YAML::Node h = root["headers"]) {
     const auto sets = StrList(h, "headers");
@@ -422,6 +470,45 @@ Config Parse(const YAML::Node& root, const std::string& base_dir) {
 }
 
 }  // namespace
+
+core::Result<int64_t> KeyWindowLimit(int64_t rate_limit_per_minute, int64_t rate_limit_burst) {
+  // The same bound as every other configured count; the two together must fit as well.
+  constexpr int64_t kMax = int64_t{1} << 53;
+  if (rate_limit_per_minute < 1) {
+    return core::Error{"rate_limit_per_minute: must be >= 1, got " + std::to_string(rate_limit_per_minute)};
+  }
+  if (rate_limit_burst < 0) {
+    return core::Error{"rate_limit_burst: must be >= 0, got " + std::to_string(rate_limit_burst)};
+  }
+  if (rate_limit_per_minute > kMax) {
+    return core::Error{"rate_limit_per_minute: must be <= " + std::to_string(kMax) + ", got " +
+                       std::to_string(rate_limit_per_minute)};
+  }
+  if (rate_limit_burst > kMax - rate_limit_per_minute) {
+    return core::Error{"rate_limit_burst: rate_limit_per_minute + rate_limit_burst must be <= " +
+                       std::to_string(kMax)};
+  }
+  return rate_limit_per_minute + rate_limit_burst;
+}
+
+core::Result<std::vector<OverrideConfig>> ParseOverrides(const OverrideFields& overrides,
+                                                         const PlanConfig& plan) {
+  // The fields go through the YAML loader's own code: one implementation of what an override
+  // may say (STYLE.md, habit 7).
+  YAML::Node node(YAML::NodeType::Map);
+  for (const auto& [name, fields] : overrides) {
+    YAML::Node body(YAML::NodeType::Map);
+    for (const auto& [field, value] : fields) body[field] = value;
+    node[name] = body;
+  }
+  try {
+    return ReadOverrides(node, "", plan.name, &plan);
+  } catch (const FieldError& e) {
+    return core::Error{e.path.empty() ? e.message : e.path + ": " + e.message};
+  } catch (const YAML::Exception& e) {
+    return core::Error{std::string("invalid overrides: ") + e.what()};
+  }
+}
 
 std::string Sha256Hex(std::string_view text) {
   unsigned char digest[EVP_MAX_MD_SIZE];

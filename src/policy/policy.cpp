@@ -137,13 +137,33 @@ core::Result<std::shared_ptr<const Policy>> Policy::Build(config::Config config)
     k.account = kc.account;
     k.plan_name = kc.plan;
     k.plan = &p->plans_[p->strictest_];
-    for (const Plan& plan : p->plans_) if (plan.name == kc.plan) k.plan = &plan;
+    const config::PlanConfig* plan_config = nullptr;
+    for (size_t i = 0; i < p->plans_.size(); ++i) {
+      if (p->plans_[i].name != kc.plan) continue;
+      k.plan = &p->plans_[i];
+      plan_config = &config.plans[i];
+    }
     for (const auto& oc : kc.overrides) {
       for (size_t i = 0; i < k.plan->limits.size(); ++i) {
         if (k.plan->limits[i].name != oc.limit) continue;
         std::optional<core::Instant> expires;
         if (oc.expires_unix_s) expires = core::Instant::FromUnixSeconds(*oc.expires_unix_s);
         k.overrides.push_back({i, MustCreate(oc.spec), expires});
+      }
+    }
+    // The per-key columns set the plan's from_key limits (issue 5). They come after the
+    // configured overrides, so a dated override wins while it lasts. A key whose plan is
+    // unknown gets the strictest plan as it is.
+    if (plan_config && kc.rate_limit_per_minute && kc.rate_limit_burst) {
+      auto window_limit = config::KeyWindowLimit(*kc.rate_limit_per_minute, *kc.rate_limit_burst);
+      if (!window_limit) return core::Error{"keys." + kc.id + "." + window_limit.error()};
+      for (size_t i = 0; i < plan_config->limits.size(); ++i) {
+        if (!plan_config->limits[i].from_key) continue;
+        core::LimitSpec spec = plan_config->limits[i].spec;
+        spec.limit = *window_limit;
+        auto limit = core::Limit::Create(spec);
+        if (!limit) return core::Error{"keys." + kc.id + ": " + limit.error()};
+        k.overrides.push_back({i, std::move(limit).value(), std::nullopt});
       }
     }
     p->by_digest_[HexToRaw(kc.sha256_hex)] = p->keys_.size();

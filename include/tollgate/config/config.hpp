@@ -47,6 +47,12 @@ enum class Mode { kEnforce, kShadow };
 struct LimitConfig {
   std::string name;
   core::LimitSpec spec;
+  // Plan limits only, window algorithms (sliding_window_log, sliding_window_counter,
+  // fixed_window) with window_seconds: 60. true: a key with the per-key columns
+  // (KeyConfig::rate_limit_per_minute / rate_limit_burst) gets rate_limit_per_minute +
+  // rate_limit_burst as this limit's `limit`; keys without them get `spec.limit`, which stays
+  // required as the default. Default: false.
+  bool from_key = false;
 };
 
 struct PlanConfig {
@@ -69,6 +75,12 @@ struct KeyConfig {
   std::string account;
   std::string plan;
   std::vector<OverrideConfig> overrides;
+  // The per-key columns of Postgres `api_keys` (YAML keys may carry them too): both or neither.
+  // They apply to the plan limits marked `from_key`: at most rate_limit_per_minute +
+  // rate_limit_burst requests in any 60 s. REQUIRES: per_minute >= 1, burst >= 0 (see
+  // KeyWindowLimit). Unset: the plan's own limit.
+  std::optional<int64_t> rate_limit_per_minute;
+  std::optional<int64_t> rate_limit_burst;
 };
 
 enum class RouteIdentity { kKey, kIp, kNone };
@@ -118,6 +130,23 @@ struct Config {
 // Parses YAML text. Errors name the field path ("plans.free.limits[0].capacity: must be > 0").
 core::Result<Config> ParseConfig(const std::string& yaml_text, const std::string& base_dir = ".");
 core::Result<Config> LoadConfigFile(const std::string& path);
+
+// The window limit of a key's per-key columns, rate_limit_per_minute + rate_limit_burst, or an
+// error naming the field ("rate_limit_per_minute: must be >= 1, got 0"). Every key source
+// checks its keys with this one function.
+core::Result<int64_t> KeyWindowLimit(int64_t rate_limit_per_minute, int64_t rate_limit_burst);
+
+// A key's overrides as plain text: limit name -> field -> value, with the fields of YAML
+// overrides (capacity, refill_per_second, refill_per_minute, refill_per_hour, limit,
+// window_seconds, period, allowance, ceiling, expires). For key sources that do not read YAML
+// (Postgres `api_keys.overrides`).
+using OverrideFields = std::map<std::string, std::map<std::string, std::string>>;
+
+// Checks `overrides` against the key's plan exactly as the YAML loader does (each override
+// starts from the plan limit of that name). Errors name the field ("burst.capacity: must be
+// >= 1, got -5").
+core::Result<std::vector<OverrideConfig>> ParseOverrides(const OverrideFields& overrides,
+                                                         const PlanConfig& plan);
 
 // Lowercase hex SHA-256 of `text`.
 std::string Sha256Hex(std::string_view text);

@@ -104,5 +104,107 @@ anonymous:
             "routes[0].fail_mode: must be open or closed, got 'maybe'");
 }
 
+const char* kFromKeyPlans = R"(
+plans:
+  free:
+    limits:
+      - {name: burst, algorithm: token_bucket, capacity: 20, refill_per_second: 0.5}
+      - {name: minute, algorithm: sliding_window_log, window_seconds: 60, limit: 60, from_key: true}
+)";
+
+TEST(Config, FromKeyMarksAPlanLimit) {
+  auto c = ParseConfig(std::string(kFromKeyPlans) + "keys:\n  - {key: k1, id: one, plan: free}\n");
+  ASSERT_TRUE(c.ok()) << c.error();
+  EXPECT_FALSE(c->plans[0].limits[0].from_key);  // default
+  EXPECT_TRUE(c->plans[0].limits[1].from_key);
+  EXPECT_EQ(c->plans[0].limits[1].spec.limit, 60);  // the default for keys without the columns
+  EXPECT_FALSE(c->keys[0].rate_limit_per_minute.has_value());
+
+  const std::string plan = "plans: {free: {limits: [";
+  EXPECT_EQ(ErrorOf(plan + "{name: m, capacity: 5, refill_per_second: 1, from_key: true}]}}"),
+            "plans.free.limits[0].from_key: does not apply to algorithm token_bucket (the key's "
+            "columns are a request count per minute)");
+  EXPECT_EQ(ErrorOf(plan + "{name: m, algorithm: sliding_window_log, window_seconds: 30, limit: 5, "
+                           "from_key: true}]}}"),
+            "plans.free.limits[0].window_seconds: must be 60 with from_key (the key's columns are "
+            "per minute)");
+  EXPECT_EQ(ErrorOf(plan + "{name: m, algorithm: sliding_window_log, window_seconds: 60, "
+                           "from_key: true}]}}"),
+            "plans.free.limits[0].limit: required for sliding_window_log");
+  EXPECT_EQ(ErrorOf(plan + "{name: m, algorithm: fixed_window, window_seconds: 60, limit: 5, "
+                           "from_key: maybe}]}}"),
+            "plans.free.limits[0].from_key: must be true or false, got 'maybe'");
+  EXPECT_EQ(ErrorOf(std::string(kFromKeyPlans) + "anonymous:\n  limits: [{name: ip, algorithm: "
+                                                 "fixed_window, window_seconds: 60, limit: 5, "
+                                                 "from_key: true}]\n"),
+            "anonymous.limits[0].from_key: only plan limits can take their limit from the key");
+  EXPECT_EQ(ErrorOf(std::string(kFromKeyPlans) + "keys:\n  - {key: k1, id: one, plan: free, "
+                                                 "overrides: {minute: {from_key: false}}}\n"),
+            "keys[0].overrides.minute.from_key: unknown field");
+  // from_key: false is allowed anywhere a plan limit is, and changes nothing.
+  EXPECT_EQ(ErrorOf(plan + "{name: m, capacity: 5, refill_per_second: 1, from_key: false}]}}"), "");
+}
+
+TEST(Config, KeysMayCarryThePerKeyColumns) {
+  auto c = ParseConfig(std::string(kFromKeyPlans) + R"(
+keys:
+  - {key: k1, id: one, plan: free, rate_limit_per_minute: 30, rate_limit_burst: 0}
+)");
+  ASSERT_TRUE(c.ok()) << c.error();
+  EXPECT_EQ(c->keys[0].rate_limit_per_minute, 30);
+  EXPECT_EQ(c->keys[0].rate_limit_burst, 0);
+
+  const std::string key = std::string(kFromKeyPlans) + "keys:\n  - {key: k1, id: one, plan: free, ";
+  EXPECT_EQ(ErrorOf(key + "rate_limit_per_minute: 30}\n"),
+            "keys[0]: give both rate_limit_per_minute and rate_limit_burst, or neither");
+  EXPECT_EQ(ErrorOf(key + "rate_limit_per_minute: -5, rate_limit_burst: 1}\n"),
+            "keys[0].rate_limit_per_minute: must be >= 1, got -5");
+  EXPECT_EQ(ErrorOf(key + "rate_limit_per_minute: 0, rate_limit_burst: 1}\n"),
+            "keys[0].rate_limit_per_minute: must be >= 1, got 0");
+  EXPECT_EQ(ErrorOf(key + "rate_limit_per_minute: 5, rate_limit_burst: -1}\n"),
+            "keys[0].rate_limit_burst: must be >= 0, got -1");
+  EXPECT_EQ(ErrorOf(key + "rate_limit_per_minute: lots, rate_limit_burst: 1}\n"),
+            "keys[0].rate_limit_per_minute: must be an integer, got 'lots'");
+}
+
+TEST(Config, KeyWindowLimit) {
+  EXPECT_EQ(*KeyWindowLimit(600, 100), 700);
+  EXPECT_EQ(*KeyWindowLimit(1, 0), 1);
+  EXPECT_EQ(KeyWindowLimit(0, 5).error(), "rate_limit_per_minute: must be >= 1, got 0");
+  EXPECT_EQ(KeyWindowLimit(5, -1).error(), "rate_limit_burst: must be >= 0, got -1");
+  EXPECT_EQ(KeyWindowLimit(int64_t{1} << 53, 1).error(),
+            "rate_limit_burst: rate_limit_per_minute + rate_limit_burst must be <= 9007199254740992");
+  EXPECT_FALSE(KeyWindowLimit(INT64_MAX, INT64_MAX).ok());
+}
+
+TEST(Config, ParseOverridesReadsFieldsLikeTheYamlLoader) {
+  auto c = ParseConfig(kMinimal);
+  ASSERT_TRUE(c.ok()) << c.error();
+  const PlanConfig& free = c->plans[0];
+  auto o = ParseOverrides({{"burst", {{"capacity", "500"}, {"expires", "2026-12-31"}}},
+                           {"daily", {{"ceiling", "20000"}}}},
+                          free);
+  ASSERT_TRUE(o.ok()) << o.error();
+  ASSERT_EQ(o->size(), 2u);
+  EXPECT_EQ((*o)[0].limit, "burst");
+  EXPECT_EQ((*o)[0].spec.capacity, 500);
+  EXPECT_EQ((*o)[0].spec.refill, (core::Rate{1, 2'000'000}));  // kept from the plan
+  EXPECT_EQ((*o)[0].expires_unix_s, core::DaysFromCivil({2026, 12, 31}) * 86'400);
+  EXPECT_EQ((*o)[1].spec.ceiling, 20000);
+  EXPECT_EQ((*o)[1].spec.allowance, 1000);
+  EXPECT_FALSE((*o)[1].expires_unix_s.has_value());
+  EXPECT_TRUE(ParseOverrides({}, free)->empty());
+
+  EXPECT_EQ(ParseOverrides({{"burst", {{"capacity", "-5"}}}}, free).error(),
+            "burst.capacity: must be >= 1, got -5");
+  EXPECT_EQ(ParseOverrides({{"nope", {{"capacity", "5"}}}}, free).error(),
+            "nope: plan 'free' has no limit named 'nope'");
+  EXPECT_EQ(ParseOverrides({{"burst", {{"colour", "red"}}}}, free).error(), "burst.colour: unknown field");
+  EXPECT_EQ(ParseOverrides({{"burst", {{"limit", "5"}}}}, free).error(),
+            "burst.limit: does not apply to algorithm token_bucket");
+  EXPECT_EQ(ParseOverrides({{"burst", {{"expires", "soon"}}}}, free).error(),
+            "burst.expires: must be a UTC date (2026-12-31) or time (2026-12-31T23:00:00Z), got 'soon'");
+}
+
 }  // namespace
 }  // namespace tollgate::config

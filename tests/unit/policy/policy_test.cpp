@@ -113,5 +113,49 @@ TEST(Policy, Cidr) {
   EXPECT_FALSE(ParseCidr("hello").ok());
 }
 
+TEST(Policy, FromKeyLimitTakesTheKeyColumns) {
+  auto c = config::ParseConfig(R"(
+plans:
+  free:
+    limits:
+      - {name: burst, capacity: 20, refill_per_second: 0.5}
+      - {name: minute, algorithm: sliding_window_log, window_seconds: 60, limit: 60, from_key: true}
+keys:
+  - {key: k-cols, id: cols, plan: free, rate_limit_per_minute: 30, rate_limit_burst: 10}
+  - {key: k-none, id: none, plan: free}
+  - {key: k-gold, id: gold, plan: gold, rate_limit_per_minute: 30, rate_limit_burst: 10}
+  - key: k-dated
+    id: dated
+    plan: free
+    rate_limit_per_minute: 30
+    rate_limit_burst: 10
+    overrides:
+      minute: {limit: 1000, expires: "2026-12-31"}
+)");
+  ASSERT_TRUE(c.ok()) << c.error();
+  auto built = Policy::Build(*c);
+  ASSERT_TRUE(built.ok()) << built.error();
+  const auto& p = *built;
+  const core::Instant now = core::Instant::FromUnixSeconds(core::DaysFromCivil({2026, 6, 1}) * 86'400);
+  const core::Instant later = core::Instant::FromUnixSeconds(core::DaysFromCivil({2027, 1, 1}) * 86'400);
+  const core::Limit& minute = p->FindById("cols")->LimitAt(1, now);
+  EXPECT_EQ(minute.algorithm(), core::Algorithm::kSlidingWindowLog);
+  EXPECT_EQ(minute.PolicyQuota(), 40);
+  EXPECT_EQ(minute.PolicyWindowSeconds(now), 60);
+  EXPECT_EQ(p->FindById("cols")->LimitAt(1, later).PolicyQuota(), 40);  // no expiry
+  EXPECT_EQ(p->FindById("cols")->LimitAt(0, now).PolicyQuota(), 20);    // other limits stay
+  EXPECT_EQ(p->FindById("none")->LimitAt(1, now).PolicyQuota(), 60);    // the plan's default
+  EXPECT_EQ(p->FindById("gold")->plan->name, "free");                   // strictest, as it is
+  EXPECT_EQ(p->FindById("gold")->LimitAt(1, now).PolicyQuota(), 60);
+  // A dated override wins while it lasts; then the key's columns apply.
+  EXPECT_EQ(p->FindById("dated")->LimitAt(1, now).PolicyQuota(), 1000);
+  EXPECT_EQ(p->FindById("dated")->LimitAt(1, later).PolicyQuota(), 40);
+
+  // Keys built by hand are checked too: never an assert on data that came from outside.
+  config::Config bad = *c;
+  bad.keys[0].rate_limit_per_minute = -1;
+  EXPECT_EQ(Policy::Build(bad).error(), "keys.cols.rate_limit_per_minute: must be >= 1, got -1");
+}
+
 }  // namespace
 }  // namespace tollgate::policy

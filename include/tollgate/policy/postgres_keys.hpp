@@ -1,0 +1,139 @@
+// API keys from PostgreSQL (issue 5): the `api_keys` table of migrations/001_api_keys.sql,
+// held in memory so that no request waits on the database. Changes arrive within a second
+// through LISTEN/NOTIFY; a full resync runs on a timer and after every reconnect; the last good
+// key list is kept in a snapshot file to start from when PostgreSQL is down.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <tollgate/config/config.hpp>
+#include <tollgate/core/result.hpp>
+#include <vector>
+
+namespace tollgate::policy {
+namespace internal {
+struct KeyRecord;  // one api_keys row as read, before it is checked
+}  // namespace internal
+
+struct PostgresKeySourceOptions {
+  // libpq connection URL ("postgres://user:pass@host:5432/db?sslmode=require") or key=value
+  // string. REQUIRED. Logs and errors show it without the password.
+  std::string url;
+  // The configured plans; rows are checked against them. A row naming another plan is logged
+  // and the key gets the strictest plan, without per-key values. REQUIRED: at least one.
+  std::vector<config::PlanConfig> plans;
+  // Where the last good rows are kept: written (temp file + rename, mode 0600) after the first
+  // load from PostgreSQL and after every change; read by Start when PostgreSQL cannot be
+  // reached. It holds key digests, never keys. Empty: no snapshot file. Default: empty.
+  std::string snapshot_path;
+  // Seconds between full reloads (NOTIFY brings changes sooner; this catches anything missed).
+  // REQUIRES: >= 1. Default: 60.
+  int resync_seconds = 60;
+  // Reconnect backoff: 100 ms doubling up to this, each wait jittered to [1/2, 1] of it.
+  // REQUIRES: >= 100. Default: 5000.
+  int reconnect_max_ms = 5000;
+  // Deadline of one connection attempt, in ms. REQUIRES: >= 1. Default: 5000.
+  int connect_timeout_ms = 5000;
+  // Deadline of one query; past it the connection is dropped and made again (a hung server
+  // looks like a dead one). REQUIRES: >= 1. Default: 10000.
+  int query_timeout_ms = 10000;
+};
+
+// What a PostgresKeySource did. Thread-safe: read from any thread.
+struct KeySnapshotStats {
+  std::atomic<uint64_t> loads{0};          // full loads from PostgreSQL (start, timer, reconnect)
+  std::atomic<uint64_t> notifications{0};  // NOTIFY messages received
+  // Failed connection attempts, lost connections, failed or timed-out queries, snapshot file
+  // writes that failed.
+  std::atomic<uint64_t> errors{0};
+  // Malformed rows, each logged with its key id: counted once per version of the row (a full
+  // resync does not count an unchanged row again; a restart does).
+  std::atomic<uint64_t> skipped_rows{0};
+  std::atomic<uint64_t> reconnects{0};           // connections made again after a loss
+  std::atomic<bool> using_snapshot_file{false};  // keys from the file; PostgreSQL not reached yet
+  std::atomic<bool> connected{false};
+};
+
+// The keys of `api_keys` whose status is active, as config::KeyConfig (sha256_hex, id, account,
+// plan, rate_limit_per_minute, rate_limit_burst, overrides); a revoked or deleted key is left
+// out, so it gets 401. A malformed row never stops the source: it is logged with its key id and
+// counted in skipped_rows; the key loads with the strictest plan (unknown plan), without its
+// per-key limit (rate_limit_per_minute < 1, rate_limit_burst < 0) or without its overrides
+// (overrides not valid for its plan). A row without a valid key_sha256 (64 hex digits) or
+// key_id cannot be looked up and is skipped whole.
+//
+// Thread-safe. Owns one thread, which talks to PostgreSQL and calls the callbacks; the
+// destructor stops it (within a few ms: every wait also watches a stop signal).
+class PostgresKeySource {
+ public:
+  // Called on the source's thread with the full key list after it changed: after a NOTIFY, a
+  // resync, a reconnect or SetPlans. Not called for the list Start loads (read it with Keys()).
+  using ChangeCallback = std::function<void(std::vector<config::KeyConfig> keys)>;
+  // One JSON object per line, without the newline ({"level":"error","msg":...}); null: stderr.
+  using LogCallback = std::function<void(const std::string& json_line)>;
+
+  // Loads the keys from PostgreSQL, or from the snapshot file when PostgreSQL cannot be
+  // reached (then keeps trying in the background). Errors: invalid options or URL; PostgreSQL
+  // unreachable (or api_keys missing) and no usable snapshot file - the message says both.
+  static core::Result<std::unique_ptr<PostgresKeySource>> Start(PostgresKeySourceOptions options,
+                                                                ChangeCallback on_change,
+                                                                LogCallback log);
+  ~PostgresKeySource();
+  PostgresKeySource(const PostgresKeySource&) = delete;
+  PostgresKeySource& operator=(const PostgresKeySource&) = delete;
+
+  // The current snapshot, ordered by key id.
+  std::vector<config::KeyConfig> Keys() const;
+  // New plans after a configuration reload: the held rows are checked again and on_change
+  // follows. REQUIRES: at least one plan.
+  void SetPlans(std::vector<config::PlanConfig> plans);
+  const KeySnapshotStats& stats() const { return stats_; }
+
+ private:
+  struct Rows;       // the rows held, by key id; the source's thread only (and Start)
+  class Connection;  // one libpq connection, driven without blocking
+  enum class Wait { kReady, kTimeout, kWoken, kStopping };
+
+  PostgresKeySource(PostgresKeySourceOptions options, ChangeCallback on_change, LogCallback log);
+  void Run();
+  // Waits for `fd` (-1: none) to be readable (writable) until `deadline`; every wait also
+  // watches the stop signal, and returns on SetPlans' wake-up when `return_on_wake`.
+  Wait WaitFor(int fd, bool for_write, std::chrono::steady_clock::time_point deadline,
+               bool return_on_wake);
+  core::Result<std::unique_ptr<Connection>> Connect();
+  // Each returns false with `error` set when the connection failed.
+  bool Listen(std::string& error);
+  bool FullLoad(std::string& error);
+  bool LoadIds(std::vector<std::string> key_ids, std::string& error);
+  bool ReplaceAll(std::vector<internal::KeyRecord> records);  // true: something changed
+  void ApplyPendingPlans();
+  void Publish(bool changed);
+  void WriteSnapshot();
+  void Log(const std::string& line) const;
+
+  const PostgresKeySourceOptions options_;
+  const ChangeCallback on_change_;
+  const LogCallback log_;
+  std::string url_shown_;  // the URL without its password
+  KeySnapshotStats stats_;
+
+  mutable std::mutex mu_;
+  std::vector<config::KeyConfig> keys_;                             // guarded by mu_
+  std::unique_ptr<std::vector<config::PlanConfig>> pending_plans_;  // guarded by mu_
+
+  std::unique_ptr<Rows> rows_;
+  std::unique_ptr<Connection> conn_;
+  bool notify_ = false;            // on_change is called once the thread runs
+  bool snapshot_written_ = false;  // since this process started
+  int wake_fd_ = -1;               // eventfd: the destructor and SetPlans wake the thread
+  std::atomic<bool> stopping_{false};
+  std::thread thread_;
+};
+
+}  // namespace tollgate::policy
