@@ -372,6 +372,10 @@ net::awaitable<void> Worker::Session(beast::tcp_stream stream, bool admin_listen
       if (hec == bhttp::error::header_limit) {
         status = bhttp::status::request_header_fields_too_large;
         code = "header_too_large";
+      } else if (hec == bhttp::error::body_limit) {
+        // A Content-Length above server.max_body_bytes is refused before any byte of the body.
+        status = bhttp::status::payload_too_large;
+        code = "body_too_large";
       } else if (hec == beast::error::timeout) {
         status = bhttp::status::request_timeout;
         code = "header_timeout";
@@ -409,7 +413,10 @@ net::awaitable<bool> Worker::Handle(beast::tcp_stream& stream, beast::flat_buffe
   const auto start = Clock::now();
   const policy::Policy& pol = Policy();
   auto& req = parser.get();
-  const std::string_view target = req.target();
+  // A copy: forwarding to an upstream with a base path rewrites req.target(), which would
+  // leave `path` (logged after the response) pointing at freed memory.
+  const std::string target_copy(req.target());
+  const std::string_view target = target_copy;
   const size_t qmark = target.find('?');
   const std::string_view path = target.substr(0, qmark);
   const std::string_view query = qmark == std::string_view::npos ? std::string_view() : target.substr(qmark + 1);
@@ -677,7 +684,9 @@ net::awaitable<bool> Worker::Handle(beast::tcp_stream& stream, beast::flat_buffe
     }
   }
 
-  // Forward to the upstream.
+  // Forward to the upstream. Read the client's keep-alive wish before the Connection header
+  // goes: without it every HTTP/1.1 request looks keep-alive and "Connection: close" is ignored.
+  const bool client_keep_alive = req.keep_alive();
   StripHopByHop(req.base());
   {
     std::string xff(req["X-Forwarded-For"]);
@@ -692,7 +701,6 @@ net::awaitable<bool> Worker::Handle(beast::tcp_stream& stream, beast::flat_buffe
     req.erase("X-Tollgate-Plan");
   }
   if (!gw.upstream.base_path.empty()) req.target(gw.upstream.base_path + std::string(target));
-  const bool client_keep_alive = req.keep_alive();
   req.keep_alive(true);
   const bool is_head = req.method() == bhttp::verb::head;
 
@@ -712,7 +720,12 @@ net::awaitable<bool> Worker::Handle(beast::tcp_stream& stream, beast::flat_buffe
                         milliseconds(gw.upstream_config.timeout_ms), &client_failed);
     if (client_failed) {
       --upstream_open;
-      co_return false;  // the client went away mid-body
+      if (ec == bhttp::error::body_limit) {
+        // A chunked body grew past server.max_body_bytes; nothing was sent to the client yet.
+        out = make(bhttp::status::payload_too_large, ErrorBody("body_too_large", ec.message()));
+        co_await Send(stream, out);
+      }
+      co_return false;  // the client went away mid-body, or sent too much
     }
     if (!ec) {
       rp.emplace();

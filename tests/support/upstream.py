@@ -3,14 +3,23 @@
 
 GET  /big?bytes=N   streams N bytes (chunked), never holding them in memory
 GET  /slow?ms=N     answers after N ms
+GET  /__stats       {"received": N, "in_progress": M}: requests seen and still being answered
+                    (tests use it to know a request has reached the upstream)
 ANY  /echo...       (and any other path) answers JSON describing the request it received
 """
 import argparse
 import json
 import sys
+import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
+
+
+class Stats:
+    lock = threading.Lock()
+    received = 0
+    in_progress = 0
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -21,6 +30,26 @@ class Handler(BaseHTTPRequestHandler):
 
     def _answer(self):
         url = urlsplit(self.path)
+        if url.path == "/__stats":
+            with Stats.lock:
+                out = json.dumps({"received": Stats.received,
+                                  "in_progress": Stats.in_progress}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(out)))
+            self.end_headers()
+            self.wfile.write(out)
+            return
+        with Stats.lock:
+            Stats.received += 1
+            Stats.in_progress += 1
+        try:
+            self._respond(url)
+        finally:
+            with Stats.lock:
+                Stats.in_progress -= 1
+
+    def _respond(self, url):
         query = parse_qs(url.query)
         length = int(self.headers.get("Content-Length") or 0)
         body = self.rfile.read(length) if length else b""
@@ -56,13 +85,19 @@ class Handler(BaseHTTPRequestHandler):
     do_GET = do_POST = do_PUT = do_DELETE = do_HEAD = do_PATCH = _answer
 
 
+class Server(ThreadingHTTPServer):
+    # The default listen backlog (5) drops connections when the gateway opens many upstream
+    # connections at once, which then look like connect timeouts.
+    request_queue_size = 128
+    daemon_threads = True
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--port", type=int, default=8081)
     ap.add_argument("--port-file", help="write the bound port here (use --port 0)")
     args = ap.parse_args()
-    server = ThreadingHTTPServer(("127.0.0.1", args.port), Handler)
-    server.daemon_threads = True
+    server = Server(("127.0.0.1", args.port), Handler)
     if args.port_file:
         with open(args.port_file, "w") as f:
             f.write(str(server.server_address[1]))

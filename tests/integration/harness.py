@@ -1,0 +1,470 @@
+"""Test harness for tollgate's integration tests: the real binary, the real Python upstream
+(tests/support/upstream.py), real HTTP clients, everything on 127.0.0.1.
+
+Python 3 standard library only. Every process a fixture starts is stopped by PID in its
+cleanup (terminate, wait, kill); every wait loop is bounded in count and in time.
+"""
+import http.client
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+UPSTREAM_SCRIPT = os.path.normpath(os.path.join(HERE, "..", "support", "upstream.py"))
+
+# Set by test_gateway.py from --binary.
+BINARY = os.environ.get("TOLLGATE_BINARY", "")
+
+# Generous bounds: the machine running the suite may be small and busy (or an ASan build).
+START_TIMEOUT_S = 20.0
+STOP_TIMEOUT_S = 10.0
+REQUEST_TIMEOUT_S = 15.0
+
+
+def deadline_loop(seconds, step=0.02, max_iterations=100_000):
+    """Yields until `seconds` have passed (or max_iterations), sleeping `step` between turns."""
+    end = time.monotonic() + seconds
+    for i in range(max_iterations):
+        if i:
+            time.sleep(step)
+        yield i
+        if time.monotonic() >= end:
+            return
+
+
+def reserve_port():
+    """Binds 127.0.0.1:0 and keeps the socket (not listening) to hold the port.
+
+    SO_REUSEADDR + SO_REUSEPORT let tollgate (which sets both on its listeners) bind the same
+    port while we hold it, and the kernel never hands this port to another bind(0) meanwhile,
+    so parallel fixtures cannot collide. A bound socket that is not listening takes no
+    connections: a connect to a held port nobody listens on is refused.
+    """
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    s.bind(("127.0.0.1", 0))
+    return s.getsockname()[1], s
+
+
+class Response:
+    def __init__(self, status, headers, body, reason=""):
+        self.status = status
+        self.headers = headers  # http.client.HTTPMessage: case-insensitive get()
+        self.body = body
+        self.reason = reason
+
+    def header(self, name, default=None):
+        return self.headers.get(name, default)
+
+    def json(self):
+        return json.loads(self.body.decode("utf-8"))
+
+    def __repr__(self):
+        return "<%d %s %r>" % (self.status, dict(self.headers.items()), self.body[:300])
+
+
+def http_request(port, method, path, headers=None, body=None, timeout=REQUEST_TIMEOUT_S):
+    """One request on a fresh connection to 127.0.0.1:port."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        conn.request(method, path, body=body, headers=headers or {})
+        r = conn.getresponse()
+        data = r.read()
+        return Response(r.status, r.headers, data, r.reason)
+    finally:
+        conn.close()
+
+
+def raw_exchange(port, payload, timeout=5.0, max_bytes=1 << 20):
+    """Sends raw bytes and reads until the server closes (or `timeout`). Returns
+    (data, closed, seconds_until_closed)."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    start = time.monotonic()
+    data = b""
+    closed = False
+    try:
+        if payload:
+            s.sendall(payload)
+        for _ in range(10_000):
+            try:
+                chunk = s.recv(65536)
+            except ConnectionResetError:
+                closed = True
+                break
+            except socket.timeout:
+                break
+            if not chunk:
+                closed = True
+                break
+            data += chunk
+            if len(data) > max_bytes:
+                break
+    finally:
+        s.close()
+    return data, closed, time.monotonic() - start
+
+
+def status_of(raw):
+    m = re.match(rb"HTTP/1\.[01] (\d{3})", raw)
+    return int(m.group(1)) if m else None
+
+
+def parse_metrics(text):
+    """Prometheus text -> {"name{labels}": value} (and "name" for unlabelled samples)."""
+    out = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        name, _, value = line.rpartition(" ")
+        try:
+            out[name] = float(value)
+        except ValueError:
+            pass
+    return out
+
+
+class Process:
+    """A child process whose stdout/stderr go to files in the test's temp dir."""
+
+    def __init__(self, name, argv, tmpdir):
+        self.name = name
+        self.stdout_path = os.path.join(tmpdir, name + ".stdout")
+        self.stderr_path = os.path.join(tmpdir, name + ".stderr")
+        self._out = open(self.stdout_path, "wb")
+        self._err = open(self.stderr_path, "wb")
+        self.proc = subprocess.Popen(argv, stdout=self._out, stderr=self._err,
+                                     stdin=subprocess.DEVNULL, cwd=tmpdir)
+        self.pid = self.proc.pid
+
+    def alive(self):
+        return self.proc.poll() is None
+
+    def signal(self, sig):
+        if self.alive():
+            os.kill(self.pid, sig)
+
+    def wait(self, timeout):
+        return self.proc.wait(timeout=timeout)
+
+    def stop(self):
+        """terminate, wait, kill: always leaves the process reaped. Returns its exit code."""
+        try:
+            if self.proc.poll() is None:
+                self.proc.terminate()
+                try:
+                    self.proc.wait(timeout=STOP_TIMEOUT_S)
+                except subprocess.TimeoutExpired:
+                    self.proc.kill()
+                    self.proc.wait(timeout=STOP_TIMEOUT_S)
+        finally:
+            for f in (self._out, self._err):
+                try:
+                    f.close()
+                except OSError:
+                    pass
+        return self.proc.returncode
+
+    def read_stdout(self):
+        with open(self.stdout_path, "rb") as f:
+            return f.read()
+
+    def read_stderr(self):
+        with open(self.stderr_path, "rb") as f:
+            return f.read()
+
+
+class Upstream:
+    def __init__(self, fixture):
+        port_file = os.path.join(fixture.tmpdir, "upstream-%d.port" % len(fixture.processes))
+        self.process = fixture.spawn("upstream", [sys.executable, UPSTREAM_SCRIPT, "--port", "0",
+                                                  "--port-file", port_file])
+        self.port = None
+        for _ in deadline_loop(START_TIMEOUT_S):
+            if not self.process.alive():
+                raise AssertionError("upstream exited with %s" % self.process.proc.returncode)
+            try:
+                with open(port_file) as f:
+                    text = f.read().strip()
+                if text:
+                    self.port = int(text)
+                    break
+            except (OSError, ValueError):
+                pass
+        if self.port is None:
+            raise AssertionError("upstream did not write its port")
+        for _ in deadline_loop(START_TIMEOUT_S):
+            try:
+                if http_request(self.port, "GET", "/__stats", timeout=2).status == 200:
+                    return
+            except OSError:
+                pass
+        raise AssertionError("upstream not answering on port %d" % self.port)
+
+    @property
+    def url(self):
+        return "http://127.0.0.1:%d" % self.port
+
+    def stats(self):
+        return http_request(self.port, "GET", "/__stats").json()
+
+
+class Gateway:
+    """A running `tollgate serve` with its config file in the fixture's temp dir."""
+
+    def __init__(self, fixture, config, name="tollgate"):
+        self.fixture = fixture
+        self.config_path = os.path.join(fixture.tmpdir, name + ".yaml")
+        self.process = None
+        last_error = ""
+        for attempt in range(3):  # a new pair of ports if listening failed
+            self.port, held = reserve_port()
+            self.admin_port, held_admin = reserve_port()
+            fixture.held_sockets += [held, held_admin]
+            self.config = dict(config)
+            server = dict(self.config.get("server", {}))
+            server["listen"] = "127.0.0.1:%d" % self.port
+            server["admin_listen"] = "127.0.0.1:%d" % self.admin_port
+            server.setdefault("threads", 2)
+            self.config["server"] = server
+            self.write_config(self.config)
+            self.process = fixture.spawn(name, [BINARY, "serve", "--config", self.config_path])
+            if self._wait_ready():
+                return
+            self.process.stop()
+            last_error = self.process.read_stderr().decode(errors="replace")
+            if "cannot listen" not in last_error:
+                break
+        raise AssertionError("tollgate did not become ready:\n" + last_error)
+
+    def _wait_ready(self):
+        for _ in deadline_loop(START_TIMEOUT_S):
+            if not self.process.alive():
+                return False
+            try:
+                if http_request(self.port, "GET", "/healthz", timeout=2).status == 200:
+                    return True
+            except OSError:
+                pass
+        return False
+
+    def write_config(self, config):
+        """Writes the config atomically (a reload never reads half a file). JSON is YAML."""
+        text = config if isinstance(config, str) else json.dumps(config, indent=2)
+        tmp = self.config_path + ".tmp"
+        with open(tmp, "w") as f:
+            f.write(text)
+        os.replace(tmp, self.config_path)
+
+    def rewrite(self, config):
+        """Writes a new config for a reload, keeping the listeners and upstream (which need a
+        restart to change) as they are."""
+        c = dict(config)
+        c["server"] = self.config["server"]
+        if "upstream" in self.config:
+            c["upstream"] = self.config["upstream"]
+        self.write_config(c)
+
+    @property
+    def pid(self):
+        return self.process.pid
+
+    def get(self, path, key=None, headers=None, **kw):
+        h = dict(headers or {})
+        if key is not None:
+            h["Authorization"] = "Bearer " + key
+        return http_request(self.port, "GET", path, headers=h, **kw)
+
+    def request(self, method, path, **kw):
+        return http_request(self.port, method, path, **kw)
+
+    def admin(self, method, path, **kw):
+        return http_request(self.admin_port, method, path, **kw)
+
+    def metrics(self):
+        r = http_request(self.port, "GET", "/metrics")
+        assert r.status == 200, r
+        return parse_metrics(r.body.decode())
+
+    def healthy(self):
+        try:
+            return self.process.alive() and self.get("/healthz").status == 200
+        except OSError:
+            return False
+
+    def vm_hwm_kb(self):
+        with open("/proc/%d/status" % self.pid) as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1])
+        raise AssertionError("no VmHWM in /proc/%d/status" % self.pid)
+
+    def access_log_lines(self, predicate, count, timeout=5.0):
+        """JSON access-log lines from stdout matching `predicate`; waits (bounded) for
+        `count` of them, since stdout is flushed on a timer."""
+        lines = []
+        for _ in deadline_loop(timeout, step=0.1):
+            lines = []
+            for raw in self.process.read_stdout().splitlines():
+                if raw.strip():
+                    lines.append(raw)
+            if sum(1 for line in lines if predicate(json.loads(line))) >= count:
+                break
+        return lines
+
+
+class GatewayTestCase(unittest.TestCase):
+    """Each test gets a fresh temp dir, its own processes and ports; all stopped afterwards,
+    and their logs printed when the test failed."""
+
+    maxDiff = None
+
+    def setUp(self):
+        self.tmpdir = tempfile.mkdtemp(prefix="tollgate-it-")
+        self.processes = []
+        self.held_sockets = []
+        self.addCleanup(self._stop_all)
+
+    def spawn(self, name, argv):
+        p = Process("%s-%d" % (name, len(self.processes)), argv, self.tmpdir)
+        self.processes.append(p)
+        return p
+
+    def _stop_all(self):
+        for p in reversed(self.processes):
+            p.stop()
+        for s in self.held_sockets:
+            s.close()
+        # With a sanitizer build (-DTOLLGATE_SANITIZE=ON) a report fails the test that caused it.
+        for p in self.processes:
+            err = p.read_stderr()
+            for marker in (b"ERROR: AddressSanitizer", b"ERROR: LeakSanitizer", b"runtime error:"):
+                if marker in err:
+                    raise AssertionError("%s: sanitizer report in stderr (%s)" % (p.name, marker.decode()))
+
+    def run(self, result=None):
+        if result is None:
+            result = self.defaultTestResult()
+        before = len(result.failures) + len(result.errors)
+        try:
+            return super().run(result)
+        finally:
+            if len(result.failures) + len(result.errors) > before:
+                self._dump_logs()
+            shutil.rmtree(getattr(self, "tmpdir", ""), ignore_errors=True)
+
+    def _dump_logs(self, max_lines=80):
+        for p in getattr(self, "processes", []):
+            for label, path in (("stdout", p.stdout_path), ("stderr", p.stderr_path)):
+                try:
+                    with open(path, "rb") as f:
+                        lines = f.read().decode(errors="replace").splitlines()
+                except OSError:
+                    continue
+                sys.stderr.write("---- %s %s (pid %d, exit %s, last %d of %d lines)\n" % (
+                    p.name, label, p.pid, p.proc.returncode, min(max_lines, len(lines)), len(lines)))
+                for line in lines[-max_lines:]:
+                    sys.stderr.write(line + "\n")
+        sys.stderr.flush()
+
+    # Helpers shared by the tests.
+
+    def start(self, config, upstream=True):
+        """Starts an upstream (unless upstream is False or a URL) and a gateway for `config`."""
+        config = dict(config)
+        if upstream is True:
+            self.upstream = Upstream(self)
+            config.setdefault("upstream", {})
+            config["upstream"] = dict(config["upstream"], url=self.upstream.url)
+        elif isinstance(upstream, str):
+            config["upstream"] = dict(config.get("upstream", {}), url=upstream)
+        self.gateway = Gateway(self, config)
+        return self.gateway
+
+    def assertRateLimited(self, r, code="rate_limited", retry_after=True):
+        self.assertEqual(r.status, 429, r)
+        self.assertTrue(r.header("Content-Type", "").startswith("application/problem+json"), r)
+        body = r.json()
+        self.assertEqual(body["code"], code, body)
+        self.assertEqual(body["status"], 429, body)
+        if retry_after:
+            ra = r.header("Retry-After")
+            self.assertIsNotNone(ra, r)
+            self.assertRegex(ra, r"^[0-9]+$")
+            self.assertGreaterEqual(int(ra), 1)
+        else:
+            self.assertIsNone(r.header("Retry-After"), r)
+        return body
+
+
+class KeepAliveLoad:
+    """Threads that each send requests back to back on one keep-alive connection until
+    stopped (bounded by max_requests and max_seconds). Records every outcome."""
+
+    def __init__(self, port, path, headers, threads=2, max_requests=5000, max_seconds=30.0):
+        self.port, self.path, self.headers = port, path, headers
+        self.max_requests, self.max_seconds = max_requests, max_seconds
+        self.stop_event = threading.Event()
+        self.lock = threading.Lock()
+        self.statuses = {}
+        self.errors = []
+        self.reconnects = 0
+        self.count = 0
+        self.threads = [threading.Thread(target=self._run, daemon=True) for _ in range(threads)]
+
+    def start(self):
+        for t in self.threads:
+            t.start()
+        return self
+
+    def _run(self):
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=REQUEST_TIMEOUT_S)
+        sock = None
+        end = time.monotonic() + self.max_seconds
+        try:
+            for _ in range(self.max_requests):
+                if self.stop_event.is_set() or time.monotonic() > end:
+                    break
+                try:
+                    conn.request("GET", self.path, headers=self.headers)
+                    r = conn.getresponse()
+                    r.read()
+                except (OSError, http.client.HTTPException) as e:
+                    with self.lock:
+                        self.errors.append(repr(e))
+                    conn.close()
+                    continue
+                with self.lock:
+                    self.count += 1
+                    self.statuses[r.status] = self.statuses.get(r.status, 0) + 1
+                    if sock is not None and conn.sock is not sock:
+                        self.reconnects += 1
+                    if r.status >= 500:
+                        self.errors.append("status %d" % r.status)
+                sock = conn.sock
+                if sock is None:  # the server closed the connection after this response
+                    with self.lock:
+                        self.reconnects += 1
+        finally:
+            conn.close()
+
+    def wait_for(self, n, timeout=10.0):
+        for _ in deadline_loop(timeout):
+            with self.lock:
+                if self.count >= n:
+                    return True
+        return False
+
+    def stop(self):
+        self.stop_event.set()
+        for t in self.threads:
+            t.join(timeout=REQUEST_TIMEOUT_S + 5)
+        return self

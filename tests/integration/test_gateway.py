@@ -1,0 +1,859 @@
+#!/usr/bin/env python3
+"""Integration tests: the real tollgate binary in front of the real Python upstream
+(tests/support/upstream.py), driven by real HTTP clients on 127.0.0.1.
+
+    python3 test_gateway.py --binary build/tollgate [unittest args, e.g. LimitTests -v]
+
+Each test starts its own upstream and gateway on free loopback ports with its own config in a
+temp dir (harness.GatewayTestCase), and stops them by PID afterwards. The tests are grouped
+in classes that CTest runs as separate entries (tests/integration/CMakeLists.txt).
+"""
+import argparse
+import http.client
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
+from harness import GatewayTestCase, KeepAliveLoad, deadline_loop, raw_exchange, status_of  # noqa: E402
+
+SLOW = "0.01"  # refill per second slow enough that nothing refills during a test
+
+FREE_KEY = "sk-free-0123456789abcdef"
+TEAM_KEY = "sk-team-0123456789abcdef"
+OTHER_KEY = "sk-other-0123456789abcdef"
+
+
+def burst(capacity, refill=SLOW, name="burst"):
+    return {"name": name, "algorithm": "token_bucket", "capacity": capacity,
+            "refill_per_second": refill}
+
+
+def daily(allowance=1000, ceiling=10000):
+    return {"name": "daily", "algorithm": "quota", "period": "day", "allowance": allowance,
+            "ceiling": ceiling}
+
+
+def config(plans=None, keys=None, **extra):
+    """A gateway config (a dict written as JSON, which is YAML). The harness fills in the
+    listen ports and the upstream URL."""
+    c = {
+        "server": {"threads": 2, "access_log": True},
+        "store": {"type": "memory"},
+        "mode": "enforce",
+        "plans": plans or {"free": {"limits": [burst(5), daily()]}},
+        "keys": keys if keys is not None else [
+            {"key": FREE_KEY, "id": "k-free", "account": "acme", "plan": "free"},
+        ],
+        "headers": ["ietf", "ratelimit", "x-ratelimit"],
+    }
+    c.update(extra)
+    return c
+
+
+def rate_limit_headers(r):
+    names = ("RateLimit-Policy", "RateLimit", "RateLimit-Limit", "RateLimit-Remaining",
+             "RateLimit-Reset", "X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset",
+             "Retry-After")
+    return {n: r.header(n) for n in names if r.header(n) is not None}
+
+
+def policy_quota(r, name="burst"):
+    m = re.search(r'"%s";q=(\d+)' % re.escape(name), r.header("RateLimit-Policy", ""))
+    return int(m.group(1)) if m else None
+
+
+class LimitTests(GatewayTestCase):
+    """The limits themselves: caps, concurrency, refill, headers, cost, overrides."""
+
+    def test_serial_cap_then_429_with_retry_after(self):
+        gw = self.start(config(plans={"free": {"limits": [burst(5)]}}))
+        for i in range(5):
+            r = gw.get("/echo", key=FREE_KEY)
+            self.assertEqual(r.status, 200, r)
+            self.assertEqual(r.header("RateLimit-Remaining"), str(4 - i), r)
+        r = gw.get("/echo", key=FREE_KEY)
+        body = self.assertRateLimited(r, "rate_limited")
+        self.assertEqual(r.header("RateLimit-Remaining"), "0", r)
+        self.assertEqual(r.header("X-RateLimit-Remaining"), "0", r)
+        self.assertEqual(r.header("RateLimit-Policy"), '"burst";q=5;w=500', r)
+        self.assertRegex(r.header("RateLimit", ""), r'^"burst";r=0;t=\d+$')
+        self.assertEqual(r.header("RateLimit-Reset"), r.header("Retry-After"), r)
+        self.assertEqual(body["violated-policies"], ["burst"], body)
+        # 1 token at 0.01/s: about 100 s.
+        self.assertGreaterEqual(int(r.header("Retry-After")), 90)
+        self.assertLessEqual(int(r.header("Retry-After")), 100)
+        # The upstream saw exactly the accepted requests.
+        self.assertEqual(self.upstream.stats()["received"], 5)
+
+    def test_parallel_requests_accept_exactly_the_limit(self):
+        limit, extra = 20, 50
+        gw = self.start(config(plans={"free": {"limits": [burst(limit)]}}))
+        barrier = threading.Barrier(limit + extra, timeout=30)
+        results, lock = [], threading.Lock()
+
+        def one():
+            conn = http.client.HTTPConnection("127.0.0.1", gw.port, timeout=30)
+            try:
+                conn.connect()
+                barrier.wait()
+                conn.request("GET", "/echo", headers={"X-API-Key": FREE_KEY})
+                r = conn.getresponse()
+                r.read()
+                out = r.status
+            except Exception as e:  # recorded and asserted on below
+                out = repr(e)
+            finally:
+                conn.close()
+            with lock:
+                results.append(out)
+
+        threads = [threading.Thread(target=one, daemon=True) for _ in range(limit + extra)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=60)
+        self.assertEqual(len(results), limit + extra, results)
+        self.assertEqual(results.count(200), limit, results)
+        self.assertEqual(results.count(429), extra, results)
+        self.assertEqual(self.upstream.stats()["received"], limit)
+        m = gw.metrics()
+        self.assertEqual(m.get('tollgate_rejections_total{plan="free",code="rate_limited"}'), extra)
+
+    def test_burst_then_sustained_rate_passes_and_faster_rate_is_limited(self):
+        gw = self.start(config(plans={"free": {"limits": [burst(5, refill="5")]}}))
+        # Spend the burst (a few refill while we spend it).
+        spent = 0
+        for _ in range(30):
+            r = gw.get("/echo", key=FREE_KEY)
+            if r.status == 429:
+                break
+            self.assertEqual(r.status, 200, r)
+            spent += 1
+        self.assertEqual(r.status, 429, "the burst never ran out")
+        self.assertGreaterEqual(spent, 5)
+        # Sustain at 4/s (below the 5/s refill) for 3 s, on an absolute schedule: a request sent
+        # late only leaves more tokens for the next, so every one passes however noisy the host.
+        start = time.monotonic()
+        statuses = []
+        for i in range(1, 13):
+            delay = start + i * 0.25 - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+            statuses.append(gw.get("/echo", key=FREE_KEY).status)
+        self.assertEqual(statuses, [200] * 12)
+        # Much faster than the refill: some are limited.
+        fast = [gw.get("/echo", key=FREE_KEY).status for _ in range(25)]
+        self.assertIn(429, fast)
+        self.assertIn(200, fast)  # what the sustain phase left over
+
+    def test_waiting_retry_after_then_success(self):
+        gw = self.start(config(plans={"free": {"limits": [burst(2, refill="1")]}}))
+        r = None
+        for _ in range(10):
+            r = gw.get("/echo", key=FREE_KEY)
+            if r.status == 429:
+                break
+        self.assertRateLimited(r)
+        retry_after = int(r.header("Retry-After"))
+        self.assertEqual(retry_after, 1)
+        time.sleep(retry_after + 0.05)
+        r = gw.get("/echo", key=FREE_KEY)
+        self.assertEqual(r.status, 200, r)
+
+    def test_two_keys_are_isolated(self):
+        gw = self.start(config(
+            plans={"free": {"limits": [burst(3)]}},
+            keys=[{"key": FREE_KEY, "id": "k-free", "plan": "free"},
+                  {"key": OTHER_KEY, "id": "k-other", "plan": "free"}]))
+        for _ in range(3):
+            self.assertEqual(gw.get("/echo", key=FREE_KEY).status, 200)
+        self.assertRateLimited(gw.get("/echo", key=FREE_KEY))
+        r = gw.get("/echo", key=OTHER_KEY)
+        self.assertEqual(r.status, 200, r)
+        self.assertEqual(r.header("RateLimit-Remaining"), "2", r)
+        self.assertRateLimited(gw.get("/echo", key=FREE_KEY))
+
+    def test_account_scope_shares_one_budget(self):
+        gw = self.start(config(
+            plans={"org": {"scope": "account", "limits": [burst(4)]}},
+            keys=[{"key": FREE_KEY, "id": "k-a", "account": "acme", "plan": "org"},
+                  {"key": TEAM_KEY, "id": "k-b", "account": "acme", "plan": "org"},
+                  {"key": OTHER_KEY, "id": "k-c", "account": "globex", "plan": "org"}]))
+        statuses = [gw.get("/echo", key=k).status for k in (FREE_KEY, TEAM_KEY) * 3]
+        self.assertEqual(statuses, [200, 200, 200, 200, 429, 429])
+        self.assertEqual(gw.get("/echo", key=OTHER_KEY).status, 200)
+
+    def test_rate_limit_headers_on_200(self):
+        gw = self.start(config(plans={"free": {"limits": [burst(20, refill="0.5"), daily()]}}))
+        r = gw.get("/echo", key=FREE_KEY)
+        self.assertEqual(r.status, 200, r)
+        self.assertEqual(r.header("RateLimit-Policy"), '"burst";q=20;w=40, "daily";q=1000;w=86400')
+        m = re.fullmatch(r'"burst";r=(\d+);t=(\d+), "daily";r=(\d+);t=(\d+)', r.header("RateLimit", ""))
+        self.assertIsNotNone(m, r)
+        self.assertEqual(int(m.group(1)), 19)
+        self.assertEqual(int(m.group(2)), 2)  # one token at 0.5/s
+        self.assertEqual(int(m.group(3)), 999)
+        self.assertTrue(0 < int(m.group(4)) <= 86400, m.group(4))
+        for prefix in ("RateLimit-", "X-RateLimit-"):
+            self.assertEqual(r.header(prefix + "Limit"), "20", r)
+            self.assertEqual(r.header(prefix + "Remaining"), "19", r)
+            self.assertEqual(r.header(prefix + "Reset"), "2", r)
+        self.assertIsNone(r.header("Retry-After"))
+        # The upstream is told who called, never the key.
+        echoed = r.json()["headers"]
+        self.assertEqual(echoed.get("X-Tollgate-Key-Id"), "k-free")
+        self.assertEqual(echoed.get("X-Tollgate-Plan"), "free")
+
+    def test_header_sets_are_configurable(self):
+        gw = self.start(config(headers=["ietf"]))
+        r = gw.get("/echo", key=FREE_KEY)
+        self.assertEqual(r.status, 200, r)
+        self.assertIsNotNone(r.header("RateLimit-Policy"))
+        self.assertIsNone(r.header("RateLimit-Limit"))
+        self.assertIsNone(r.header("X-RateLimit-Limit"))
+
+    def test_route_cost_from_query(self):
+        gw = self.start(config(
+            plans={"free": {"limits": [burst(20)]}},
+            routes=[{"path": "/v1/export", "method": "GET",
+                     "cost": {"query": "pages", "per": 50, "min": 1}}]))
+        r = gw.get("/v1/export?pages=120", key=FREE_KEY)
+        self.assertEqual(r.status, 200, r)
+        self.assertEqual(r.header("RateLimit-Remaining"), "17", r)  # ceil(120/50) = 3
+        r = gw.get("/v1/export?pages=1", key=FREE_KEY)
+        self.assertEqual(r.header("RateLimit-Remaining"), "16", r)  # min 1
+        r = gw.get("/v1/export", key=FREE_KEY)
+        self.assertEqual(r.header("RateLimit-Remaining"), "15", r)  # no count: min
+        # More than the capacity can never pass: no Retry-After, and nothing consumed.
+        r = gw.get("/v1/export?pages=5000", key=FREE_KEY)
+        body = self.assertRateLimited(r, "cost_exceeds_capacity", retry_after=False)
+        self.assertNotIn("retry_after", body)
+        r = gw.get("/v1/export?pages=50", key=FREE_KEY)
+        self.assertEqual(r.status, 200, r)
+        self.assertEqual(r.header("RateLimit-Remaining"), "14", r)
+        # A count that is not a number is the client's error.
+        r = gw.get("/v1/export?pages=lots", key=FREE_KEY)
+        self.assertEqual(r.status, 400, r)
+        self.assertEqual(r.json()["code"], "invalid_cost")
+        # Other routes cost 1.
+        r = gw.get("/echo?pages=500", key=FREE_KEY)
+        self.assertEqual(r.header("RateLimit-Remaining"), "13", r)
+
+    def test_override_expiry(self):
+        gw = self.start(config(
+            plans={"team": {"limits": [burst(5), daily()]}},
+            keys=[{"key": FREE_KEY, "id": "k-expired", "plan": "team",
+                   "overrides": {"burst": {"capacity": 50, "expires": "2001-01-01"}}},
+                  {"key": TEAM_KEY, "id": "k-current", "plan": "team",
+                   "overrides": {"burst": {"capacity": 50, "expires": "2099-12-31T23:00:00Z"}}},
+                  {"key": OTHER_KEY, "id": "k-plain", "plan": "team"}]))
+        r = gw.get("/echo", key=FREE_KEY)
+        self.assertEqual(r.status, 200, r)
+        self.assertEqual(policy_quota(r), 5, r)
+        self.assertEqual(r.header("RateLimit-Remaining"), "4", r)
+        r = gw.get("/echo", key=TEAM_KEY)
+        self.assertEqual(r.status, 200, r)
+        self.assertEqual(policy_quota(r), 50, r)
+        self.assertEqual(r.header("RateLimit-Remaining"), "49", r)
+        r = gw.get("/echo", key=OTHER_KEY)
+        self.assertEqual(policy_quota(r), 5, r)
+        # The expired override really limits at the plan's 5.
+        for _ in range(4):
+            self.assertEqual(gw.get("/echo", key=FREE_KEY).status, 200)
+        self.assertRateLimited(gw.get("/echo", key=FREE_KEY))
+        for _ in range(10):
+            self.assertEqual(gw.get("/echo", key=TEAM_KEY).status, 200)
+
+    def test_status_endpoint_reports_and_consumes_nothing(self):
+        gw = self.start(config(plans={"free": {"limits": [burst(10), daily(100, 1000)]}}))
+        self.assertEqual(gw.get("/v1/rate-limit").status, 401)
+        self.assertEqual(gw.get("/v1/rate-limit", key="sk-not-a-key").status, 401)
+        first = None
+        for _ in range(5):
+            r = gw.get("/v1/rate-limit", key=FREE_KEY)
+            self.assertEqual(r.status, 200, r)
+            body = r.json()
+            if first is None:
+                first = body
+            for field in ("limit", "remaining", "resetSeconds", "burst", "quota"):
+                self.assertIn(field, body)
+            self.assertEqual(body["limit"], 10, body)
+            self.assertEqual(body["remaining"], 10, body)
+            self.assertEqual(body["burst"]["remaining"], 10, body)
+            self.assertEqual(body["quota"]["used"], 0, body)
+        self.assertEqual(first["key_id"], "k-free")
+        self.assertEqual(first["plan"], "free")
+        self.assertEqual(first["quota"]["period"], "day")
+        self.assertEqual(first["quota"]["allowance"], 100)
+        self.assertEqual(first["quota"]["ceiling"], 1000)
+        self.assertEqual(self.upstream.stats()["received"], 0)  # answered by the gateway
+        # A real request consumes; the endpoint shows it.
+        self.assertEqual(gw.get("/echo", key=FREE_KEY).status, 200)
+        body = gw.get("/v1/rate-limit", key=FREE_KEY).json()
+        self.assertEqual(body["remaining"], 9, body)
+        self.assertEqual(body["quota"]["used"], 1, body)
+        # And the next request still has those 9 (the endpoint took none).
+        r = gw.get("/echo", key=FREE_KEY)
+        self.assertEqual(r.header("RateLimit-Remaining"), "8", r)
+
+    def test_quota_ceiling(self):
+        gw = self.start(config(plans={"free": {"limits": [burst(100), daily(2, 3)]}}))
+        for _ in range(3):
+            self.assertEqual(gw.get("/echo", key=FREE_KEY).status, 200)
+        r = gw.get("/echo", key=FREE_KEY)
+        self.assertRateLimited(r, "ceiling_exceeded")
+        self.assertGreater(int(r.header("Retry-After")), 0)
+        self.assertLessEqual(int(r.header("Retry-After")), 86400)
+
+
+class IdentityTests(GatewayTestCase):
+    """Who is limited: keys, client IPs and X-Forwarded-For, and hostile input."""
+
+    def ip_config(self, trusted):
+        return config(
+            identity={"trusted_proxies": trusted},
+            routes=[{"path": "/public/*", "identity": "ip"}],
+            anonymous={"limits": [{"name": "ip", "algorithm": "token_bucket", "capacity": 3,
+                                   "refill_per_second": SLOW}]})
+
+    def test_forwarded_for_from_untrusted_peer_is_ignored(self):
+        gw = self.start(self.ip_config([]))
+        statuses = []
+        for i in range(5):
+            r = gw.get("/public/echo", headers={"X-Forwarded-For": "10.0.0.%d" % (i + 1),
+                                                "X-Tollgate-Key-Id": "k-spoofed"})
+            statuses.append(r.status)
+            if r.status == 200:
+                echoed = r.json()["headers"]
+                # Passed on, with the real peer appended; identity headers are the gateway's own.
+                self.assertEqual(echoed["X-Forwarded-For"], "10.0.0.%d, 127.0.0.1" % (i + 1))
+                self.assertNotIn("X-Tollgate-Key-Id", echoed)
+        self.assertEqual(statuses, [200, 200, 200, 429, 429])
+        self.assertEqual(policy_quota(r, "ip"), 3, r)
+
+    def test_forwarded_for_from_trusted_proxy_is_honoured(self):
+        gw = self.start(self.ip_config(["127.0.0.1/32"]))
+        a = [gw.get("/public/x", headers={"X-Forwarded-For": "10.0.0.1"}).status for _ in range(4)]
+        self.assertEqual(a, [200, 200, 200, 429])
+        # The right-most untrusted address is the client, whatever is left of it.
+        r = gw.get("/public/x", headers={"X-Forwarded-For": "10.0.0.1, 10.0.0.2"})
+        self.assertEqual(r.status, 200, r)
+        self.assertEqual(r.header("RateLimit-Remaining"), "2", r)
+        r = gw.get("/public/x", headers={"X-Forwarded-For": "198.51.100.7, 127.0.0.1"})
+        self.assertEqual(r.status, 200, r)
+        self.assertEqual(r.header("RateLimit-Remaining"), "2", r)
+        # No X-Forwarded-For: the peer itself.
+        self.assertEqual(gw.get("/public/x").status, 200)
+        # IPv6 clients are grouped by /64.
+        v6 = [gw.get("/public/x", headers={"X-Forwarded-For": "2001:db8:0:7::%x" % (i + 1)}).status
+              for i in range(4)]
+        self.assertEqual(v6, [200, 200, 200, 429])
+        r = gw.get("/public/x", headers={"X-Forwarded-For": "2001:db8:0:8::1"})
+        self.assertEqual(r.status, 200, r)
+
+    def test_missing_and_invalid_keys_get_401(self):
+        gw = self.start(config())
+        r = gw.get("/echo")
+        self.assertEqual(r.status, 401, r)
+        self.assertTrue(r.header("Content-Type", "").startswith("application/json"), r)
+        self.assertEqual(r.json()["code"], "missing_api_key")
+        self.assertEqual(r.header("WWW-Authenticate"), "Bearer")
+        r = gw.get("/echo", key="sk-not-a-key")
+        self.assertEqual(r.status, 401, r)
+        self.assertEqual(r.json()["code"], "invalid_api_key")
+        r = gw.get("/echo", headers={"X-API-Key": "sk-not-a-key"})
+        self.assertEqual(r.json()["code"], "invalid_api_key")
+        r = gw.get("/echo", headers={"Authorization": "Basic " + FREE_KEY})  # not Bearer
+        self.assertEqual(r.status, 401, r)
+        self.assertEqual(gw.get("/echo", headers={"X-API-Key": FREE_KEY}).status, 200)
+        self.assertEqual(self.upstream.stats()["received"], 1)
+
+    def test_repeated_invalid_keys_are_limited_per_ip(self):
+        gw = self.start(config(identity={"invalid_key_limit": {
+            "algorithm": "token_bucket", "capacity": 3, "refill_per_second": SLOW}}))
+        statuses = [gw.get("/echo", key="sk-guess-%d" % i).status for i in range(5)]
+        self.assertEqual(statuses, [401, 401, 401, 429, 429])
+        r = gw.get("/echo", key="sk-guess-x")
+        self.assertRateLimited(r)
+        # A valid key from the same address is not punished.
+        self.assertEqual(gw.get("/echo", key=FREE_KEY).status, 200)
+        self.assertEqual(gw.metrics().get("tollgate_invalid_keys_total"), 6)
+
+    def test_unknown_plan_gets_the_strictest_plan(self):
+        gw = self.start(config(
+            plans={"team": {"limits": [burst(50), daily()]},
+                   "free": {"limits": [burst(4), daily()]}},
+            keys=[{"key": FREE_KEY, "id": "k-lost", "plan": "platinum"}]))
+        r = gw.get("/echo", key=FREE_KEY)
+        self.assertEqual(r.status, 200, r)
+        self.assertEqual(policy_quota(r), 4, r)
+        info = gw.admin("GET", "/admin/keys/k-lost").json()
+        self.assertEqual(info["plan"], "free")
+        self.assertEqual(info["configured_plan"], "platinum")
+
+    def test_oversized_header_gets_431(self):
+        gw = self.start(config(server={"max_header_bytes": 2048}))
+        # About 3 KB in one write, so the gateway reads it all before answering.
+        req = ("GET /echo HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Big: %s\r\n\r\n" % ("a" * 3000)).encode()
+        data, closed, _ = raw_exchange(gw.port, req)
+        self.assertEqual(status_of(data), 431, data[:200])
+        self.assertTrue(closed)
+        self.assertTrue(gw.healthy())
+
+    def test_malformed_request_line_gets_400(self):
+        gw = self.start(config())
+        for junk in (b"GET /echo HTTX/1.1\r\nHost: x\r\n\r\n",
+                     b"GET\r\n\r\n",
+                     b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03\r\n\r\n"):
+            data, closed, _ = raw_exchange(gw.port, junk)
+            self.assertEqual(status_of(data), 400, (junk, data[:200]))
+            self.assertTrue(closed)
+        self.assertTrue(gw.healthy())
+
+    def test_slow_headers_are_cut_off(self):
+        gw = self.start(config(server={"header_timeout_ms": 500, "idle_timeout_ms": 20000}))
+        # Half the headers, then nothing.
+        data, closed, seconds = raw_exchange(
+            gw.port, b"GET /echo HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Api-", timeout=10)
+        self.assertTrue(closed, "the connection stayed open for %.1f s" % seconds)
+        self.assertGreaterEqual(seconds, 0.4)
+        self.assertLess(seconds, 5.0)
+        self.assertNotIn(b"200 OK", data)
+        self.assertTrue(gw.healthy())
+
+    def test_hostile_input_does_not_crash(self):
+        gw = self.start(config(
+            plans={"free": {"limits": [burst(100)]}},
+            server={"max_header_bytes": 2048, "header_timeout_ms": 300},
+            routes=[{"path": "/v1/export", "cost": {"query": "pages", "per": 50}}]))
+        key = FREE_KEY.encode()
+        close = b"Connection: close\r\n"
+        hostile = [
+            b"GET /echo HTTP/1.1\r\n" + b"X: y\r\n" * 1000 + b"\r\n",
+            b"GET /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 99999999999999999999\r\n\r\n",
+            b"GET /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nab",
+            b"GET /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+            b"GET /echo HTTP/1.1\r\nHost: x\r\nX-API-Key: %s\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n" % key,
+            b"GET /echo HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer \r\n" + close + b"\r\n",
+            b"GET /v1/export?pages=-1&pages HTTP/1.1\r\nHost: x\r\nX-API-Key: %s\r\n" % key + close + b"\r\n",
+            b"GET /v1/export?pages=99999999999999999999999 HTTP/1.1\r\nHost: x\r\nX-API-Key: %s\r\n" % key
+            + close + b"\r\n",
+            b"GET /echo HTTP/1.1\r\nHost: x\r\nX-Forwarded-For: ,,,[::1]], 999.1.1.1\r\nX-API-Key: %s\r\n" % key
+            + close + b"\r\n",
+            b"GET /%ff%00/\xc3\x28?a=%00 HTTP/1.1\r\nHost: x\r\nX-API-Key: " + key + b"\r\n" + close + b"\r\n",
+            b"GET /echo HTTP/1.0\r\nX-API-Key: %s\r\n\r\n" % key,
+            b"GET http://example.com/echo HTTP/1.1\r\nHost: x\r\nX-API-Key: %s\r\n" % key + close + b"\r\n",
+            b"",  # connect and close
+        ]
+        for payload in hostile:
+            raw_exchange(gw.port, payload, timeout=3)
+        # A body that never arrives: the client gives up first.
+        raw_exchange(gw.port, b"POST /echo HTTP/1.1\r\nHost: x\r\nX-API-Key: %s\r\n"
+                     b"Content-Length: 10\r\n\r\nabc" % key, timeout=0.5)
+        self.assertTrue(gw.healthy())
+        self.assertEqual(gw.get("/echo", key=FREE_KEY).status, 200)
+
+    def test_idle_connections_are_closed(self):
+        gw = self.start(config(server={"idle_timeout_ms": 500}))
+        # After a request on a keep-alive connection.
+        data, closed, seconds = raw_exchange(
+            gw.port, b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n", timeout=10)
+        self.assertEqual(status_of(data), 200, data)
+        self.assertTrue(closed, "open after %.1f s" % seconds)
+        self.assertTrue(0.3 <= seconds < 5, seconds)
+        # And a connection that never sends anything.
+        _, closed, seconds = raw_exchange(gw.port, b"", timeout=10)
+        self.assertTrue(closed and seconds < 5, "open after %.1f s" % seconds)
+
+    def test_connection_limit(self):
+        gw = self.start(config(server={"max_connections": 3}))
+        held = []
+        try:
+            # Three keep-alive connections, each proven open by a request answered on it (one
+            # may be refused while the readiness probe's connection is still counted: retry).
+            for _ in range(50):
+                if len(held) == 3:
+                    break
+                conn = http.client.HTTPConnection("127.0.0.1", gw.port, timeout=5)
+                try:
+                    conn.request("GET", "/healthz")
+                    r = conn.getresponse()
+                    r.read()
+                    self.assertEqual(r.status, 200)
+                    held.append(conn)
+                except (OSError, http.client.HTTPException):
+                    conn.close()
+                    time.sleep(0.05)
+            self.assertEqual(len(held), 3)
+            data, closed, _ = raw_exchange(
+                gw.port, b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            self.assertEqual((data, closed), (b"", True), "a 4th connection was served")
+            # The held ones still work.
+            held[0].request("GET", "/healthz")
+            r = held[0].getresponse()
+            r.read()
+            self.assertEqual(r.status, 200)
+        finally:
+            for conn in held:
+                conn.close()
+        ok = False
+        for _ in deadline_loop(5, step=0.05):
+            try:
+                if gw.get("/healthz", timeout=2).status == 200:
+                    ok = True
+                    break
+            except OSError:
+                pass
+        self.assertTrue(ok, "connections freed by closing were not given back")
+
+    def test_access_log_is_json_with_key_id_and_never_the_key(self):
+        gw = self.start(config())
+        self.assertEqual(gw.get("/echo", key=FREE_KEY).status, 200)
+        self.assertEqual(gw.get("/echo", headers={"X-API-Key": FREE_KEY}).status, 200)
+        self.assertEqual(gw.get("/echo", key="sk-wrong-secret").status, 401)
+        lines = gw.access_log_lines(lambda e: e.get("path") == "/echo", 3)
+        entries = [json.loads(line) for line in lines]  # every line is JSON
+        echo = [e for e in entries if e.get("path") == "/echo"]
+        self.assertEqual(len(echo), 3, lines)
+        self.assertEqual([e["key_id"] for e in echo], ["k-free", "k-free", ""])
+        self.assertEqual([e["status"] for e in echo], [200, 200, 401])
+        self.assertEqual(echo[0]["plan"], "free")
+        self.assertEqual(echo[0]["decision"], "allowed")
+        self.assertEqual(echo[0]["cost"], 1)
+        self.assertEqual(echo[0]["upstream_status"], 200)
+        self.assertIn("latency_ms", echo[0])
+        everything = gw.process.read_stdout() + gw.process.read_stderr()
+        for secret in (FREE_KEY, "sk-wrong-secret"):
+            self.assertNotIn(secret.encode(), everything)
+
+
+class ModeTests(GatewayTestCase):
+    """Shadow mode and reloading configuration."""
+
+    def test_global_shadow_mode_never_rejects_and_counts(self):
+        gw = self.start(config(mode="shadow", plans={"free": {"limits": [burst(3), daily()]}}))
+        metric = 'tollgate_shadow_rejections_total{plan="free"}'
+        for i in range(6):
+            r = gw.get("/echo", key=FREE_KEY)
+            self.assertEqual(r.status, 200, r)
+            self.assertEqual(rate_limit_headers(r), {}, r)
+            if i == 3:
+                self.assertEqual(gw.metrics().get(metric), 1)
+        self.assertEqual(gw.metrics().get(metric), 3)
+        self.assertEqual(self.upstream.stats()["received"], 6)
+        body = gw.get("/v1/rate-limit", key=FREE_KEY).json()
+        self.assertEqual(body["mode"], "shadow")
+        lines = gw.access_log_lines(lambda e: e.get("decision") == "shadow_rejected", 3)
+        decisions = [json.loads(line)["decision"] for line in lines]
+        self.assertEqual(decisions.count("shadow_rejected"), 3, lines)
+
+    def test_per_plan_shadow_mode(self):
+        gw = self.start(config(
+            plans={"free": {"limits": [burst(3)]},
+                   "trial": {"mode": "shadow", "limits": [burst(3)]}},
+            keys=[{"key": FREE_KEY, "id": "k-free", "plan": "free"},
+                  {"key": TEAM_KEY, "id": "k-trial", "plan": "trial"}]))
+        for _ in range(6):
+            r = gw.get("/echo", key=TEAM_KEY)
+            self.assertEqual(r.status, 200, r)
+            self.assertEqual(rate_limit_headers(r), {}, r)
+        for _ in range(3):
+            r = gw.get("/echo", key=FREE_KEY)
+            self.assertEqual(r.status, 200, r)
+            self.assertIsNotNone(r.header("RateLimit-Policy"), r)
+        self.assertRateLimited(gw.get("/echo", key=FREE_KEY))
+        m = gw.metrics()
+        self.assertEqual(m.get('tollgate_shadow_rejections_total{plan="trial"}'), 3)
+        self.assertIsNone(m.get('tollgate_shadow_rejections_total{plan="free"}'))
+        self.assertEqual(m.get('tollgate_rejections_total{plan="free",code="rate_limited"}'), 1)
+
+    def test_reload_under_load(self):
+        def cfg(capacity, mode="enforce"):
+            return config(mode=mode, plans={"team": {"limits": [burst(capacity, refill="1000")]}},
+                          keys=[{"key": TEAM_KEY, "id": "k-team", "plan": "team"}])
+
+        gw = self.start(cfg(100000))
+        load = KeepAliveLoad(gw.port, "/echo", {"X-API-Key": TEAM_KEY}, threads=2).start()
+        try:
+            self.assertTrue(load.wait_for(20), "the load did not get going")
+            # SIGHUP.
+            gw.rewrite(cfg(200000))
+            os.kill(gw.pid, signal.SIGHUP)
+            seen = None
+            for _ in deadline_loop(10, step=0.05):
+                seen = policy_quota(gw.get("/echo", key=TEAM_KEY))
+                if seen == 200000:
+                    break
+            self.assertEqual(seen, 200000)
+            # The admin call: synchronous, so the very next request sees it.
+            gw.rewrite(cfg(300000))
+            r = gw.admin("POST", "/admin/reload")
+            self.assertEqual(r.status, 200, r)
+            self.assertEqual(policy_quota(gw.get("/echo", key=TEAM_KEY)), 300000)
+            # Switching modes is a reload too.
+            gw.rewrite(cfg(300000, mode="shadow"))
+            self.assertEqual(gw.admin("POST", "/admin/reload").status, 200)
+            self.assertIsNone(gw.get("/echo", key=TEAM_KEY).header("RateLimit-Policy"))
+            gw.rewrite(cfg(300000))
+            self.assertEqual(gw.admin("POST", "/admin/reload").status, 200)
+            self.assertTrue(load.wait_for(load.count + 20), "the load stalled")
+        finally:
+            load.stop()
+        self.assertEqual(load.errors, [])
+        self.assertEqual(set(load.statuses), {200}, load.statuses)
+        self.assertEqual(load.reconnects, 0)
+        self.assertGreater(load.count, 40)
+        m = gw.metrics()
+        self.assertEqual(m.get('tollgate_config_reloads_total{result="ok"}'), 4)
+
+    def test_invalid_reload_is_refused_and_the_old_config_serves(self):
+        good = config(plans={"free": {"limits": [burst(7), daily()]}})
+        gw = self.start(good)
+        self.assertEqual(policy_quota(gw.get("/echo", key=FREE_KEY)), 7)
+        bad = json.loads(json.dumps(gw.config))
+        bad["plans"]["free"]["limits"][0]["capacity"] = 0
+        gw.write_config(bad)
+        r = gw.admin("POST", "/admin/reload")
+        self.assertEqual(r.status, 400, r)
+        body = r.json()
+        self.assertEqual(body["code"], "invalid_config", body)
+        self.assertIn("plans.free.limits[0].capacity", body["message"])
+        # Not YAML at all.
+        gw.write_config("plans: [unclosed\n")
+        r = gw.admin("POST", "/admin/reload")
+        self.assertEqual(r.status, 400, r)
+        # A reload by signal is refused the same way, and the process lives on.
+        os.kill(gw.pid, signal.SIGHUP)
+        for _ in deadline_loop(5, step=0.05):
+            if gw.metrics().get('tollgate_config_reloads_total{result="error"}') == 3:
+                break
+        self.assertEqual(gw.metrics().get('tollgate_config_reloads_total{result="error"}'), 3)
+        self.assertTrue(gw.healthy())
+        r = gw.get("/echo", key=FREE_KEY)
+        self.assertEqual(r.status, 200, r)
+        self.assertEqual(policy_quota(r), 7)
+        self.assertEqual(r.header("RateLimit-Remaining"), "5", r)
+        self.assertIn(b"plans.free.limits[0].capacity", gw.process.read_stderr())
+
+    def test_admin_is_a_separate_listener(self):
+        gw = self.start(config())
+        self.assertEqual(gw.request("POST", "/admin/reload").status, 401)  # a proxied route
+        self.assertEqual(self.upstream.stats()["received"], 0)
+        self.assertEqual(gw.admin("GET", "/admin/keys/k-free").json()["plan"], "free")
+        self.assertEqual(gw.admin("GET", "/admin/keys/nope").status, 404)
+
+
+    def test_check_config(self):
+        example = os.path.join(harness.HERE, "..", "..", "examples", "tollgate.yaml")
+        r = subprocess.run([harness.BINARY, "check-config", example], capture_output=True,
+                           timeout=30)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn(b": ok", r.stdout)
+        bad = os.path.join(self.tmpdir, "bad.yaml")
+        with open(bad, "w") as f:
+            json.dump(config(plans={"free": {"limits": [burst(5, refill="-1")]}}), f)
+        r = subprocess.run([harness.BINARY, "check-config", bad], capture_output=True, timeout=30)
+        self.assertEqual(r.returncode, 1, r)
+        self.assertIn(b"plans.free.limits[0].refill_per_second", r.stderr)
+        # serve refuses it too, and exits non-zero.
+        r = subprocess.run([harness.BINARY, "serve", "--config", bad], capture_output=True,
+                           timeout=30)
+        self.assertNotEqual(r.returncode, 0, r)
+        self.assertIn(b"plans.free.limits[0].refill_per_second", r.stderr)
+
+
+class ProxyTests(GatewayTestCase):
+    """Forwarding: streaming, upstream failures, draining on SIGTERM."""
+
+    def test_large_response_is_streamed(self):
+        gw = self.start(config(plans={"free": {"limits": [burst(100)]}}))
+        # Warm up the path (connections, buffers, allocator arenas) before measuring.
+        r = gw.get("/big?bytes=1048576", key=FREE_KEY)
+        self.assertEqual(len(r.body), 1048576)
+        before_kb = gw.vm_hwm_kb()
+        size = 10 * 1024 * 1024
+        conn = http.client.HTTPConnection("127.0.0.1", gw.port, timeout=30)
+        try:
+            conn.request("GET", "/big?bytes=%d" % size, headers={"X-API-Key": FREE_KEY})
+            resp = conn.getresponse()
+            self.assertEqual(resp.status, 200)
+            self.assertIsNotNone(resp.getheader("RateLimit-Policy"))
+            received = 0
+            for _ in range(size // 1024 + 10):
+                chunk = resp.read(65536)
+                if not chunk:
+                    break
+                self.assertEqual(chunk.count(b"x"), len(chunk))
+                received += len(chunk)
+        finally:
+            conn.close()
+        self.assertEqual(received, size)
+        grown_kb = gw.vm_hwm_kb() - before_kb
+        sys.stderr.write("[peak RSS %d kB before, grew by %d kB] " % (before_kb, grown_kb))
+        self.assertLess(grown_kb, 5 * 1024, "peak RSS grew by %d kB for a 10 MB response" % grown_kb)
+
+    def test_request_body_is_forwarded(self):
+        gw = self.start(config())
+        body = b"y" * 200_000
+        r = gw.request("POST", "/echo", body=body, headers={"X-API-Key": FREE_KEY,
+                                                            "Content-Type": "application/octet-stream"})
+        self.assertEqual(r.status, 200, r)
+        self.assertEqual(r.json()["body_bytes"], len(body))
+        self.assertEqual(r.json()["method"], "POST")
+
+    def test_client_connection_close_is_honoured(self):
+        gw = self.start(config())
+        req = ("GET /echo HTTP/1.1\r\nHost: x\r\nX-API-Key: %s\r\nConnection: close\r\n\r\n"
+               % FREE_KEY).encode()
+        data, closed, seconds = raw_exchange(gw.port, req, timeout=5)
+        self.assertEqual(status_of(data), 200, data[:300])
+        self.assertIn(b"\r\nConnection: close\r\n", data)
+        self.assertTrue(closed and seconds < 3, "connection left open (%.1f s)" % seconds)
+        # The upstream did not see the client's connection headers.
+        body = json.loads(data.split(b"\r\n\r\n", 1)[1])
+        self.assertNotEqual(body["headers"].get("Connection", "").lower(), "close")
+
+    def test_keep_alive_connection_is_reused(self):
+        gw = self.start(config())
+        conn = http.client.HTTPConnection("127.0.0.1", gw.port, timeout=10)
+        try:
+            socks = set()
+            for i in range(5):
+                conn.request("GET", "/echo", headers={"X-API-Key": FREE_KEY})
+                r = conn.getresponse()
+                r.read()
+                self.assertEqual(r.status, 200)
+                socks.add(id(conn.sock))
+            self.assertEqual(len(socks), 1)
+        finally:
+            conn.close()
+
+    def test_head_and_pipelined_requests(self):
+        gw = self.start(config())
+        key = FREE_KEY.encode()
+        data, closed, _ = raw_exchange(
+            gw.port,
+            b"HEAD /echo HTTP/1.1\r\nHost: x\r\nX-API-Key: " + key + b"\r\n\r\n"
+            b"GET /echo?n=2 HTTP/1.1\r\nHost: x\r\nX-API-Key: " + key + b"\r\n\r\n"
+            b"GET /echo?n=3 HTTP/1.1\r\nHost: x\r\nX-API-Key: " + key + b"\r\nConnection: close\r\n\r\n")
+        self.assertTrue(closed)
+        parts = data.split(b"HTTP/1.1 200 OK\r\n")
+        self.assertEqual(parts[0], b"", data[:300])
+        self.assertEqual(len(parts), 4, data)
+        head, second, third = parts[1:]
+        self.assertTrue(head.endswith(b"\r\n\r\n"), head)  # no body after a HEAD
+        self.assertIn(b"RateLimit-Remaining: 4\r\n", head)
+        self.assertIn(b'"path": "/echo?n=2"', second)
+        self.assertIn(b"RateLimit-Remaining: 3\r\n", second)
+        self.assertIn(b'"path": "/echo?n=3"', third)
+
+    def test_request_body_limit(self):
+        gw = self.start(config(server={"max_body_bytes": 1000}))
+        key = FREE_KEY.encode()
+        r = gw.request("POST", "/echo", body=b"z" * 1000, headers={"X-API-Key": FREE_KEY})
+        self.assertEqual(r.status, 200, r)
+        self.assertEqual(r.json()["body_bytes"], 1000)
+        # Announced too large: refused before the body.
+        data, closed, _ = raw_exchange(
+            gw.port, b"POST /echo HTTP/1.1\r\nHost: x\r\nX-API-Key: " + key +
+            b"\r\nContent-Length: 5000\r\n\r\n" + b"z" * 5000)
+        self.assertEqual(status_of(data), 413, data[:300])
+        self.assertIn(b'"code":"body_too_large"', data)
+        # Chunked, growing past the limit.
+        data, closed, _ = raw_exchange(
+            gw.port, b"POST /echo HTTP/1.1\r\nHost: x\r\nX-API-Key: " + key +
+            b"\r\nTransfer-Encoding: chunked\r\n\r\n1388\r\n" + b"z" * 5000 + b"\r\n0\r\n\r\n")
+        self.assertEqual(status_of(data), 413, data[:300])
+        self.assertTrue(gw.healthy())
+
+    def test_upstream_base_path(self):
+        self.upstream = harness.Upstream(self)
+        gw = self.start(config(), upstream=self.upstream.url + "/api")
+        r = gw.get("/echo/x?q=1", key=FREE_KEY)
+        self.assertEqual(r.status, 200, r)
+        self.assertEqual(r.json()["path"], "/api/echo/x?q=1")
+        lines = gw.access_log_lines(lambda e: e.get("key_id") == "k-free", 1)
+        paths = [json.loads(line)["path"] for line in lines]
+        self.assertEqual([p for p in paths if p != "/healthz"], ["/echo/x"], lines)
+
+    def test_upstream_down_gives_502(self):
+        port, held = harness.reserve_port()  # bound, never listening: connections are refused
+        self.held_sockets.append(held)
+        gw = self.start(config(), upstream="http://127.0.0.1:%d" % port)
+        r = gw.get("/echo", key=FREE_KEY)
+        self.assertEqual(r.status, 502, r)
+        self.assertTrue(r.header("Content-Type", "").startswith("application/json"), r)
+        self.assertEqual(r.json()["code"], "upstream_unavailable")
+        self.assertTrue(gw.healthy())
+        m = gw.metrics()
+        self.assertEqual(m.get('tollgate_upstream_errors_total{kind="connect"}'), 1)
+
+    def test_slow_upstream_gives_504(self):
+        gw = self.start(config(upstream={"timeout_ms": 300}))
+        start = time.monotonic()
+        r = gw.get("/slow?ms=3000", key=FREE_KEY)
+        elapsed = time.monotonic() - start
+        self.assertEqual(r.status, 504, r)
+        self.assertEqual(r.json()["code"], "upstream_timeout")
+        self.assertLess(elapsed, 2.5)
+        # The pool recovers: the next request gets a good connection.
+        self.assertEqual(gw.get("/echo", key=FREE_KEY).status, 200)
+        self.assertEqual(gw.get("/slow?ms=50", key=FREE_KEY).status, 200)
+
+    def test_sigterm_drains_in_flight_requests(self):
+        gw = self.start(config(server={"drain_timeout_ms": 10000}))
+        result = {}
+
+        def slow():
+            try:
+                result["response"] = gw.get("/slow?ms=1500", key=FREE_KEY, timeout=20)
+            except Exception as e:  # asserted on below
+                result["error"] = repr(e)
+
+        t = threading.Thread(target=slow, daemon=True)
+        t.start()
+        for _ in deadline_loop(10):
+            if self.upstream.stats()["in_progress"] >= 1:
+                break
+        self.assertEqual(self.upstream.stats()["in_progress"], 1, "the slow request never arrived")
+        os.kill(gw.pid, signal.SIGTERM)
+        # It stops accepting while the request is still in flight.
+        refused = False
+        for _ in deadline_loop(1.0):
+            try:
+                harness.http_request(gw.port, "GET", "/healthz", timeout=1)
+            except ConnectionRefusedError:
+                refused = True
+                break
+            except OSError:
+                pass
+        t.join(timeout=20)
+        self.assertFalse(t.is_alive())
+        self.assertNotIn("error", result)
+        self.assertEqual(result["response"].status, 200, result["response"])
+        self.assertEqual(result["response"].json()["path"], "/slow?ms=1500")
+        self.assertTrue(refused, "still accepting connections while draining")
+        self.assertEqual(gw.process.wait(timeout=15), 0)
+
+
+def main():
+    ap = argparse.ArgumentParser(add_help=False)
+    ap.add_argument("--binary", default=os.environ.get("TOLLGATE_BINARY", ""))
+    args, rest = ap.parse_known_args()
+    if not args.binary or not os.access(args.binary, os.X_OK):
+        sys.exit("test_gateway.py: --binary must name the tollgate executable (got %r)" % args.binary)
+    harness.BINARY = os.path.abspath(args.binary)
+    unittest.main(argv=[sys.argv[0]] + rest)
+
+
+if __name__ == "__main__":
+    main()
