@@ -1,6 +1,14 @@
 // tollgate: serve | check-config.
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cctype>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <stdexcept>
+#include <utility>
 #include <exception>
 #include <string>
 
@@ -13,7 +21,86 @@ namespace {
 
 constexpr const char* kUsage =
     "usage: tollgate serve --config FILE\n"
-    "       tollgate check-config FILE\n";
+    "       tollgate check-config FILE\n"
+    "       tollgate usage --config FILE --period YYYY-MM[-DD] [--account ID] [--format csv|json]\n";
+
+// GET http://host:port/path with a plain socket; returns the status and the body.
+std::pair<int, std::string> HttpGet(const std::string& host_port, const std::string& path) {
+  const size_t colon = host_port.rfind(':');
+  std::string host = host_port.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  if (getaddrinfo(host.c_str(), host_port.substr(colon + 1).c_str(), &hints, &res) != 0 || !res) {
+    throw std::runtime_error("cannot resolve " + host_port);
+  }
+  const int fd = socket(res->ai_family, SOCK_STREAM, 0);
+  const int rc = connect(fd, res->ai_addr, res->ai_addrlen);
+  freeaddrinfo(res);
+  if (fd < 0 || rc != 0) {
+    if (fd >= 0) close(fd);
+    throw std::runtime_error("cannot connect to the admin listener at " + host_port +
+                             " (is tollgate serve running with this config?)");
+  }
+  const std::string req = "GET " + path + " HTTP/1.0\r\nHost: " + host_port + "\r\n\r\n";
+  (void)!write(fd, req.data(), req.size());
+  std::string out;
+  char buf[8192];
+  for (ssize_t n; (n = read(fd, buf, sizeof buf)) > 0;) out.append(buf, static_cast<size_t>(n));
+  close(fd);
+  const size_t body = out.find("\r\n\r\n");
+  const int status = out.size() > 12 ? std::atoi(out.c_str() + 9) : 0;
+  return {status, body == std::string::npos ? "" : out.substr(body + 4)};
+}
+
+// tollgate usage: the usage of a period, from the running gateway's admin listener (which reads
+// Redis when the store is Redis, so the counts outlive gateway restarts).
+int Usage(int argc, char** argv) {
+  std::string config_path, period, account, format = "csv";
+  for (int i = 2; i + 1 < argc; i += 2) {
+    const std::string flag = argv[i];
+    if (flag == "--config") config_path = argv[i + 1];
+    else if (flag == "--period") period = argv[i + 1];
+    else if (flag == "--account") account = argv[i + 1];
+    else if (flag == "--format") format = argv[i + 1];
+    else {
+      std::fputs(kUsage, stderr);
+      return 2;
+    }
+  }
+  if (config_path.empty() || period.empty() || (format != "csv" && format != "json")) {
+    std::fputs(kUsage, stderr);
+    return 2;
+  }
+  auto config = tollgate::config::LoadConfigFile(config_path);
+  if (!config) {
+    std::fprintf(stderr, "%s: %s\n", config_path.c_str(), config.error().c_str());
+    return 1;
+  }
+  auto escape = [](const std::string& s) {
+    std::string out;
+    for (unsigned char c : s) {
+      if (std::isalnum(c) || c == '-' || c == '_' || c == '.') {
+        out += static_cast<char>(c);
+      } else {
+        char buf[4];
+        std::snprintf(buf, sizeof buf, "%%%02X", c);
+        out += buf;
+      }
+    }
+    return out;
+  };
+  const auto [status, body] = HttpGet(config->server.admin_listen,
+                                      "/admin/usage?period=" + escape(period) + "&account=" +
+                                          escape(account) + "&format=" + format);
+  if (status != 200) {
+    std::fprintf(stderr, "tollgate usage: %d %s\n", status, body.c_str());
+    return 1;
+  }
+  std::fwrite(body.data(), 1, body.size(), stdout);
+  return 0;
+}
 
 std::string DescribeLimit(const tollgate::core::LimitSpec& s) {
   using tollgate::core::Algorithm;
@@ -76,6 +163,7 @@ int main(int argc, char** argv) {
   const std::string command = argv[1];
   try {
     if (command == "check-config" && argc == 3) return CheckConfig(argv[2]);
+    if (command == "usage") return Usage(argc, argv);
     if (command == "serve") {
       std::string path;
       for (int i = 2; i < argc; ++i) {
