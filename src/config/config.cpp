@@ -317,7 +317,7 @@ Config Parse(const YAML::Node& root, const std::string& base_dir) {
   Config c;
   if (!root || root.IsNull()) Fail("", "the configuration is empty");
   OnlyKeys(root, "", {"server", "upstream", "store", "mode", "identity", "plans", "keys",
-                      "keys_file", "routes", "anonymous", "headers"});
+                      "keys_file", "routes", "anonymous", "headers", "decision", "rls"});
   if (const YAML::Node s = root["server"]) {
     OnlyKeys(s, "server", {"listen", "admin_listen", "threads", "max_connections", "max_header_bytes",
                            "max_body_bytes", "header_timeout_ms", "idle_timeout_ms",
@@ -342,7 +342,8 @@ Config Parse(const YAML::Node& root, const std::string& base_dir) {
     Set(u, "max_connections", "upstream", c.upstream.max_connections, 1, 100'000);
   }
   if (const YAML::Node s = root["store"]) {
-    OnlyKeys(s, "store", {"type", "max_keys", "prefix", "url", "timeout_ms"});
+    OnlyKeys(s, "store", {"type", "max_keys", "prefix", "url", "timeout_ms", "connect_timeout_ms",
+                          "deny_cache"});
     if (s["type"]) c.store.type = Str(s["type"], "store.type");
     if (c.store.type != "memory" && c.store.type != "redis") {
       Fail("store.type", "must be memory or redis, got '" + c.store.type + "'");
@@ -351,7 +352,11 @@ Config Parse(const YAML::Node& root, const std::string& base_dir) {
     if (s["prefix"]) c.store.prefix = Str(s["prefix"], "store.prefix");
     if (s["url"]) c.store.url = Str(s["url"], "store.url");
     Set(s, "timeout_ms", "store", c.store.timeout_ms, 1, 60'000);
+    Set(s, "connect_timeout_ms", "store", c.store.connect_timeout_ms, 1, 60'000);
+    if (s["deny_cache"]) c.store.deny_cache = Bool(s["deny_cache"], "store.deny_cache");
+    if (c.store.prefix.empty()) Fail("store.prefix", "must not be empty");
   }
+  if (c.store.type == "redis" && c.store.url.empty()) Fail("store.url", "required for store.type redis");
   if (root["mode"]) c.mode = ParseMode(root["mode"], "mode");
   c.identity.invalid_key_limit = {.algorithm = core::Algorithm::kTokenBucket,
                                   .capacity = 10,
@@ -392,6 +397,22 @@ Config Parse(const YAML::Node& root, const std::string& base_dir) {
 
   YAML::Node keys = root["keys"];
   std::string keys_path = "keys";
+  if (keys && keys.IsMap()) {
+    // keys: {source: postgres, url: ..., snapshot: ..., resync_seconds: ...}
+    OnlyKeys(keys, "keys", {"source", "url", "snapshot", "resync_seconds"});
+    KeySourceConfig& ks = c.key_source;
+    ks.source = keys["source"] ? Str(keys["source"], "keys.source") : "";
+    if (ks.source != "postgres") Fail("keys.source", "must be postgres (or give keys as a list)");
+    if (!keys["url"]) Fail("keys.url", "required for keys.source postgres");
+    ks.url = Str(keys["url"], "keys.url");
+    if (keys["snapshot"]) {
+      ks.snapshot = Str(keys["snapshot"], "keys.snapshot");
+      if (!ks.snapshot.empty() && ks.snapshot[0] != '/') ks.snapshot = base_dir + "/" + ks.snapshot;
+    }
+    Set(keys, "resync_seconds", "keys", ks.resync_seconds, 1, 86'400);
+    if (root["keys_file"]) Fail("keys_file", "give keys_file or keys.source, not both");
+    keys = YAML::Node();
+  }
   if (const YAML::Node kf = root["keys_file"]) {
     if (keys) Fail("keys_file", "give keys or keys_file, not both");
     std::string file = Str(kf, "keys_file");
@@ -455,6 +476,29 @@ Config Parse(const YAML::Node& root, const std::string& base_dir) {
   if (const YAML::Node a = root["anonymous"]) {
     OnlyKeys(a, "anonymous", {"limits"});
     if (a["limits"]) c.anonymous = ParseLimits(a["limits"], "anonymous.limits", false);
+  }
+  if (const YAML::Node d = root["decision"]) {
+    OnlyKeys(d, "decision", {"listen", "deny_status"});
+    if (d["listen"]) c.decision.listen = Str(d["listen"], "decision.listen");
+    Set(d, "deny_status", "decision", c.decision.deny_status, 400, 599);
+  }
+  if (const YAML::Node r = root["rls"]) {
+    OnlyKeys(r, "rls", {"listen", "domains"});
+    if (r["listen"]) c.rls.listen = Str(r["listen"], "rls.listen");
+    if (const YAML::Node ds = r["domains"]) {
+      if (!ds.IsSequence()) Fail("rls.domains", "must be a list");
+      for (size_t i = 0; i < ds.size(); ++i) {
+        const std::string path = Index("rls.domains", i);
+        OnlyKeys(ds[i], path, {"domain", "key_entry", "ip_entry"});
+        RlsDomainConfig dc;
+        if (!ds[i]["domain"]) Fail(Join(path, "domain"), "required");
+        dc.domain = Str(ds[i]["domain"], Join(path, "domain"));
+        if (ds[i]["key_entry"]) dc.key_entry = Str(ds[i]["key_entry"], Join(path, "key_entry"));
+        if (ds[i]["ip_entry"]) dc.ip_entry = Str(ds[i]["ip_entry"], Join(path, "ip_entry"));
+        if (dc.key_entry.empty() && dc.ip_entry.empty()) Fail(path, "give key_entry or ip_entry");
+        c.rls.domains.push_back(std::move(dc));
+      }
+    }
   }
   if (const YAML::Node h = root["headers"]) {
     const auto sets = StrList(h, "headers");

@@ -2,6 +2,7 @@
 
 #include <array>
 #include <atomic>
+#include <cctype>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -27,8 +28,18 @@
 #include <tollgate/http/contract.hpp>
 #include <tollgate/metrics/metrics.hpp>
 #include <tollgate/policy/policy.hpp>
+#include <tollgate/core/calendar.hpp>
+#include <tollgate/engine/checks.hpp>
+#include <tollgate/engine/deny_cache.hpp>
+#include <tollgate/engine/usage_meter.hpp>
+#include <tollgate/policy/postgres_keys.hpp>
 #include <tollgate/store/memory_store.hpp>
+#include <tollgate/store/redis_store.hpp>
+#include <tollgate/store/redis_usage.hpp>
 #include <tollgate/util/clock.hpp>
+#ifdef TOLLGATE_HAVE_RLS
+#include <tollgate/rls/rls_server.hpp>
+#endif
 
 namespace tollgate::http {
 namespace {
@@ -145,6 +156,28 @@ std::string NowIso() {
 
 // ---------------------------------------------------------------------------------------------
 
+// What a connection was accepted on.
+enum class Listener {
+  kGateway,   // the reverse proxy
+  kAdmin,     // reload, key lookup, usage export; loopback by default
+  kDecision,  // the decision service for nginx auth_request, Traefik ForwardAuth, ext_authz
+};
+
+// Awaits a callback-style operation: `start(resume)` calls resume(T) once, on any thread; the
+// coroutine resumes on its own executor.
+template <class T, class Start>
+net::awaitable<T> Await(Start start) {
+  co_return co_await net::async_initiate<decltype(net::use_awaitable), void(T)>(
+      [start = std::move(start)](auto handler) mutable {
+        auto h = std::make_shared<decltype(handler)>(std::move(handler));
+        start([h](T value) {
+          auto ex = net::get_associated_executor(*h);
+          net::post(ex, [h, value = std::move(value)]() mutable { std::move (*h)(std::move(value)); });
+        });
+      },
+      net::use_awaitable);
+}
+
 struct UpstreamConnection {
   explicit UpstreamConnection(net::io_context& ioc) : stream(ioc) {}
   beast::tcp_stream stream;
@@ -165,10 +198,32 @@ struct Gateway::Impl {
   std::shared_ptr<const policy::Policy> policy;
   std::atomic<uint64_t> generation{1};
 
-  std::unique_ptr<store::MemoryStore> memory;
-  std::unique_ptr<engine::Engine> engine;
+  const config::DecisionConfig decision;
   metrics::Registry metrics;
   Log log;
+
+  // The store: memory, or Redis behind the exact deny cache. Destroyed after the engine.
+  std::unique_ptr<store::MemoryStore> memory;
+  std::unique_ptr<store::RedisStore> redis;
+  std::unique_ptr<engine::DenyCache> deny_cache;
+  bool store_is_sync = false;
+  std::unique_ptr<engine::Engine> engine;
+  std::unique_ptr<store::UsageBackend> usage_backend;
+  std::unique_ptr<engine::UsageMeter> meter;
+  // Keys from PostgreSQL (keys.source: postgres); the policy is rebuilt when they change.
+  std::unique_ptr<policy::PostgresKeySource> key_source;
+  config::Config file_config;  // the configuration file as last loaded (keys from it or PG)
+#ifdef TOLLGATE_HAVE_RLS
+  std::unique_ptr<rls::RlsServer> rls;
+#endif
+  std::atomic<int64_t> last_store_log_s{0};
+
+  // Builds the policy from `config` with `keys` and swaps it in; the old one keeps serving on
+  // error. REQUIRES: reload_mu held.
+  core::Result<bool> Install(config::Config config);
+  std::mutex reload_mu;
+  // Store failures are logged at most once a second (every one is counted).
+  void LogStoreFailure(store::StoreErrc errc);
 
   std::atomic<size_t> connections{0};
   std::atomic<size_t> in_flight{0};
@@ -178,6 +233,7 @@ struct Gateway::Impl {
 
   // Reload: a bad configuration is refused and the old one keeps serving.
   core::Result<bool> Reload();
+  ~Impl();
   std::shared_ptr<const policy::Policy> CurrentPolicy() {
     std::lock_guard lock(policy_mu);
     return policy;
@@ -192,35 +248,41 @@ struct Worker {
   net::io_context ioc{1};
   std::optional<tcp::acceptor> acceptor;
   std::optional<tcp::acceptor> admin;
+  std::optional<tcp::acceptor> decision;  // the decision service (worker 0 only)
   std::thread thread;
 
-  // This thread's copy of the policy, refreshed when the generation moves on.
+  // This thread's copy of the policy, refreshed when the generation moves on. A request holds
+  // its own reference for its whole life: a reload while it waits must not free what its
+  // checks point into.
   std::shared_ptr<const policy::Policy> policy;
   uint64_t generation = 0;
-  const policy::Policy& Policy() {
+  std::shared_ptr<const policy::Policy> Policy() {
     const uint64_t g = gw.generation.load(std::memory_order_acquire);
     if (g != generation) {
       policy = gw.CurrentPolicy();
       generation = g;
     }
-    return *policy;
+    return policy;
   }
 
   // Idle keep-alive connections to the upstream, this thread's share of max_connections.
   std::vector<std::unique_ptr<UpstreamConnection>> idle;
   size_t upstream_open = 0;
 
-  net::awaitable<void> Accept(tcp::acceptor& acceptor, bool admin_listener);
-  net::awaitable<void> Session(beast::tcp_stream stream, bool admin_listener);
+  net::awaitable<void> Accept(tcp::acceptor& acceptor, Listener listener);
+  net::awaitable<void> Session(beast::tcp_stream stream, Listener listener);
   net::awaitable<bool> Handle(beast::tcp_stream& stream, beast::flat_buffer& buffer,
                               bhttp::request_parser<bhttp::buffer_body>& parser,
-                              const std::string& peer, bool admin_listener);
+                              const std::string& peer, Listener listener);
+  net::awaitable<engine::Verdict> Decide(const engine::Engine::Request& request,
+                                         std::span<core::Decision> decisions);
   net::awaitable<std::unique_ptr<UpstreamConnection>> AcquireUpstream(beast::error_code& ec);
 };
 
 namespace {
 
 struct RequestLog {
+  bool metered = false;  // counted in usage (a limited request of a known key)
   std::string key_id;
   std::string plan;
   std::string decision = "none";
@@ -317,7 +379,7 @@ net::awaitable<std::unique_ptr<UpstreamConnection>> Worker::AcquireUpstream(beas
   co_return c;
 }
 
-net::awaitable<void> Worker::Accept(tcp::acceptor& a, bool admin_listener) {
+net::awaitable<void> Worker::Accept(tcp::acceptor& a, Listener listener) {
   for (;;) {
     auto [ec, socket] = co_await a.async_accept(kTuple);
     if (ec) {
@@ -330,7 +392,7 @@ net::awaitable<void> Worker::Accept(tcp::acceptor& a, bool admin_listener) {
       continue;
     }
     socket.set_option(tcp::no_delay(true));
-    net::co_spawn(ioc, Session(beast::tcp_stream(std::move(socket)), admin_listener),
+    net::co_spawn(ioc, Session(beast::tcp_stream(std::move(socket)), listener),
                   [this](std::exception_ptr e) {
                     if (!e) return;
                     try {
@@ -343,7 +405,7 @@ net::awaitable<void> Worker::Accept(tcp::acceptor& a, bool admin_listener) {
   }
 }
 
-net::awaitable<void> Worker::Session(beast::tcp_stream stream, bool admin_listener) {
+net::awaitable<void> Worker::Session(beast::tcp_stream stream, Listener listener) {
   gw.connections.fetch_add(1);
   struct Release {
     std::atomic<size_t>& n;
@@ -395,7 +457,7 @@ net::awaitable<void> Worker::Session(beast::tcp_stream stream, bool admin_listen
     gw.in_flight.fetch_add(1);
     bool keep = false;
     try {
-      keep = co_await Handle(stream, buffer, parser, peer, admin_listener);
+      keep = co_await Handle(stream, buffer, parser, peer, listener);
     } catch (...) {
       gw.in_flight.fetch_sub(1);
       throw;
@@ -407,28 +469,120 @@ net::awaitable<void> Worker::Session(beast::tcp_stream stream, bool admin_listen
   stream.close();
 }
 
+namespace {
+
+// The bytes of a SHA-256 digest, for the key table.
+std::string DigestOf(std::string_view presented) {
+  const std::string hex = config::Sha256Hex(presented);
+  std::string raw(32, '\0');
+  for (size_t i = 0; i < 32; ++i) {
+    raw[i] = static_cast<char>(std::stoi(hex.substr(2 * i, 2), nullptr, 16));
+  }
+  return raw;
+}
+
+store::Outcome OutcomeOf(int status, bool rejected) {
+  if (rejected) return store::Outcome::kRejected;
+  if (status >= 500) return store::Outcome::kServerError;
+  if (status >= 400) return store::Outcome::kClientError;
+  return store::Outcome::kSuccess;
+}
+
+std::string CountsJson(const store::UsageCounts& c) {
+  std::string out = "{";
+  for (size_t o = 0; o < store::kOutcomes; ++o) {
+    out += (o ? "," : "") + std::string("\"") + store::kOutcomeNames[o] + "\":{\"requests\":" +
+           std::to_string(c.requests[o]) + ",\"cost\":" + std::to_string(c.cost[o]) + "}";
+  }
+  return out + "}";
+}
+
+// "a=1&b=2" -> the decoded value of `name` ('+' and %XX), or empty.
+std::string QueryValue(std::string_view query, std::string_view name) {
+  while (!query.empty()) {
+    const size_t amp = query.find('&');
+    const std::string_view pair = query.substr(0, amp);
+    const size_t eq = pair.find('=');
+    if (pair.substr(0, eq) == name && eq != std::string_view::npos) {
+      std::string out;
+      const std::string_view v = pair.substr(eq + 1);
+      for (size_t i = 0; i < v.size(); ++i) {
+        if (v[i] == '+') {
+          out += ' ';
+        } else if (v[i] == '%' && i + 2 < v.size() && std::isxdigit(static_cast<unsigned char>(v[i + 1])) &&
+                   std::isxdigit(static_cast<unsigned char>(v[i + 2]))) {
+          out += static_cast<char>(std::stoi(std::string(v.substr(i + 1, 2)), nullptr, 16));
+          i += 2;
+        } else {
+          out += v[i];
+        }
+      }
+      return out;
+    }
+    if (amp == std::string_view::npos) break;
+    query.remove_prefix(amp + 1);
+  }
+  return {};
+}
+
+}  // namespace
+
+net::awaitable<engine::Verdict> Worker::Decide(const engine::Engine::Request& request,
+                                               std::span<core::Decision> decisions) {
+  if (gw.store_is_sync) {
+    // The memory store answers at once: no hop through the executor.
+    engine::Verdict v;
+    gw.engine->Decide(request, decisions, [&v](engine::Verdict r) { v = r; });
+    co_return v;
+  }
+  co_return co_await Await<engine::Verdict>([this, &request, decisions](auto resume) {
+    gw.engine->Decide(request, decisions, std::move(resume));
+  });
+}
+
 net::awaitable<bool> Worker::Handle(beast::tcp_stream& stream, beast::flat_buffer& buffer,
                                     bhttp::request_parser<bhttp::buffer_body>& parser,
-                                    const std::string& peer, bool admin_listener) {
+                                    const std::string& peer, Listener listener) {
   const auto start = Clock::now();
-  const policy::Policy& pol = Policy();
+  const std::shared_ptr<const policy::Policy> policy_ref = Policy();
+  const policy::Policy& pol = *policy_ref;
   auto& req = parser.get();
+  const bool decision_service = listener == Listener::kDecision;
   // A copy: forwarding to an upstream with a base path rewrites req.target(), which would
-  // leave `path` (logged after the response) pointing at freed memory.
-  const std::string target_copy(req.target());
+  // leave `path` (logged after the response) pointing at freed memory. The decision service
+  // decides about the original request, which the proxy in front describes in headers.
+  std::string target_copy(req.target());
+  std::string method_copy(req.method_string());
+  if (decision_service) {
+    for (const char* h : {"X-Original-URI", "X-Forwarded-Uri"}) {
+      if (!req[h].empty()) {
+        target_copy = std::string(req[h]);
+        break;
+      }
+    }
+    for (const char* h : {"X-Original-Method", "X-Forwarded-Method"}) {
+      if (!req[h].empty()) {
+        method_copy = std::string(req[h]);
+        break;
+      }
+    }
+  }
   const std::string_view target = target_copy;
   const size_t qmark = target.find('?');
   const std::string_view path = target.substr(0, qmark);
   const std::string_view query = qmark == std::string_view::npos ? std::string_view() : target.substr(qmark + 1);
-  const std::string_view method = req.method_string();
+  const std::string_view method = method_copy;
   RequestLog rlog;
-  int status_code = 0;
+  const policy::Key* key = nullptr;
 
   auto finish = [&](int status) {
-    status_code = status;
     const char* cls = status < 300 ? "2xx" : status < 400 ? "3xx" : status < 500 ? "4xx" : "5xx";
     gw.metrics.Counter("tollgate_requests_total", std::string("class=\"") + cls + "\"")
         .fetch_add(1, std::memory_order_relaxed);
+    if (key && rlog.metered) {
+      gw.meter->Record(key->account, key->id, OutcomeOf(status, rlog.decision == "rejected"),
+                       rlog.cost, util::SystemClock::Instance().Now());
+    }
     if (!gw.server.access_log) return;
     std::string line = "{\"ts\":\"" + NowIso() + "\",\"method\":\"" + JsonEscape(method) +
                        "\",\"path\":\"" + JsonEscape(path) + "\",\"status\":" + std::to_string(status) +
@@ -439,7 +593,8 @@ net::awaitable<bool> Worker::Handle(beast::tcp_stream& stream, beast::flat_buffe
                        ",\"latency_ms\":" + std::to_string(SecondsSince(start) * 1000) + "}\n";
     gw.log.Access(line);
   };
-  // Builds a response of ours (not the upstream's); Send() writes it.
+  // Builds a response of ours (not the upstream's); Send() writes it. (Responses are built in
+  // statements of their own: string literals inside a co_await expression trip GCC 12.)
   bhttp::response<bhttp::string_body> out;
   auto make = [&](bhttp::status status, std::string body, const HeaderList& headers = {},
                   const char* type = "application/json") {
@@ -450,56 +605,60 @@ net::awaitable<bool> Worker::Handle(beast::tcp_stream& stream, beast::flat_buffe
     return res;
   };
 
-  // Built-in endpoints.
-  if (method == "GET" && (path == "/healthz" || path == "/readyz")) {
-    {
-      out = make(bhttp::status::ok, gw.draining.load() && path == "/readyz" ? "{\"status\":\"draining\"}" : "{\"status\":\"ok\"}");
-      co_return co_await Send(stream, out);
-    }
+  // Built-in endpoints, on every listener.
+  if (method == "GET" && (path == "/healthz" || path == "/readyz") && !decision_service) {
+    out = make(bhttp::status::ok, gw.draining.load() && path == "/readyz" ? "{\"status\":\"draining\"}" : "{\"status\":\"ok\"}");
+    co_return co_await Send(stream, out);
   }
-  if (method == "GET" && path == "/metrics") {
-    {
-      out = make(bhttp::status::ok, gw.metrics.Render(), {}, "text/plain; version=0.0.4");
-      co_return co_await Send(stream, out);
-    }
+  if (method == "GET" && path == "/metrics" && !decision_service) {
+    out = make(bhttp::status::ok, gw.metrics.Render(), {}, "text/plain; version=0.0.4");
+    co_return co_await Send(stream, out);
   }
-  if (admin_listener) {
+  if (listener == Listener::kAdmin) {
     if (method == "POST" && path == "/admin/reload") {
       auto r = gw.Reload();
-      if (!r) {
-      out = make(bhttp::status::bad_request, ErrorBody("invalid_config", r.error()));
+      out = r ? make(bhttp::status::ok, "{\"status\":\"reloaded\"}")
+              : make(bhttp::status::bad_request, ErrorBody("invalid_config", r.error()));
       co_return co_await Send(stream, out);
-    }
-      {
-      out = make(bhttp::status::ok, "{\"status\":\"reloaded\"}");
-      co_return co_await Send(stream, out);
-    }
     }
     if (method == "GET" && path.substr(0, 12) == "/admin/keys/") {
-      const policy::Key* key = pol.FindById(path.substr(12));
-      if (!key) {
-      out = make(bhttp::status::not_found, ErrorBody("unknown_key", "no key with this id"));
-      co_return co_await Send(stream, out);
-    }
-      std::string body = "{\"id\":\"" + JsonEscape(key->id) + "\",\"account\":\"" + JsonEscape(key->account) +
-                         "\",\"plan\":\"" + JsonEscape(key->plan->name) + "\",\"configured_plan\":\"" +
-                         JsonEscape(key->plan_name) + "\",\"enforced\":" + (key->plan->enforced ? "true" : "false") +
+      const policy::Key* k = pol.FindById(path.substr(12));
+      if (!k) {
+        out = make(bhttp::status::not_found, ErrorBody("unknown_key", "no key with this id"));
+        co_return co_await Send(stream, out);
+      }
+      std::string body = "{\"id\":\"" + JsonEscape(k->id) + "\",\"account\":\"" + JsonEscape(k->account) +
+                         "\",\"plan\":\"" + JsonEscape(k->plan->name) + "\",\"configured_plan\":\"" +
+                         JsonEscape(k->plan_name) + "\",\"enforced\":" + (k->plan->enforced ? "true" : "false") +
                          ",\"overrides\":[";
-      for (size_t i = 0; i < key->overrides.size(); ++i) {
-        const auto& o = key->overrides[i];
-        body += (i ? "," : "") + std::string("{\"limit\":\"") + JsonEscape(key->plan->limits[o.limit_index].name) +
+      for (size_t i = 0; i < k->overrides.size(); ++i) {
+        const auto& o = k->overrides[i];
+        body += (i ? "," : "") + std::string("{\"limit\":\"") + JsonEscape(k->plan->limits[o.limit_index].name) +
                 "\",\"quota\":" + std::to_string(o.limit.PolicyQuota()) + ",\"expires_unix\":" +
                 (o.expires ? std::to_string(o.expires->unix_micros() / 1'000'000) : "null") + "}";
       }
-      {
       out = make(bhttp::status::ok, body + "]}");
       co_return co_await Send(stream, out);
     }
-    }
-    {
-      out = make(bhttp::status::not_found, ErrorBody("not_found", "unknown admin endpoint"));
+    if (method == "GET" && path == "/admin/usage") {
+      // Billing export: tollgate usage --period 2026-11 [--account ID] --format csv|json.
+      const std::string period = QueryValue(query, "period");
+      const std::string format = QueryValue(query, "format");
+      auto records = co_await Await<core::Result<std::vector<engine::UsageRecord>>>(
+          [this, &period, account = QueryValue(query, "account")](auto resume) {
+            gw.meter->Query(period, account, std::move(resume));
+          });
+      if (!records) {
+        out = make(bhttp::status::bad_request, ErrorBody("invalid_period", records.error()));
+      } else if (format == "json") {
+        out = make(bhttp::status::ok, engine::UsageJson(*records));
+      } else {
+        out = make(bhttp::status::ok, engine::UsageCsv(*records), {}, "text/csv");
+      }
       co_return co_await Send(stream, out);
     }
+    out = make(bhttp::status::not_found, ErrorBody("not_found", "unknown admin endpoint"));
+    co_return co_await Send(stream, out);
   }
 
   // Identity and checks.
@@ -510,52 +669,68 @@ net::awaitable<bool> Worker::Handle(beast::tcp_stream& stream, beast::flat_buffe
   size_t n_checks = 0;
   std::string scope;
   const policy::Plan* plan = nullptr;
-  const policy::Key* key = nullptr;
-  const bool status_endpoint = method == "GET" && path == "/v1/rate-limit";
+  const bool status_endpoint = !decision_service && method == "GET" && path == "/v1/rate-limit";
+  const bool usage_endpoint = !decision_service && method == "GET" && path == "/v1/usage";
   const std::string client = pol.ClientAddress(peer, req["X-Forwarded-For"]);
+  const bhttp::status deny_status = decision_service
+                                        ? static_cast<bhttp::status>(gw.decision.deny_status)
+                                        : bhttp::status::too_many_requests;
 
   auto header = [&](const std::string& name) { return std::string_view(req[name]); };
-  if (route.identity == config::RouteIdentity::kKey || status_endpoint) {
+  if (route.identity == config::RouteIdentity::kKey || status_endpoint || usage_endpoint) {
     const std::string_view presented = pol.PresentedKey(header);
-    if (!presented.empty()) {
-      const std::string hex = config::Sha256Hex(presented);
-      std::string raw(32, '\0');
-      for (size_t i = 0; i < 32; ++i) raw[i] = static_cast<char>(std::stoi(hex.substr(2 * i, 2), nullptr, 16));
-      key = pol.FindByDigest(raw);
-    }
+    if (!presented.empty()) key = pol.FindByDigest(DigestOf(presented));
     if (!key) {
       gw.metrics.Counter("tollgate_invalid_keys_total").fetch_add(1, std::memory_order_relaxed);
       rlog.decision = "invalid_key";
       // Repeated invalid keys from one address are limited per address.
       const store::Check bad{"invalid_key", &pol.invalid_key_limit(), 1, true};
       const std::string bad_scope = "badkey:" + client;
-      engine::Verdict v;
-      gw.engine->Decide({.batch = {.scope = bad_scope, .checks = {&bad, 1}}, .fail_mode = engine::FailMode::kOpen},
-                        {decisions.data(), 1}, [&](engine::Verdict r) { v = r; });
+      const engine::Engine::Request bad_request{
+          .batch = {.scope = bad_scope, .checks = {&bad, 1}}, .fail_mode = engine::FailMode::kOpen};
+      const engine::Verdict v = co_await Decide(bad_request, {decisions.data(), 1});
       if (v.kind == engine::Verdict::Kind::kRejected) {
         HeaderList h;
         h.emplace_back("Retry-After", std::to_string(std::max<int64_t>(1, v.retry_after.CeilSeconds())));
-        {
-      out = make(bhttp::status::too_many_requests,
-                                 RejectionBody({&bad, 1}, {decisions.data(), 1}, v), h,
-                                 "application/problem+json");
-      co_return co_await Send(stream, out);
-    }
+        out = make(deny_status, RejectionBody({&bad, 1}, {decisions.data(), 1}, v), h,
+                   "application/problem+json");
+        co_return co_await Send(stream, out);
       }
-      {
       out = make(bhttp::status::unauthorized,
-                               ErrorBody(presented.empty() ? "missing_api_key" : "invalid_api_key",
-                                         presented.empty() ? "an API key is required" : "the API key is not valid"),
-                               {{"WWW-Authenticate", "Bearer"}});
+                 ErrorBody(presented.empty() ? "missing_api_key" : "invalid_api_key",
+                           presented.empty() ? "an API key is required" : "the API key is not valid"),
+                 {{"WWW-Authenticate", "Bearer"}});
       co_return co_await Send(stream, out);
-    }
     }
     plan = key->plan;
     rlog.key_id = key->id;
-    scope = (plan->per_account ? "account:" + key->account : "key:" + key->id);
+    scope = engine::ScopeFor(*plan, key, client);
   } else if (route.identity == config::RouteIdentity::kIp) {
     plan = &pol.anonymous();
-    scope = "ip:" + client;
+    scope = engine::ScopeFor(*plan, nullptr, client);
+  }
+
+  if (usage_endpoint) {
+    // GET /v1/usage: the caller's metered usage today and this month (UTC).
+    const std::string day = core::PeriodLabel(core::Period::kDay, now);
+    const std::string month = core::PeriodLabel(core::Period::kMonth, now);
+    std::string body = "{\"key_id\":\"" + JsonEscape(key->id) + "\",\"account\":\"" + JsonEscape(key->account) + "\"";
+    for (const std::string& period : {day, month}) {
+      auto records = co_await Await<core::Result<std::vector<engine::UsageRecord>>>(
+          [this, &period, account = key->account](auto resume) { gw.meter->Query(period, account, std::move(resume)); });
+      if (!records) {
+        out = make(bhttp::status::service_unavailable, ErrorBody("usage_unavailable", records.error()));
+        co_return co_await Send(stream, out);
+      }
+      store::UsageCounts counts;
+      for (const auto& r : *records) {
+        if (r.key_id == key->id) counts = r.counts;
+      }
+      body += ",\"" + std::string(period == day ? "day" : "month") + "\":{\"period\":\"" + period +
+              "\",\"usage\":" + CountsJson(counts) + "}";
+    }
+    out = make(bhttp::status::ok, body + "}");
+    co_return co_await Send(stream, out);
   }
 
   int64_t cost = 0;
@@ -568,32 +743,32 @@ net::awaitable<bool> Worker::Handle(beast::tcp_stream& stream, beast::flat_buffe
     }
     cost = status_endpoint ? 0 : *c;
     rlog.cost = cost;
-    for (size_t i = 0; i < plan->limits.size() && n_checks < kMaxChecks; ++i, ++n_checks) {
-      checks[n_checks] = store::Check{plan->limits[i].name,
-                                      key ? &key->LimitAt(i, now) : &plan->limits[i].limit, cost,
-                                      plan->enforced};
-    }
+    rlog.metered = !status_endpoint;
+    n_checks = engine::ChecksFor(*plan, key, cost, now, checks);
   }
 
   HeaderList rate_headers;
   if (n_checks > 0) {
     const auto t0 = Clock::now();
-    engine::Verdict v;
     const engine::Engine::Request request{
         .batch = {.scope = scope,
                   .checks = {checks.data(), n_checks},
                   .mode = status_endpoint ? store::Mode::kPeek : store::Mode::kConsume},
         .fail_mode = route.fail_mode == config::FailMode::kClosed ? engine::FailMode::kClosed
                                                                    : engine::FailMode::kOpen};
-    gw.engine->Decide(request, {decisions.data(), n_checks}, [&](engine::Verdict r) { v = r; });
+    const engine::Verdict v = co_await Decide(request, {decisions.data(), n_checks});
     gw.metrics.Hist("tollgate_limiter_latency_seconds").Observe(SecondsSince(t0));
     const std::span<const store::Check> cs{checks.data(), n_checks};
     const std::span<const core::Decision> ds{decisions.data(), n_checks};
 
     if (status_endpoint) {
       // GET /v1/rate-limit: the caller's limits and usage; consumes nothing.
-      engine::Verdict shown = v;
-      AppendRateLimitHeaders(pol.config().headers, cs, ds, shown, rate_headers);
+      if (v.kind == engine::Verdict::Kind::kDegraded || v.kind == engine::Verdict::Kind::kUnavailable) {
+        out = make(bhttp::status::service_unavailable, RejectionBody(cs, ds, engine::Verdict{.kind = engine::Verdict::Kind::kUnavailable}),
+                   {{"Retry-After", "1"}}, "application/problem+json");
+        co_return co_await Send(stream, out);
+      }
+      AppendRateLimitHeaders(pol.config().headers, cs, ds, v, rate_headers);
       const int p = v.primary;
       std::string body = "{\"key_id\":\"" + JsonEscape(key->id) + "\",\"plan\":\"" + JsonEscape(plan->name) +
                          "\",\"mode\":\"" + (plan->enforced ? "enforce" : "shadow") + "\"";
@@ -628,10 +803,8 @@ net::awaitable<bool> Worker::Handle(beast::tcp_stream& stream, beast::flat_buffe
       if (!burst.empty()) body += ",\"burst\":" + burst;
       if (!quota.empty()) body += ",\"quota\":" + quota;
       rlog.decision = "status";
-      {
       out = make(bhttp::status::ok, body + "}", plan->enforced ? rate_headers : HeaderList{});
       co_return co_await Send(stream, out);
-    }
     }
 
     for (size_t i = 0; i < n_checks; ++i) {
@@ -653,35 +826,39 @@ net::awaitable<bool> Worker::Handle(beast::tcp_stream& stream, beast::flat_buffe
       case engine::Verdict::Kind::kDegraded:
         rlog.decision = "degraded";
         gw.metrics.Counter("tollgate_degraded_total").fetch_add(1, std::memory_order_relaxed);
+        gw.LogStoreFailure(v.store_error);
         break;
-      case engine::Verdict::Kind::kUnavailable: {
+      case engine::Verdict::Kind::kUnavailable:
         rlog.decision = "unavailable";
         gw.metrics.Counter("tollgate_limiter_unavailable_total").fetch_add(1, std::memory_order_relaxed);
+        gw.LogStoreFailure(v.store_error);
         AppendRateLimitHeaders(pol.config().headers, cs, ds, v, rate_headers);
-        {
-      out = make(bhttp::status::service_unavailable, RejectionBody(cs, ds, v),
-                                 rate_headers, "application/problem+json");
-      co_return co_await Send(stream, out);
-    }
-      }
-      case engine::Verdict::Kind::kRejected: {
+        out = make(decision_service ? deny_status : bhttp::status::service_unavailable,
+                   RejectionBody(cs, ds, v), rate_headers, "application/problem+json");
+        co_return co_await Send(stream, out);
+      case engine::Verdict::Kind::kRejected:
         rlog.decision = "rejected";
         gw.metrics.Counter("tollgate_rejections_total", "plan=\"" + plan->name + "\",code=\"" +
                                                             std::string(core::RejectCodeName(v.code)) + "\"")
             .fetch_add(1, std::memory_order_relaxed);
         AppendRateLimitHeaders(pol.config().headers, cs, ds, v, rate_headers);
-        {
-      out = make(bhttp::status::too_many_requests, RejectionBody(cs, ds, v),
-                                 rate_headers, "application/problem+json");
-      co_return co_await Send(stream, out);
-    }
-      }
+        out = make(deny_status, RejectionBody(cs, ds, v), rate_headers, "application/problem+json");
+        co_return co_await Send(stream, out);
     }
   } else if (status_endpoint) {
-    {
-      out = make(bhttp::status::not_found, ErrorBody("not_found", "no limits apply"));
-      co_return co_await Send(stream, out);
+    out = make(bhttp::status::not_found, ErrorBody("not_found", "no limits apply"));
+    co_return co_await Send(stream, out);
+  }
+
+  if (decision_service) {
+    // Allowed: the proxy in front forwards the request itself. The key id and plan go back in
+    // headers the proxy may pass upstream (nginx: auth_request_set).
+    if (key) {
+      rate_headers.emplace_back("X-Tollgate-Key-Id", key->id);
+      rate_headers.emplace_back("X-Tollgate-Plan", plan->name);
     }
+    out = make(bhttp::status::ok, "", rate_headers, "text/plain");
+    co_return co_await Send(stream, out);
   }
 
   // Forward to the upstream. Read the client's keep-alive wish before the Connection header
@@ -782,47 +959,148 @@ Gateway::Impl::Impl(std::string path, config::Config config)
     : config_path(std::move(path)),
       server(config.server),
       upstream_config(config.upstream),
-      upstream(ParseUpstream(config.upstream.url)) {
-  if (config.store.type != "memory") {
-    throw std::runtime_error("store.type: " + config.store.type + " is not available in this build");
+      upstream(ParseUpstream(config.upstream.url)),
+      decision(config.decision) {
+  const config::StoreConfig& sc = config.store;
+  store::Store* store = nullptr;
+  if (sc.type == "redis") {
+    auto r = store::RedisStore::Create({.url = sc.url,
+                                        .prefix = sc.prefix,
+                                        .timeout_ms = sc.timeout_ms,
+                                        .connect_timeout_ms = sc.connect_timeout_ms});
+    if (!r) throw std::runtime_error(r.error());
+    redis = std::move(r).value();
+    store = redis.get();
+    if (sc.deny_cache) {
+      deny_cache = std::make_unique<engine::DenyCache>(*redis);
+      store = deny_cache.get();
+    }
+    usage_backend = std::make_unique<store::RedisUsageBackend>(*redis, sc.prefix);
+  } else {
+    memory = std::make_unique<store::MemoryStore>(store::MemoryStoreOptions{.max_keys = sc.max_keys});
+    store = memory.get();
+    store_is_sync = true;
+    usage_backend = std::make_unique<store::MemoryUsageBackend>();
   }
-  memory = std::make_unique<store::MemoryStore>(
-      store::MemoryStoreOptions{.max_keys = config.store.max_keys});
-  engine = std::make_unique<engine::Engine>(*memory);
+  engine = std::make_unique<engine::Engine>(*store);
+  meter = std::make_unique<engine::UsageMeter>(*usage_backend);
+
+  if (config.key_source.source == "postgres") {
+    auto source = policy::PostgresKeySource::Start(
+        {.url = config.key_source.url,
+         .plans = config.plans,
+         .snapshot_path = config.key_source.snapshot,
+         .resync_seconds = config.key_source.resync_seconds},
+        [this](std::vector<config::KeyConfig> keys) {
+          // A key inserted, changed or revoked: a new policy with the same configuration.
+          std::lock_guard lock(reload_mu);
+          config::Config c = file_config;
+          c.keys = std::move(keys);
+          (void)Install(std::move(c));
+        },
+        [this](const std::string& line) { log.Error(line); });
+    if (!source) throw std::runtime_error(source.error());
+    key_source = std::move(source).value();
+    config.keys = key_source->Keys();
+  }
+  file_config = config;
   auto built = policy::Policy::Build(std::move(config));
   if (!built) throw std::runtime_error(built.error());
   policy = *built;
-  metrics.Gauge("tollgate_store_keys", "Keys held by the memory store.",
-                [this] { return static_cast<double>(memory->size()); });
-  metrics.Gauge("tollgate_store_evictions_total", "Live keys evicted from the full memory store.",
-                [this] { return static_cast<double>(memory->stats().evicted_live.load()); });
+
   metrics.Gauge("tollgate_connections", "Open client connections.",
                 [this] { return static_cast<double>(connections.load()); });
+  if (memory) {
+    metrics.Gauge("tollgate_store_keys", "Keys held by the memory store.",
+                  [this] { return static_cast<double>(memory->size()); });
+    metrics.Gauge("tollgate_store_evictions_total", "Live keys evicted from the full memory store.",
+                  [this] { return static_cast<double>(memory->stats().evicted_live.load()); });
+  }
+  if (redis) {
+    const auto& st = redis->stats();
+    metrics.Gauge("tollgate_redis_calls_total", "Decisions sent to Redis.", [&st] { return static_cast<double>(st.calls.load()); });
+    metrics.Gauge("tollgate_redis_timeouts_total", "Redis calls past their deadline.", [&st] { return static_cast<double>(st.timeouts.load()); });
+    metrics.Gauge("tollgate_redis_errors_total", "Redis connection and protocol failures.", [&st] { return static_cast<double>(st.errors.load()); });
+    metrics.Gauge("tollgate_redis_breaker_rejections_total", "Calls failed at once: circuit open.", [&st] { return static_cast<double>(st.breaker_rejections.load()); });
+    metrics.Gauge("tollgate_redis_breaker_open", "1 while the circuit breaker is open.", [&st] { return static_cast<double>(st.breaker_open.load()); });
+    metrics.Gauge("tollgate_redis_noscript_total", "Script reloads after NOSCRIPT.", [&st] { return static_cast<double>(st.noscript.load()); });
+    metrics.Gauge("tollgate_redis_redirects_total", "Redis Cluster MOVED/ASK redirects followed.", [&st] { return static_cast<double>(st.redirects.load()); });
+    metrics.Gauge("tollgate_redis_reconnects_total", "Redis connections lost and reopened.", [&st] { return static_cast<double>(st.reconnects.load()); });
+  }
+  if (deny_cache) {
+    metrics.Gauge("tollgate_deny_cache_rejections_total", "Requests rejected locally by the exact deny cache.",
+                  [this] { return static_cast<double>(deny_cache->stats().local_rejections.load()); });
+  }
+  if (key_source) {
+    const auto& ks = key_source->stats();
+    metrics.Gauge("tollgate_keys_loads_total", "Full key loads from PostgreSQL.", [&ks] { return static_cast<double>(ks.loads.load()); });
+    metrics.Gauge("tollgate_keys_notifications_total", "Key changes notified by PostgreSQL.", [&ks] { return static_cast<double>(ks.notifications.load()); });
+    metrics.Gauge("tollgate_keys_errors_total", "Key source failures (PostgreSQL down, bad queries).", [&ks] { return static_cast<double>(ks.errors.load()); });
+    metrics.Gauge("tollgate_keys_skipped_rows_total", "Malformed api_keys rows skipped.", [&ks] { return static_cast<double>(ks.skipped_rows.load()); });
+    metrics.Gauge("tollgate_keys_source_connected", "1 while connected to PostgreSQL.", [&ks] { return ks.connected.load() ? 1.0 : 0.0; });
+  }
 }
 
-core::Result<bool> Gateway::Impl::Reload() {
-  auto config = config::LoadConfigFile(config_path);
-  core::Result<std::shared_ptr<const policy::Policy>> built =
-      config ? policy::Policy::Build(std::move(config).value())
-             : core::Result<std::shared_ptr<const policy::Policy>>(core::Error{config.error()});
-  if (!built) {
-    metrics.Counter("tollgate_config_reloads_total", "result=\"error\"").fetch_add(1);
-    log.Error("{\"level\":\"error\",\"msg\":\"reload refused; the previous configuration keeps serving\",\"error\":\"" +
-              JsonEscape(built.error()) + "\"}");
-    return core::Error{built.error()};
-  }
+Gateway::Impl::~Impl() {
+  key_source.reset();  // stops calling Install()
+#ifdef TOLLGATE_HAVE_RLS
+  if (rls) rls->Shutdown();
+#endif
+}
+
+void Gateway::Impl::LogStoreFailure(store::StoreErrc errc) {
+  const int64_t now_s = util::SystemClock::Instance().Now().unix_micros() / 1'000'000;
+  int64_t last = last_store_log_s.load(std::memory_order_relaxed);
+  if (now_s <= last || !last_store_log_s.compare_exchange_strong(last, now_s)) return;
+  const char* what = errc == store::StoreErrc::kTimeout ? "timeout" : errc == store::StoreErrc::kProtocol ? "protocol" : "unavailable";
+  log.Error(std::string("{\"level\":\"warn\",\"msg\":\"store failed; routes follow their fail_mode\",\"error\":\"") +
+            what + "\",\"degraded_total\":" + std::to_string(engine->stats().degraded.load()) +
+            ",\"unavailable_total\":" + std::to_string(engine->stats().unavailable.load()) + "}");
+}
+
+core::Result<bool> Gateway::Impl::Install(config::Config config) {
+  auto built = policy::Policy::Build(std::move(config));
+  if (!built) return core::Error{built.error()};
   {
     std::lock_guard lock(policy_mu);
     policy = *built;
   }
   generation.fetch_add(1, std::memory_order_release);
+  return true;
+}
+
+core::Result<bool> Gateway::Impl::Reload() {
+  std::lock_guard lock(reload_mu);
+  auto config = config::LoadConfigFile(config_path);
+  core::Result<bool> installed = core::Error{config ? "" : config.error()};
+  if (config) {
+    if (key_source) {
+      if (config->key_source.source != "postgres") {
+        installed = core::Error{"keys: the key source cannot change on reload (restart instead)"};
+      } else {
+        key_source->SetPlans(config->plans);
+        config->keys = key_source->Keys();
+      }
+    }
+    if (installed.ok() || installed.error().empty()) {
+      config::Config copy = *config;
+      installed = Install(std::move(config).value());
+      if (installed) file_config = std::move(copy);
+    }
+  }
+  if (!installed) {
+    metrics.Counter("tollgate_config_reloads_total", "result=\"error\"").fetch_add(1);
+    log.Error("{\"level\":\"error\",\"msg\":\"reload refused; the previous configuration keeps serving\",\"error\":\"" +
+              JsonEscape(installed.error()) + "\"}");
+    return installed;
+  }
   metrics.Counter("tollgate_config_reloads_total", "result=\"ok\"").fetch_add(1);
   log.Error("{\"level\":\"info\",\"msg\":\"configuration reloaded\"}");
   return true;
 }
 
 Gateway::Gateway(std::string config_path, config::Config config)
-    : impl_(std::make_unique<Impl>(std::move(config_path), std::move(config))) {
+    : impl_(std::make_unique<Impl>(std::move(config_path), config)) {
   Impl& g = *impl_;
   size_t threads = g.server.threads > 0 ? static_cast<size_t>(g.server.threads)
                                         : std::max(1u, std::thread::hardware_concurrency());
@@ -848,8 +1126,28 @@ Gateway::Gateway(std::string config_path, config::Config config)
   try {
     for (auto& w : g.workers) w->acceptor.emplace(open(w->ioc, listen, true));
     g.workers[0]->admin.emplace(open(g.workers[0]->ioc, admin, false));
+    if (!config.decision.listen.empty()) {
+      const Endpoint d = SplitHostPort(config.decision.listen, "decision.listen");
+      g.workers[0]->decision.emplace(open(g.workers[0]->ioc, d, false));
+    }
   } catch (const boost::system::system_error& e) {
     throw std::runtime_error(std::string("cannot listen: ") + e.what());
+  }
+  if (!config.rls.listen.empty()) {
+#ifdef TOLLGATE_HAVE_RLS
+    rls::RlsOptions options{.listen = config.rls.listen};
+    for (const auto& d : config.rls.domains) options.domains.push_back({d.domain, d.key_entry, d.ip_entry});
+    g.rls = std::make_unique<rls::RlsServer>(std::move(options), *g.engine,
+                                             [&g] { return g.CurrentPolicy(); });
+    auto port = g.rls->Start();
+    if (!port) throw std::runtime_error(port.error());
+    const auto& st = g.rls->stats();
+    g.metrics.Gauge("tollgate_rls_ok_total", "Envoy RLS answers OK.", [&st] { return static_cast<double>(st.ok.load()); });
+    g.metrics.Gauge("tollgate_rls_over_limit_total", "Envoy RLS answers OVER_LIMIT.", [&st] { return static_cast<double>(st.over_limit.load()); });
+    g.metrics.Gauge("tollgate_rls_unknown_domain_total", "Envoy RLS calls for a domain not configured.", [&st] { return static_cast<double>(st.unknown_domain.load()); });
+#else
+    throw std::runtime_error("rls.listen: this build has no gRPC (configure with TOLLGATE_RLS=ON)");
+#endif
   }
 }
 
@@ -858,8 +1156,9 @@ Gateway::~Gateway() = default;
 int Gateway::Run() {
   Impl& g = *impl_;
   for (auto& w : g.workers) {
-    net::co_spawn(w->ioc, w->Accept(*w->acceptor, false), net::detached);
-    if (w->admin) net::co_spawn(w->ioc, w->Accept(*w->admin, true), net::detached);
+    net::co_spawn(w->ioc, w->Accept(*w->acceptor, Listener::kGateway), net::detached);
+    if (w->admin) net::co_spawn(w->ioc, w->Accept(*w->admin, Listener::kAdmin), net::detached);
+    if (w->decision) net::co_spawn(w->ioc, w->Accept(*w->decision, Listener::kDecision), net::detached);
     w->thread = std::thread([&w] {
       auto guard = net::make_work_guard(w->ioc);
       w->ioc.run();
@@ -892,6 +1191,7 @@ int Gateway::Run() {
           beast::error_code ignored;
           if (w->acceptor) w->acceptor->close(ignored);
           if (w->admin) w->admin->close(ignored);
+          if (w->decision) w->decision->close(ignored);
         });
       }
       g.log.Error("{\"level\":\"info\",\"msg\":\"draining\"}");
@@ -907,8 +1207,10 @@ int Gateway::Run() {
         signals.cancel();
         return;
       }
-      static int sweeps = 0;
-      if (++sweeps % 20 == 0) g.memory->Sweep(util::SystemClock::Instance().Now());
+      static int ticks = 0;
+      ++ticks;
+      if (ticks % 2 == 0) g.meter->Flush();
+      if (g.memory && ticks % 20 == 0) g.memory->Sweep(util::SystemClock::Instance().Now());
       tick();
     });
   };
@@ -916,6 +1218,8 @@ int Gateway::Run() {
   main_ioc.run();
   for (auto& w : g.workers) w->ioc.stop();
   for (auto& w : g.workers) w->thread.join();
+  // Usage counted until the last request reaches its backend (Redis drains when destroyed).
+  g.meter->Flush();
   g.log.Flush();
   g.log.Error("{\"level\":\"info\",\"msg\":\"stopped\"}");
   return 0;

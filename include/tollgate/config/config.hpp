@@ -37,8 +37,37 @@ struct StoreConfig {
   std::string type = "memory";   // memory | redis
   size_t max_keys = 1'000'000;   // memory: most keys held
   std::string prefix = "tollgate";  // key prefix: separates environments sharing a Redis
-  std::string url;               // redis: redis://[user:pass@]host:port[/db]
-  int timeout_ms = 5;            // redis: deadline per call
+  // redis: redis://[user:pass@]host:port[/db] or redis-cluster://host:port[,host:port...]
+  std::string url;
+  int timeout_ms = 5;            // redis: deadline per decision
+  int connect_timeout_ms = 1'000;  // redis: to connect and authenticate
+  bool deny_cache = true;        // redis: reject locally what the last answer proves hopeless
+};
+
+// Where API keys come from: the configuration (`keys:` list or `keys_file`), or PostgreSQL.
+struct KeySourceConfig {
+  std::string source = "config";  // config | postgres
+  std::string url;                // postgres://user:pass@host:port/db
+  std::string snapshot;           // file of the last loaded keys, used when PostgreSQL is down
+  int resync_seconds = 60;        // full reload on this period (and after every reconnect)
+};
+
+// The decision service for gateways people already run (nginx auth_request, Traefik
+// ForwardAuth, Envoy ext_authz over HTTP). Off unless `listen` is set.
+struct DecisionConfig {
+  std::string listen;    // host:port
+  int deny_status = 429;  // nginx auth_request needs 403 (it turns anything else into 500)
+};
+
+// Envoy's rate limit service API v3 over gRPC. Off unless `listen` is set.
+struct RlsDomainConfig {
+  std::string domain;
+  std::string key_entry;  // descriptor entry holding an API key
+  std::string ip_entry;   // descriptor entry holding a client address
+};
+struct RlsConfig {
+  std::string listen;
+  std::vector<RlsDomainConfig> domains;
 };
 
 enum class Mode { kEnforce, kShadow };
@@ -122,9 +151,12 @@ struct Config {
   IdentityConfig identity;
   std::vector<PlanConfig> plans;  // in file order
   std::vector<KeyConfig> keys;
+  KeySourceConfig key_source;
   std::vector<RouteConfig> routes;  // first match wins; unmatched paths: identity key, cost 1
   std::vector<LimitConfig> anonymous;  // per client IP, for `identity: ip` routes
   HeadersConfig headers;
+  DecisionConfig decision;
+  RlsConfig rls;
 };
 
 // Parses YAML text. Errors name the field path ("plans.free.limits[0].capacity: must be > 0").
