@@ -9,7 +9,7 @@ packages=(
   libyaml-cpp-dev libhiredis-dev libssl-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   redis-server redis-tools curl python3
-  libpq-dev postgresql
+  libpq-dev postgresql nginx-light
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
 )
 if [[ ${TOLLGATE_EXTRA_PACKAGES:-} ]]; then
