@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# GATEWAY_CMD for ../shared/bench/run-all.sh: writes a tollgate config for the harness's
+# variables and execs the gateway in the foreground (the harness stops it by its PID group).
+#   BENCH_PORT BENCH_LIMIT_RPS BENCH_VARIANT BENCH_UPSTREAM_PORT BENCH_REDIS_PORT BENCH_WRK_KEYS
+# TOLLGATE_BIN (default build/tollgate), SANITY_KEY / SANITY_BURST_KEY (fixed by bench/gateway/run.sh).
+set -euo pipefail
+bin=${TOLLGATE_BIN:-build/tollgate}
+dir=$(mktemp -d /tmp/tollgate-bench.XXXXXX)
+keys=${BENCH_WRK_KEYS:-10000}
+limit=${BENCH_LIMIT_RPS:-10000000}
+{
+  echo "server: {listen: 127.0.0.1:${BENCH_PORT}, admin_listen: 127.0.0.1:0, threads: 1, access_log: false}"
+  if [[ -n ${BENCH_UPSTREAM_PORT:-} ]]; then
+    echo "upstream: {url: http://127.0.0.1:${BENCH_UPSTREAM_PORT}, max_connections: 256}"
+  fi
+  if [[ -n ${BENCH_REDIS_PORT:-} ]]; then
+    echo "store: {type: redis, url: redis://127.0.0.1:${BENCH_REDIS_PORT}, prefix: bench, timeout_ms: ${TOLLGATE_REDIS_TIMEOUT_MS:-20}}"
+  fi
+  echo "identity: {api_key_headers: [X-API-Key]}"
+  echo "plans:"
+  echo "  bench:"
+  echo "    limits: [{name: burst, capacity: ${limit}, refill_per_second: ${limit}}]"
+  echo "keys:"
+  echo "  - {key: hot-key-0001, id: hot, plan: bench}"
+  echo "  - {key: ${SANITY_KEY:-sanity-1-1}, id: sanity, plan: bench}"
+  echo "  - {key: ${SANITY_BURST_KEY:-sanity-burst}, id: sanity-burst, plan: bench}"
+  for ((i = 1; i <= keys; i++)); do echo "  - {key: key-$i, id: k$i, plan: bench}"; done
+} > "$dir/tollgate.yaml"
+exec "$bin" serve --config "$dir/tollgate.yaml"
