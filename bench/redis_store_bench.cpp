@@ -1,0 +1,148 @@
+// Decisions per second and latency through RedisStore (and the deny cache), against a real
+// Redis: `concurrency` decisions in flight at once, each completion issuing the next.
+//   redis_store_bench --url redis://127.0.0.1:PORT [--keys N] [--concurrency C] [--seconds S]
+//                     [--limit L] [--deny-cache]
+// --keys 1 is one hot key; --limit is the bucket capacity and refill per second (default: so
+// large that nothing is rejected; a small one measures a flood).
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <thread>
+#include <algorithm>
+#include <mutex>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <tollgate/engine/deny_cache.hpp>
+#include <tollgate/store/redis_store.hpp>
+
+using namespace tollgate;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+struct Slot {
+  std::string scope;
+  store::Check check;
+  core::Decision decision;
+  Clock::time_point sent;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string url = "redis://127.0.0.1:6379";
+  int keys = 1, concurrency = 50, seconds = 5;
+  int64_t limit = 1'000'000'000;
+  bool deny_cache = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto next = [&] { return i + 1 < argc ? std::string(argv[++i]) : std::string(); };
+    if (a == "--url") url = next();
+    else if (a == "--keys") keys = std::atoi(next().c_str());
+    else if (a == "--concurrency") concurrency = std::atoi(next().c_str());
+    else if (a == "--seconds") seconds = std::atoi(next().c_str());
+    else if (a == "--limit") limit = std::atoll(next().c_str());
+    else if (a == "--deny-cache") deny_cache = true;
+    else if (a == "--print-script") {
+      const std::string_view script = store::RedisStore::Script();
+      std::fwrite(script.data(), 1, script.size(), stdout);
+      return 0;
+    }
+    else {
+      std::fprintf(stderr, "unknown argument %s\n", a.c_str());
+      return 2;
+    }
+  }
+  auto redis = store::RedisStore::Create({.url = url, .prefix = "bench", .timeout_ms = 1000});
+  if (!redis) {
+    std::fprintf(stderr, "%s\n", redis.error().c_str());
+    return 1;
+  }
+  std::unique_ptr<engine::DenyCache> cache;
+  store::Store* store = redis->get();
+  if (deny_cache) {
+    cache = std::make_unique<engine::DenyCache>(**redis);
+    store = cache.get();
+  }
+  const core::Limit bucket =
+      core::Limit::Create({.algorithm = core::Algorithm::kTokenBucket, .capacity = limit,
+                           .refill = core::Rate::Of(limit, core::Duration::Seconds(1))})
+          .value();
+
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<int64_t> latencies_us;
+  latencies_us.reserve(1 << 22);
+  std::atomic<int64_t> done{0}, allowed{0}, errors{0};
+  std::atomic<bool> stop{false};
+  std::atomic<int> in_flight{0};
+  std::mt19937_64 rng(42);
+  std::vector<Slot> slots(static_cast<size_t>(concurrency));
+
+  std::function<void(size_t)> issue = [&](size_t i) {
+    Slot& s = slots[i];
+    {
+      std::lock_guard lock(mu);
+      s.scope = "key:" + std::to_string(keys == 1 ? 0 : static_cast<int>(rng() % static_cast<uint64_t>(keys)));
+    }
+    s.check = store::Check{"burst", &bucket, 1, true};
+    s.sent = Clock::now();
+    in_flight.fetch_add(1);
+    store->Apply(store::Batch{.scope = s.scope, .checks = {&s.check, 1}}, {&s.decision, 1},
+                 [&, i](store::ApplyResult&& r) {
+                   Slot& slot = slots[i];
+                   const int64_t us = std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - slot.sent).count();
+                   {
+                     std::lock_guard lock(mu);
+                     latencies_us.push_back(us);
+                   }
+                   done.fetch_add(1);
+                   if (r.error != store::StoreErrc::kOk) errors.fetch_add(1);
+                   if (r.committed) allowed.fetch_add(1);
+                   in_flight.fetch_sub(1);
+                   if (!stop.load()) {
+                     issue(i);
+                   } else {
+                     cv.notify_all();
+                   }
+                 });
+  };
+  // Warm up (connect, load the script), then measure.
+  for (size_t i = 0; i < slots.size(); ++i) issue(i);
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  {
+    std::lock_guard lock(mu);
+    latencies_us.clear();
+  }
+  const int64_t done0 = done.load(), allowed0 = allowed.load(), errors0 = errors.load();
+  const auto t0 = Clock::now();
+  std::this_thread::sleep_for(std::chrono::seconds(seconds));
+  const auto t1 = Clock::now();
+  const int64_t n = done.load() - done0;
+  stop.store(true);
+  {
+    std::unique_lock lock(mu);
+    cv.wait_for(lock, std::chrono::seconds(5), [&] { return in_flight.load() == 0; });
+  }
+  std::vector<int64_t> lat;
+  {
+    std::lock_guard lock(mu);
+    lat = latencies_us;
+  }
+  std::sort(lat.begin(), lat.end());
+  auto pct = [&](double p) { return lat.empty() ? 0 : lat[std::min(lat.size() - 1, static_cast<size_t>(p * static_cast<double>(lat.size())))]; };
+  const double secs = std::chrono::duration<double>(t1 - t0).count();
+  std::printf("RESULT keys=%d concurrency=%d deny_cache=%d decisions_per_s=%.0f allowed_per_s=%.0f errors=%lld p50_us=%lld p99_us=%lld max_us=%lld redis_calls=%llu\n",
+              keys, concurrency, deny_cache ? 1 : 0, static_cast<double>(n) / secs,
+              static_cast<double>(allowed.load() - allowed0) / secs,
+              static_cast<long long>(errors.load() - errors0), static_cast<long long>(pct(0.5)),
+              static_cast<long long>(pct(0.99)), static_cast<long long>(lat.empty() ? 0 : lat.back()),
+              static_cast<unsigned long long>((*redis)->stats().calls.load()));
+  return 0;
+}
