@@ -96,6 +96,16 @@ TEST_F(ContractTest, ShadowChecksAreNotAdvertisedAndSetsAreConfigurable) {
 
 TEST(Contract, JsonEscape) {
   EXPECT_EQ(JsonEscape("a\"b\\c\n"), "a\\\"b\\\\c\\u000a");
+  EXPECT_EQ(JsonEscape("caf\xc3\xa9 \xe2\x82\xac"), "caf\xc3\xa9 \xe2\x82\xac");  // UTF-8 kept
+}
+
+// Regression: raw bytes from a request target made access-log lines that were not JSON.
+TEST(Contract, JsonEscapeReplacesInvalidUtf8) {
+  EXPECT_EQ(JsonEscape("/\xc3\x28"), "/\\ufffd(");
+  EXPECT_EQ(JsonEscape("\xff\xfe"), "\\ufffd\\ufffd");
+  EXPECT_EQ(JsonEscape("\xe2\x82"), "\\ufffd\\ufffd");          // truncated sequence
+  EXPECT_EQ(JsonEscape("\xed\xa0\x80"), "\\ufffd\\ufffd\\ufffd");  // a surrogate
+  EXPECT_EQ(JsonEscape("\xc0\xaf"), "\\ufffd\\ufffd");          // overlong
 }
 
 }  // namespace
