@@ -471,16 +471,6 @@ net::awaitable<void> Worker::Session(beast::tcp_stream stream, Listener listener
 
 namespace {
 
-// The bytes of a SHA-256 digest, for the key table.
-std::string DigestOf(std::string_view presented) {
-  const std::string hex = config::Sha256Hex(presented);
-  std::string raw(32, '\0');
-  for (size_t i = 0; i < 32; ++i) {
-    raw[i] = static_cast<char>(std::stoi(hex.substr(2 * i, 2), nullptr, 16));
-  }
-  return raw;
-}
-
 store::Outcome OutcomeOf(int status, bool rejected) {
   if (rejected) return store::Outcome::kRejected;
   if (status >= 500) return store::Outcome::kServerError;
@@ -679,7 +669,7 @@ net::awaitable<bool> Worker::Handle(beast::tcp_stream& stream, beast::flat_buffe
   auto header = [&](const std::string& name) { return std::string_view(req[name]); };
   if (route.identity == config::RouteIdentity::kKey || status_endpoint || usage_endpoint) {
     const std::string_view presented = pol.PresentedKey(header);
-    if (!presented.empty()) key = pol.FindByDigest(DigestOf(presented));
+    if (!presented.empty()) key = pol.FindByKey(presented);
     if (!key) {
       gw.metrics.Counter("tollgate_invalid_keys_total").fetch_add(1, std::memory_order_relaxed);
       rlog.decision = "invalid_key";

@@ -198,6 +198,10 @@ const Key* Policy::FindByDigest(std::string_view digest32) const {
   return it == by_digest_.end() ? nullptr : &keys_[it->second];
 }
 
+const Key* Policy::FindByKey(std::string_view presented) const {
+  return FindByDigest(HexToRaw(config::Sha256Hex(presented)));
+}
+
 const Key* Policy::FindById(std::string_view id) const {
   auto it = by_id_.find(std::string(id));
   return it == by_id_.end() ? nullptr : &keys_[it->second];

@@ -80,10 +80,7 @@ struct RlsServer::Impl final : pb::RateLimitService::Service {
       bool unknown_key = false;
       for (const auto& e : desc.entries()) {
         if (!domain->key_entry.empty() && e.key() == domain->key_entry) {
-          const std::string hex = config::Sha256Hex(e.value());
-          std::string raw(32, '\0');
-          for (size_t i = 0; i < 32; ++i) raw[i] = static_cast<char>(std::stoi(hex.substr(2 * i, 2), nullptr, 16));
-          key = pol->FindByDigest(raw);
+          key = pol->FindByKey(e.value());
           unknown_key = key == nullptr;
           if (key) plan = key->plan;
         } else if (!domain->ip_entry.empty() && e.key() == domain->ip_entry && !plan) {

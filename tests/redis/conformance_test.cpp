@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <tollgate/store/memory_store.hpp>
+#include "support/apply_sync.hpp"
 #include "support/redis_server.hpp"
 
 namespace tollgate::store {
@@ -19,12 +20,7 @@ using core::Decision;
 using core::Duration;
 using core::Limit;
 
-ApplyResult ApplySync(Store& store, const Batch& batch, std::span<Decision> out) {
-  std::promise<ApplyResult> p;
-  auto f = p.get_future();
-  store.Apply(batch, out, [&p](ApplyResult&& r) { p.set_value(std::move(r)); });
-  return f.get();
-}
+using testing::ApplySync;
 
 class ConformanceTest : public ::testing::Test {
  protected:

@@ -8,6 +8,7 @@
 
 #include <gtest/gtest.h>
 
+#include "support/apply_sync.hpp"
 #include "support/redis_server.hpp"
 
 namespace tollgate::store {
@@ -17,12 +18,7 @@ using core::Algorithm;
 using core::Decision;
 using core::Limit;
 
-ApplyResult ApplySync(Store& store, const Batch& batch, std::span<Decision> out) {
-  std::promise<ApplyResult> p;
-  auto f = p.get_future();
-  store.Apply(batch, out, [&p](ApplyResult&& r) { p.set_value(std::move(r)); });
-  return f.get();
-}
+using testing::ApplySync;
 
 Limit Bucket(int64_t capacity, const char* rate) {
   return Limit::Create({.algorithm = Algorithm::kTokenBucket, .capacity = capacity,

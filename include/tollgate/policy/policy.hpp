@@ -74,6 +74,8 @@ class Policy {
 
   // By SHA-256 digest (32 raw bytes) of the presented key; null when unknown.
   const Key* FindByDigest(std::string_view digest32) const;
+  // By the key as presented (hashed here: keys are only compared as digests).
+  const Key* FindByKey(std::string_view presented) const;
   const Key* FindById(std::string_view id) const;
   // First matching route, or the default route (identity key, cost 1, fail open).
   const Route& Match(std::string_view method, std::string_view path) const;
