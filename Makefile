@@ -11,6 +11,7 @@ CMAKE_FLAGS ?=
 
 deps:
 	@scripts/install-deps.sh
+	@scripts/install-node-deps.sh
 
 $(BUILD)/build.ninja:
 	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo $(CMAKE_FLAGS)
