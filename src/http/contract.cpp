@@ -106,7 +106,7 @@ void AppendRateLimitHeaders(const config::HeadersConfig& sets,
 
 std::string RejectionBody(std::span<const store::Check> checks,
                           std::span<const core::Decision> decisions,
-                          const engine::Verdict& verdict) {
+                          const engine::Verdict& verdict, int status) {
   if (verdict.kind == engine::Verdict::Kind::kUnavailable) {
     return "{\"type\":\"about:blank\",\"title\":\"Service Unavailable\",\"status\":503,"
            "\"code\":\"limiter_unavailable\",\"detail\":\"the rate limiter cannot decide; retry "
@@ -129,7 +129,7 @@ std::string RejectionBody(std::span<const store::Check> checks,
     default: detail = "too many requests"; break;
   }
   std::string body = "{\"type\":\"https://iana.org/assignments/http-problem-types#quota-exceeded\","
-                     "\"title\":\"Too Many Requests\",\"status\":429,\"code\":\"" + code +
+                     "\"title\":\"Too Many Requests\",\"status\":" + Num(status) + ",\"code\":\"" + code +
                      "\",\"detail\":\"" + detail + "\",\"violated-policies\":[" + violated + "]";
   if (!verdict.retry_after.IsInfinite()) {
     body += ",\"retry_after\":" + Num(std::max<int64_t>(1, verdict.retry_after.CeilSeconds()));

@@ -682,7 +682,7 @@ net::awaitable<bool> Worker::Handle(beast::tcp_stream& stream, beast::flat_buffe
       if (v.kind == engine::Verdict::Kind::kRejected) {
         HeaderList h;
         h.emplace_back("Retry-After", std::to_string(std::max<int64_t>(1, v.retry_after.CeilSeconds())));
-        out = make(deny_status, RejectionBody({&bad, 1}, {decisions.data(), 1}, v), h,
+        out = make(deny_status, RejectionBody({&bad, 1}, {decisions.data(), 1}, v, static_cast<int>(deny_status)), h,
                    "application/problem+json");
         co_return co_await Send(stream, out);
       }
@@ -832,7 +832,12 @@ net::awaitable<bool> Worker::Handle(beast::tcp_stream& stream, beast::flat_buffe
                                                             std::string(core::RejectCodeName(v.code)) + "\"")
             .fetch_add(1, std::memory_order_relaxed);
         AppendRateLimitHeaders(pol.config().headers, cs, ds, v, rate_headers);
-        out = make(deny_status, RejectionBody(cs, ds, v), rate_headers, "application/problem+json");
+        if (decision_service) {
+          // nginx drops an auth subrequest's body: the code travels in a header too.
+          rate_headers.emplace_back("X-Tollgate-Code", std::string(core::RejectCodeName(v.code)));
+        }
+        out = make(deny_status, RejectionBody(cs, ds, v, static_cast<int>(deny_status)), rate_headers,
+                   "application/problem+json");
         co_return co_await Send(stream, out);
     }
   } else if (status_endpoint) {
@@ -1135,6 +1140,7 @@ Gateway::Gateway(std::string config_path, config::Config config)
     g.metrics.Gauge("tollgate_rls_ok_total", "Envoy RLS answers OK.", [&st] { return static_cast<double>(st.ok.load()); });
     g.metrics.Gauge("tollgate_rls_over_limit_total", "Envoy RLS answers OVER_LIMIT.", [&st] { return static_cast<double>(st.over_limit.load()); });
     g.metrics.Gauge("tollgate_rls_unknown_domain_total", "Envoy RLS calls for a domain not configured.", [&st] { return static_cast<double>(st.unknown_domain.load()); });
+    g.metrics.Gauge("tollgate_rls_unknown_key_total", "Envoy RLS descriptors with an unknown API key.", [&st] { return static_cast<double>(st.unknown_key.load()); });
 #else
     throw std::runtime_error("rls.listen: this build has no gRPC (configure with TOLLGATE_RLS=ON)");
 #endif

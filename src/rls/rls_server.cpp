@@ -80,7 +80,12 @@ struct RlsServer::Impl final : pb::RateLimitService::Service {
       bool unknown_key = false;
       for (const auto& e : desc.entries()) {
         if (!domain->key_entry.empty() && e.key() == domain->key_entry) {
-          key = pol->FindByKey(e.value());
+          // Envoy forwards the Authorization header as it is: accept "Bearer <key>" too.
+          std::string_view value = e.value();
+          if (value.size() > 7 && policy::Policy::EqualsIgnoreCase(value.substr(0, 7), "Bearer ")) {
+            value = policy::Policy::Trim(value.substr(7));
+          }
+          key = pol->FindByKey(value);
           unknown_key = key == nullptr;
           if (key) plan = key->plan;
         } else if (!domain->ip_entry.empty() && e.key() == domain->ip_entry && !plan) {

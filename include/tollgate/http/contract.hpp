@@ -29,10 +29,11 @@ void AppendRateLimitHeaders(const config::HeadersConfig& sets,
                             std::span<const core::Decision> decisions,
                             const engine::Verdict& verdict, HeaderList& out);
 
-// application/problem+json body of a 429 (or 503 limiter_unavailable).
+// application/problem+json body of a 429 (or 503 limiter_unavailable). `status` is the HTTP
+// status it is sent with (the decision service may deny with 403 for nginx auth_request).
 std::string RejectionBody(std::span<const store::Check> checks,
                           std::span<const core::Decision> decisions,
-                          const engine::Verdict& verdict);
+                          const engine::Verdict& verdict, int status = 429);
 
 // {"code": "...", "message": "..."} for other errors (401, 400, 502, 504 ...).
 std::string ErrorBody(std::string_view code, std::string_view message);
