@@ -211,6 +211,12 @@ class Connection {
   // one write.
   void Send(std::string_view command, ReplyFn fn);
   const NodeAddress& address() const { return address_; }
+  // Drops the connection (its pending commands fail); the next command reconnects. Used when the
+  // breaker opens on timeouts: a connection that died without closing would otherwise be
+  // probed until the kernel gives up on it.
+  void Reset() {
+    if (state_ == State::kReady || state_ == State::kConnecting) Fail("reset");
+  }
   bool Idle() const { return pending_.empty() && out_.empty() && !write_in_flight_; }
 
  private:
@@ -361,6 +367,10 @@ void Connection::Connect() {
     AppendCommand(hello, {"SELECT", std::to_string(url.db)});
     hello_fns.push_back(check("SELECT"));
   }
+  // Load the script up front, so the first decisions after a (re)connect find it instead of
+  // each paying a NOSCRIPT round trip. A failure here is not fatal: NOSCRIPT still recovers.
+  AppendCommand(hello, {"SCRIPT", "LOAD", std::string(internal::kRedisScript)});
+  hello_fns.push_back([](const redisReply*, Failure) {});
   out_.insert(0, hello);
   for (auto it = hello_fns.rbegin(); it != hello_fns.rend(); ++it) pending_.push_front(std::move(*it));
 
@@ -638,6 +648,9 @@ void RedisStore::Impl::Finish(const std::shared_ptr<Call>& call, StoreErrc errc,
     if (++consecutive_failures_ >= options_.breaker_failures) {
       open_until_ = SteadyClock::now() + milliseconds(options_.breaker_open_ms);
       stats.breaker_open.store(1, std::memory_order_relaxed);
+      if (consecutive_failures_ == options_.breaker_failures && errc == StoreErrc::kTimeout) {
+        for (auto& [address, conn] : nodes_) conn->Reset();
+      }
     }
   }
   ApplyResult result;
