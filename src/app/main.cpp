@@ -1,9 +1,11 @@
 // tollgate: serve | check-config.
 #include <netdb.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #include <cctype>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -43,21 +45,46 @@ std::pair<int, std::string> HttpGet(const std::string& host_port, const std::str
     throw std::runtime_error("cannot connect to the admin listener at " + host_port +
                              " (is tollgate serve running with this config?)");
   }
+  // A gateway that accepts but never answers must not hang the CLI (a billing cron job).
+  const timeval timeout{.tv_sec = 60, .tv_usec = 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
+  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, sizeof timeout);
   const std::string req = "GET " + path + " HTTP/1.0\r\nHost: " + host_port + "\r\n\r\n";
   (void)!write(fd, req.data(), req.size());
   std::string out;
   char buf[8192];
-  for (ssize_t n; (n = read(fd, buf, sizeof buf)) > 0;) out.append(buf, static_cast<size_t>(n));
+  for (;;) {
+    const ssize_t n = read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    out.append(buf, static_cast<size_t>(n));
+  }
   close(fd);
+  // Closed or timed out before the whole response: an error, never "0" or a truncated export.
   const size_t body = out.find("\r\n\r\n");
-  const int status = out.size() > 12 ? std::atoi(out.c_str() + 9) : 0;
-  return {status, body == std::string::npos ? "" : out.substr(body + 4)};
+  if (out.rfind("HTTP/1.", 0) != 0 || out.size() < 12 || body == std::string::npos) {
+    throw std::runtime_error("no complete HTTP response from the admin listener at " + host_port);
+  }
+  std::string head = out.substr(0, body + 2);
+  for (char& c : head) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (const size_t cl = head.find("\r\ncontent-length:");
+      cl != std::string::npos &&
+      std::strtoull(head.c_str() + cl + 17, nullptr, 10) != out.size() - body - 4) {
+    throw std::runtime_error("incomplete HTTP response from the admin listener at " + host_port);
+  }
+  return {std::atoi(out.c_str() + 9), out.substr(body + 4)};
 }
 
 // tollgate usage: the usage of a period, from the running gateway's admin listener (which reads
 // Redis when the store is Redis, so the counts outlive gateway restarts).
 int Usage(int argc, char** argv) {
   std::string config_path, period, account, format = "csv";
+  // Flags come in pairs: a trailing flag without its value (`--account` alone) must not
+  // silently widen an export to every account.
+  if (argc % 2 != 0) {
+    std::fputs(kUsage, stderr);
+    return 2;
+  }
   for (int i = 2; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
     if (flag == "--config") config_path = argv[i + 1];

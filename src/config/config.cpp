@@ -411,7 +411,7 @@ Config Parse(const YAML::Node& root, const std::string& base_dir) {
     }
     Set(keys, "resync_seconds", "keys", ks.resync_seconds, 1, 86'400);
     if (root["keys_file"]) Fail("keys_file", "give keys_file or keys.source, not both");
-    keys = YAML::Node();
+    keys.reset(YAML::Node(YAML::NodeType::Undefined));  // rebind: `keys = ...` writes into root["keys"]
   }
   if (const YAML::Node kf = root["keys_file"]) {
     if (keys) Fail("keys_file", "give keys or keys_file, not both");

@@ -3,6 +3,7 @@
 #include <array>
 #include <atomic>
 #include <cctype>
+#include <type_traits>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -167,6 +168,9 @@ enum class Listener {
 // coroutine resumes on its own executor.
 template <class T, class Start>
 net::awaitable<T> Await(Start start) {
+  // GCC 12 miscompiles a lambda that owns a std::string moved through a coroutine frame (an
+  // invalid free; found by the usage tests): capture references and pointers only.
+  static_assert(std::is_trivially_copyable_v<Start>, "capture references or pointers only");
   co_return co_await net::async_initiate<decltype(net::use_awaitable), void(T)>(
       [start = std::move(start)](auto handler) mutable {
         auto h = std::make_shared<decltype(handler)>(std::move(handler));
@@ -634,8 +638,9 @@ net::awaitable<bool> Worker::Handle(beast::tcp_stream& stream, beast::flat_buffe
       // Billing export: tollgate usage --period 2026-11 [--account ID] --format csv|json.
       const std::string period = QueryValue(query, "period");
       const std::string format = QueryValue(query, "format");
+      const std::string account = QueryValue(query, "account");
       auto records = co_await Await<core::Result<std::vector<engine::UsageRecord>>>(
-          [this, &period, account = QueryValue(query, "account")](auto resume) {
+          [this, &period, &account](auto resume) {
             gw.meter->Query(period, account, std::move(resume));
           });
       if (!records) {
@@ -707,7 +712,7 @@ net::awaitable<bool> Worker::Handle(beast::tcp_stream& stream, beast::flat_buffe
     std::string body = "{\"key_id\":\"" + JsonEscape(key->id) + "\",\"account\":\"" + JsonEscape(key->account) + "\"";
     for (const std::string& period : {day, month}) {
       auto records = co_await Await<core::Result<std::vector<engine::UsageRecord>>>(
-          [this, &period, account = key->account](auto resume) { gw.meter->Query(period, account, std::move(resume)); });
+          [this, &period, key](auto resume) { gw.meter->Query(period, key->account, std::move(resume)); });
       if (!records) {
         out = make(bhttp::status::service_unavailable, ErrorBody("usage_unavailable", records.error()));
         co_return co_await Send(stream, out);
@@ -980,6 +985,9 @@ Gateway::Impl::Impl(std::string path, config::Config config)
   engine = std::make_unique<engine::Engine>(*store);
   meter = std::make_unique<engine::UsageMeter>(*usage_backend);
 
+  // The key source may report changes as soon as it starts: they wait for this lock until the
+  // first policy is in place.
+  std::unique_lock startup(reload_mu);
   if (config.key_source.source == "postgres") {
     auto source = policy::PostgresKeySource::Start(
         {.url = config.key_source.url,
@@ -1002,6 +1010,7 @@ Gateway::Impl::Impl(std::string path, config::Config config)
   auto built = policy::Policy::Build(std::move(config));
   if (!built) throw std::runtime_error(built.error());
   policy = *built;
+  startup.unlock();
 
   metrics.Gauge("tollgate_connections", "Open client connections.",
                 [this] { return static_cast<double>(connections.load()); });

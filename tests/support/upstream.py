@@ -3,6 +3,7 @@
 
 GET  /big?bytes=N   streams N bytes (chunked), never holding them in memory
 GET  /slow?ms=N     answers after N ms
+ANY  /status/NNN    answers status NNN (200-599) with a small JSON body
 GET  /__stats       {"received": N, "in_progress": M}: requests seen and still being answered
                     (tests use it to know a request has reached the upstream)
 ANY  /echo...       (and any other path) answers JSON describing the request it received
@@ -24,6 +25,9 @@ class Stats:
 
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    # Headers and body leave in separate writes: without this, Nagle and delayed ACKs add
+    # ~40 ms to every answer on a kept-alive connection.
+    disable_nagle_algorithm = True
 
     def log_message(self, *args):
         pass
@@ -69,6 +73,18 @@ class Handler(BaseHTTPRequestHandler):
             return
         if url.path == "/slow":
             time.sleep(int(query.get("ms", ["1000"])[0]) / 1000)
+        status = url.path[len("/status/"):] if url.path.startswith("/status/") else ""
+        if status.isdigit() and 200 <= int(status) <= 599:
+            # 204 and 304 never carry a body.
+            out = b"" if status in ("204", "304") else json.dumps({"status": int(status)}).encode()
+            self.send_response(int(status))
+            self.send_header("Content-Type", "application/json")
+            if out:
+                self.send_header("Content-Length", str(len(out)))
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(out)
+            return
         out = json.dumps({
             "method": self.command,
             "path": self.path,

@@ -208,3 +208,32 @@ TEST(Config, ParseOverridesReadsFieldsLikeTheYamlLoader) {
 
 }  // namespace
 }  // namespace tollgate::config
+
+namespace tollgate::config {
+namespace {
+
+// Regression: `keys: {source: postgres}` was refused with "must be a list of keys".
+TEST(Config, PostgresKeySource) {
+  auto c = ParseConfig(R"(
+plans: {free: {limits: [{name: burst, capacity: 5, refill_per_second: 1}]}}
+keys: {source: postgres, url: "postgres://app@127.0.0.1:5432/api", snapshot: /var/lib/tollgate/keys.json}
+decision: {listen: "127.0.0.1:8082", deny_status: 403}
+rls: {listen: "127.0.0.1:8083", domains: [{domain: api, key_entry: api_key}]}
+)");
+  ASSERT_TRUE(c.ok()) << c.error();
+  EXPECT_EQ(c->key_source.source, "postgres");
+  EXPECT_EQ(c->key_source.url, "postgres://app@127.0.0.1:5432/api");
+  EXPECT_TRUE(c->keys.empty());
+  EXPECT_EQ(c->decision.deny_status, 403);
+  ASSERT_EQ(c->rls.domains.size(), 1u);
+  EXPECT_EQ(c->rls.domains[0].key_entry, "api_key");
+  EXPECT_EQ(ErrorOf("plans: {free: {limits: [{name: b, capacity: 5, refill_per_second: 1}]}}\n"
+                    "keys: {source: mysql, url: x}\n"),
+            "keys.source: must be postgres (or give keys as a list)");
+  EXPECT_EQ(ErrorOf("plans: {free: {limits: [{name: b, capacity: 5, refill_per_second: 1}]}}\n"
+                    "rls: {listen: x, domains: [{domain: api}]}\n"),
+            "rls.domains[0]: give key_entry or ip_entry");
+}
+
+}  // namespace
+}  // namespace tollgate::config
