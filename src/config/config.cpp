@@ -554,6 +554,13 @@ core::Result<std::vector<OverrideConfig>> ParseOverrides(const OverrideFields& o
   }
 }
 
+std::string Sha256Raw(std::string_view text) {
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  EVP_Digest(text.data(), text.size(), digest, &len, EVP_sha256(), nullptr);
+  return std::string(reinterpret_cast<const char*>(digest), len);
+}
+
 std::string Sha256Hex(std::string_view text) {
   unsigned char digest[EVP_MAX_MD_SIZE];
   unsigned int len = 0;

@@ -56,8 +56,15 @@ core::Result<std::vector<std::string>> DaysOfPeriod(std::string_view period) {
 
 void UsageMeter::Record(std::string_view account, std::string_view key_id, store::Outcome outcome,
                         int64_t cost, core::Instant now) {
-  store::UsageKey key{core::PeriodLabel(core::Period::kDay, now), std::string(account),
-                      std::string(key_id)};
+  // The day's label changes once a day: formatting it for every request showed in profiles.
+  thread_local int64_t cached_day = INT64_MIN;
+  thread_local std::string cached_label;
+  const int64_t day = now.unix_micros() / (int64_t{86'400} * 1'000'000);
+  if (day != cached_day) {
+    cached_label = core::PeriodLabel(core::Period::kDay, now);
+    cached_day = day;
+  }
+  store::UsageKey key{cached_label, std::string(account), std::string(key_id)};
   const auto o = static_cast<size_t>(outcome);
   std::lock_guard lock(mu_);
   store::UsageCounts& c = pending_[std::move(key)];

@@ -1,9 +1,11 @@
 #include <tollgate/http/gateway.hpp>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cctype>
 #include <type_traits>
+#include <unordered_map>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -221,6 +223,8 @@ struct Gateway::Impl {
   std::unique_ptr<rls::RlsServer> rls;
 #endif
   std::atomic<int64_t> last_store_log_s{0};
+  // tollgate_requests_total by class (2xx, 3xx, 4xx, 5xx), resolved once.
+  std::array<std::atomic<uint64_t>*, 4> requests_by_class{};
 
   // Builds the policy from `config` with `keys` and swaps it in; the old one keeps serving on
   // error. REQUIRES: reload_mu held.
@@ -265,8 +269,37 @@ struct Worker {
     if (g != generation) {
       policy = gw.CurrentPolicy();
       generation = g;
+      decision_counters.clear();  // entries of older generations are never looked up again
     }
     return policy;
+  }
+
+  // tollgate_decisions_total{plan,check,result}, resolved once per policy: building the label
+  // strings for every request showed in profiles.
+  struct CounterKey {
+    uint64_t generation;  // plans of a freed policy may leave their addresses to new ones
+    const void* plan;
+    size_t check;
+    int result;
+    bool operator==(const CounterKey&) const = default;
+  };
+  struct CounterKeyHash {
+    size_t operator()(const CounterKey& k) const {
+      return std::hash<const void*>()(k.plan) ^ (k.check * 31 + static_cast<size_t>(k.result) * 7919) ^
+             (k.generation << 40);
+    }
+  };
+  std::unordered_map<CounterKey, std::atomic<uint64_t>*, CounterKeyHash> decision_counters;
+  std::atomic<uint64_t>& DecisionCounter(uint64_t gen, const policy::Plan& plan, size_t check,
+                                         int result) {
+    auto [it, inserted] = decision_counters.try_emplace(CounterKey{gen, &plan, check, result}, nullptr);
+    if (inserted) {
+      static constexpr const char* kResults[] = {"allowed", "rejected", "shadow_rejected"};
+      it->second = &gw.metrics.Counter("tollgate_decisions_total",
+                                       "plan=\"" + plan.name + "\",check=\"" + plan.limits[check].name +
+                                           "\",result=\"" + kResults[result] + "\"");
+    }
+    return *it->second;
   }
 
   // Idle keep-alive connections to the upstream, this thread's share of max_connections.
@@ -454,7 +487,7 @@ net::awaitable<void> Worker::Session(beast::tcp_stream stream, Listener listener
       res.set(bhttp::field::server, "tollgate");
       res.body() = ErrorBody(code, hec.message());
       res.keep_alive(false);
-      gw.metrics.Counter("tollgate_requests_total", "class=\"4xx\"").fetch_add(1, std::memory_order_relaxed);
+      gw.requests_by_class[2]->fetch_add(1, std::memory_order_relaxed);
       co_await Send(stream, res);
       break;
     }
@@ -539,6 +572,7 @@ net::awaitable<bool> Worker::Handle(beast::tcp_stream& stream, beast::flat_buffe
                                     const std::string& peer, Listener listener) {
   const auto start = Clock::now();
   const std::shared_ptr<const policy::Policy> policy_ref = Policy();
+  const uint64_t policy_generation = generation;
   const policy::Policy& pol = *policy_ref;
   auto& req = parser.get();
   const bool decision_service = listener == Listener::kDecision;
@@ -570,9 +604,8 @@ net::awaitable<bool> Worker::Handle(beast::tcp_stream& stream, beast::flat_buffe
   const policy::Key* key = nullptr;
 
   auto finish = [&](int status) {
-    const char* cls = status < 300 ? "2xx" : status < 400 ? "3xx" : status < 500 ? "4xx" : "5xx";
-    gw.metrics.Counter("tollgate_requests_total", std::string("class=\"") + cls + "\"")
-        .fetch_add(1, std::memory_order_relaxed);
+    gw.requests_by_class[static_cast<size_t>(std::clamp(status / 100, 2, 5) - 2)]->fetch_add(
+        1, std::memory_order_relaxed);
     if (key && rlog.metered) {
       gw.meter->Record(key->account, key->id, OutcomeOf(status, rlog.decision == "rejected"),
                        rlog.cost, util::SystemClock::Instance().Now());
@@ -803,10 +836,8 @@ net::awaitable<bool> Worker::Handle(beast::tcp_stream& stream, beast::flat_buffe
     }
 
     for (size_t i = 0; i < n_checks; ++i) {
-      const char* result = ds[i].allowed ? "allowed" : (cs[i].enforced ? "rejected" : "shadow_rejected");
-      gw.metrics.Counter("tollgate_decisions_total", "plan=\"" + plan->name + "\",check=\"" +
-                                                         std::string(cs[i].name) + "\",result=\"" + result + "\"")
-          .fetch_add(1, std::memory_order_relaxed);
+      const int result = ds[i].allowed ? 0 : (cs[i].enforced ? 1 : 2);
+      DecisionCounter(policy_generation, *plan, i, result).fetch_add(1, std::memory_order_relaxed);
     }
     if (v.shadow_rejections > 0) {
       gw.metrics.Counter("tollgate_shadow_rejections_total", "plan=\"" + plan->name + "\"")
@@ -1012,6 +1043,9 @@ Gateway::Impl::Impl(std::string path, config::Config config)
   policy = *built;
   startup.unlock();
 
+  for (size_t i = 0; i < requests_by_class.size(); ++i) {
+    requests_by_class[i] = &metrics.Counter("tollgate_requests_total", "class=\"" + std::to_string(i + 2) + "xx\"");
+  }
   metrics.Gauge("tollgate_connections", "Open client connections.",
                 [this] { return static_cast<double>(connections.load()); });
   if (memory) {

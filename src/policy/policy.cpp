@@ -199,7 +199,7 @@ const Key* Policy::FindByDigest(std::string_view digest32) const {
 }
 
 const Key* Policy::FindByKey(std::string_view presented) const {
-  return FindByDigest(HexToRaw(config::Sha256Hex(presented)));
+  return FindByDigest(config::Sha256Raw(presented));
 }
 
 const Key* Policy::FindById(std::string_view id) const {

@@ -182,5 +182,7 @@ core::Result<std::vector<OverrideConfig>> ParseOverrides(const OverrideFields& o
 
 // Lowercase hex SHA-256 of `text`.
 std::string Sha256Hex(std::string_view text);
+// The 32 bytes of SHA-256 of `text`.
+std::string Sha256Raw(std::string_view text);
 
 }  // namespace tollgate::config
