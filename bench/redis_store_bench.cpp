@@ -84,6 +84,7 @@ int main(int argc, char** argv) {
   std::atomic<int> in_flight{0};
   std::mt19937_64 rng(42);
   std::vector<Slot> slots(static_cast<size_t>(concurrency));
+  std::vector<size_t> ready;
 
   std::function<void(size_t)> issue = [&](size_t i) {
     Slot& s = slots[i];
@@ -106,23 +107,37 @@ int main(int argc, char** argv) {
                    if (r.error != store::StoreErrc::kOk) errors.fetch_add(1);
                    if (r.committed) allowed.fetch_add(1);
                    in_flight.fetch_sub(1);
-                   if (!stop.load()) {
-                     issue(i);
-                   } else {
-                     cv.notify_all();
+                   {
+                     // Re-issued from the main loop: the deny cache completes at once, inside
+                     // Apply(), and issuing from here would recurse without end.
+                     std::lock_guard lock(mu);
+                     ready.push_back(i);
                    }
+                   cv.notify_all();
                  });
+  };
+  // Issues every slot whose decision came back, until `until`.
+  auto pump = [&](Clock::time_point until) {
+    while (Clock::now() < until) {
+      std::vector<size_t> batch;
+      {
+        std::unique_lock lock(mu);
+        cv.wait_for(lock, std::chrono::milliseconds(5), [&] { return !ready.empty(); });
+        batch.swap(ready);
+      }
+      for (size_t i : batch) issue(i);
+    }
   };
   // Warm up (connect, load the script), then measure.
   for (size_t i = 0; i < slots.size(); ++i) issue(i);
-  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  pump(Clock::now() + std::chrono::milliseconds(500));
   {
     std::lock_guard lock(mu);
     latencies_us.clear();
   }
   const int64_t done0 = done.load(), allowed0 = allowed.load(), errors0 = errors.load();
   const auto t0 = Clock::now();
-  std::this_thread::sleep_for(std::chrono::seconds(seconds));
+  pump(t0 + std::chrono::seconds(seconds));
   const auto t1 = Clock::now();
   const int64_t n = done.load() - done0;
   stop.store(true);
