@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # tollgate beside nginx limit_req (and Fastify/Redis) in ../shared/bench, side by side in one
-# run. Usage: bench/gateway/run.sh [memory|redis]   (results: see the printed OUT_DIR)
+# run. Usage: bench/gateway/run.sh [memory|redis|decision]   (results: see the printed OUT_DIR)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 mode=${1:-memory}
@@ -9,7 +9,10 @@ export SANITY_KEY=sanity-1-1 SANITY_BURST_KEY=sanity-burst
 export GATEWAY_NAME=tollgate GATEWAY_CMD="$PWD/bench/gateway/tollgate-target.sh"
 export GATEWAY_UPSTREAM=1
 export OUT_DIR=${OUT_DIR:-$(mktemp -d /tmp/tollgate-bench-out.XXXXXX)}
-if [[ $mode == redis ]]; then
+if [[ $mode == decision ]]; then
+  export TOLLGATE_DECISION=1 GATEWAY_UPSTREAM=0
+  export TARGETS=${TARGETS:-"nginx-limit-high tollgate-high nginx-limit-low tollgate-low"}
+elif [[ $mode == redis ]]; then
   export GATEWAY_REDIS=1
   export TARGETS=${TARGETS:-"fastify-redis tollgate-high fastify-redis-low tollgate-low"}
 else

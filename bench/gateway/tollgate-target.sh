@@ -3,13 +3,20 @@
 # variables and execs the gateway in the foreground (the harness stops it by its PID group).
 #   BENCH_PORT BENCH_LIMIT_RPS BENCH_VARIANT BENCH_UPSTREAM_PORT BENCH_REDIS_PORT BENCH_WRK_KEYS
 # TOLLGATE_BIN (default build/tollgate), SANITY_KEY / SANITY_BURST_KEY (fixed by bench/gateway/run.sh).
+# TOLLGATE_DECISION=1: the decision service answers on BENCH_PORT (200 or 429, no upstream), the
+# proxy listens elsewhere: compare with nginx-limit-* (nginx answering itself).
 set -euo pipefail
 bin=${TOLLGATE_BIN:-build/tollgate}
 dir=$(mktemp -d /tmp/tollgate-bench.XXXXXX)
 keys=${BENCH_WRK_KEYS:-10000}
 limit=${BENCH_LIMIT_RPS:-10000000}
 {
-  echo "server: {listen: 127.0.0.1:${BENCH_PORT}, admin_listen: 127.0.0.1:0, threads: 1, access_log: false}"
+  if [[ ${TOLLGATE_DECISION:-0} == 1 ]]; then
+    echo "server: {listen: 127.0.0.1:0, admin_listen: 127.0.0.1:0, threads: 1, access_log: false}"
+    echo "decision: {listen: 127.0.0.1:${BENCH_PORT}, deny_status: 429}"
+  else
+    echo "server: {listen: 127.0.0.1:${BENCH_PORT}, admin_listen: 127.0.0.1:0, threads: 1, access_log: false}"
+  fi
   if [[ -n ${BENCH_UPSTREAM_PORT:-} ]]; then
     echo "upstream: {url: http://127.0.0.1:${BENCH_UPSTREAM_PORT}, max_connections: 256}"
   fi
