@@ -13,7 +13,6 @@ Rate Rate::Of(int64_t tokens, Duration period) {
 }
 
 Result<Rate> Rate::Parse(std::string_view text, int64_t period_seconds) {
-  constexpr int kMaxDecimals = 6;
   constexpr int64_t kMaxValue = int64_t{1} << 40;  // far beyond any real rate
   if (period_seconds <= 0) return Error{"period must be > 0"};
   int64_t whole = 0;
@@ -37,7 +36,6 @@ Result<Rate> Rate::Parse(std::string_view text, int64_t period_seconds) {
       if (whole > kMaxValue) return Error{"too large: '" + std::string(text) + "'"};
     }
   }
-  (void)kMaxDecimals;
   if (!digits) return Error{"must be a positive decimal number, got '" + std::string(text) + "'"};
   const int64_t tokens = whole * scale + frac;  // tokens per (scale * period) seconds
   if (tokens <= 0) return Error{"must be > 0, got '" + std::string(text) + "'"};

@@ -25,11 +25,6 @@ constexpr Family kFamilies[] = {
     {"tollgate_upstream_latency_seconds", "histogram", "Time from forwarding to the upstream's response headers."},
 };
 
-const Family* Find(std::string_view name) {
-  for (const Family& f : kFamilies) if (name == f.name) return &f;
-  return nullptr;
-}
-
 }  // namespace
 
 void Histogram::Observe(double seconds) {
@@ -111,7 +106,6 @@ std::string Registry::Render() const {
     out.append("# HELP ").append(name).append(" ").append(g.first).append("\n");
     out.append("# TYPE ").append(name).append(" gauge\n").append(name).append(buf);
   }
-  (void)Find;
   return out;
 }
 

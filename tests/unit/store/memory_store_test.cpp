@@ -68,7 +68,6 @@ TEST_F(MemoryStoreTest, QuotaRejectionLeavesTheBurstBucketUntouched) {
   // The burst bucket still holds 8 tokens: the rejected requests consumed nothing.
   Apply("key:a", checks, out, Mode::kPeek);
   EXPECT_EQ(out[0].remaining, 8);  // nothing changes, so nothing is reported as debited
-  EXPECT_EQ(out[0].remaining, 8);
   std::vector<Check> burst_only = {{"burst", &burst, 0}};
   Apply("key:a", burst_only, out, Mode::kPeek);
   EXPECT_EQ(out[0].remaining, 8);
