@@ -155,11 +155,15 @@ class Process:
     def wait(self, timeout):
         return self.proc.wait(timeout=timeout)
 
-    def stop(self):
-        """terminate, wait, kill: always leaves the process reaped. Returns its exit code."""
+    def stop(self, sig=None):
+        """`sig` (default SIGTERM), wait, kill: always leaves the process reaped. Returns its
+        exit code."""
         try:
             if self.proc.poll() is None:
-                self.proc.terminate()
+                if sig is None:
+                    self.proc.terminate()
+                else:
+                    os.kill(self.proc.pid, sig)
                 try:
                     self.proc.wait(timeout=STOP_TIMEOUT_S)
                 except subprocess.TimeoutExpired:
@@ -468,3 +472,17 @@ class KeepAliveLoad:
         for t in self.threads:
             t.join(timeout=REQUEST_TIMEOUT_S + 5)
         return self
+
+
+def main(script):
+    """The command line of every test file: --binary names the tollgate executable; the rest goes
+    to unittest (a class or test name, -v)."""
+    import argparse
+    ap = argparse.ArgumentParser(add_help=False)
+    ap.add_argument("--binary", default=os.environ.get("TOLLGATE_BINARY", ""))
+    args, rest = ap.parse_known_args()
+    if not args.binary or not os.access(args.binary, os.X_OK):
+        sys.exit("%s: --binary must name the tollgate executable (got %r)" % (script, args.binary))
+    global BINARY
+    BINARY = os.path.abspath(args.binary)
+    unittest.main(argv=[sys.argv[0]] + rest)

@@ -19,7 +19,6 @@ run: nothing is skipped silently.
 
 Every process is started by the test in its temp dir on free loopback ports, and stopped by PID.
 """
-import argparse
 import http.client
 import json
 import os
@@ -585,14 +584,7 @@ class RlsTests(DecisionTestCase):
 
 
 def main():
-    ap = argparse.ArgumentParser(add_help=False)
-    ap.add_argument("--binary", default=os.environ.get("TOLLGATE_BINARY", ""))
-    args, rest = ap.parse_known_args()
-    if not args.binary or not os.access(args.binary, os.X_OK):
-        sys.exit("test_decision.py: --binary must name the tollgate executable (got %r)"
-                 % args.binary)
-    harness.BINARY = os.path.abspath(args.binary)
-    unittest.main(argv=[sys.argv[0]] + rest)
+    harness.main(os.path.basename(__file__))
 
 
 if __name__ == "__main__":

@@ -8,7 +8,6 @@ Each test starts its own upstream and gateway on free loopback ports with its ow
 temp dir (harness.GatewayTestCase), and stops them by PID afterwards. The tests are grouped
 in classes that CTest runs as separate entries (tests/integration/CMakeLists.txt).
 """
-import argparse
 import http.client
 import json
 import os
@@ -846,13 +845,7 @@ class ProxyTests(GatewayTestCase):
 
 
 def main():
-    ap = argparse.ArgumentParser(add_help=False)
-    ap.add_argument("--binary", default=os.environ.get("TOLLGATE_BINARY", ""))
-    args, rest = ap.parse_known_args()
-    if not args.binary or not os.access(args.binary, os.X_OK):
-        sys.exit("test_gateway.py: --binary must name the tollgate executable (got %r)" % args.binary)
-    harness.BINARY = os.path.abspath(args.binary)
-    unittest.main(argv=[sys.argv[0]] + rest)
+    harness.main(os.path.basename(__file__))
 
 
 if __name__ == "__main__":

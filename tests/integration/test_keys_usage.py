@@ -12,7 +12,6 @@ stopped by its PID in the test's cleanup; every wait is bounded.
 PostgreSQL runs as the postgres user, so these tests need root (as tests/postgres/ does); they
 are skipped, with the reason, where that is impossible.
 """
-import argparse
 import csv
 import hashlib
 import io
@@ -190,21 +189,8 @@ class PostgresProcess(harness.Process):
         self.pid = self.proc.pid
 
     def stop(self):
-        try:
-            if self.proc.poll() is None:
-                os.kill(self.pid, signal.SIGQUIT)
-                try:
-                    self.proc.wait(timeout=harness.STOP_TIMEOUT_S)
-                except subprocess.TimeoutExpired:
-                    self.proc.kill()
-                    self.proc.wait(timeout=harness.STOP_TIMEOUT_S)
-        finally:
-            for f in (self._out, self._err):
-                try:
-                    f.close()
-                except OSError:
-                    pass
-        return self.proc.returncode
+        # SIGQUIT: PostgreSQL's immediate shutdown (SIGKILL would orphan its backends).
+        return super().stop(signal.SIGQUIT)
 
 
 class Postgres:
@@ -844,13 +830,7 @@ class UsageTests(KeysUsageTestCase):
 
 
 def main():
-    ap = argparse.ArgumentParser(add_help=False)
-    ap.add_argument("--binary", default=os.environ.get("TOLLGATE_BINARY", ""))
-    args, rest = ap.parse_known_args()
-    if not args.binary or not os.access(args.binary, os.X_OK):
-        sys.exit("test_keys_usage.py: --binary must name the tollgate executable (got %r)" % args.binary)
-    harness.BINARY = os.path.abspath(args.binary)
-    unittest.main(argv=[sys.argv[0]] + rest)
+    harness.main(os.path.basename(__file__))
 
 
 if __name__ == "__main__":

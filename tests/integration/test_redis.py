@@ -20,7 +20,6 @@ What they prove (DESIGN.md, "Redis" and "Fail mode"):
   KeyspaceTests  every limiter key expires with its window (10,000 keys); the deny cache
                  answers a flood locally, exactly.
 """
-import argparse
 import collections
 import http.client
 import os
@@ -623,13 +622,7 @@ class KeyspaceTests(RedisTestCase):
 
 
 def main():
-    ap = argparse.ArgumentParser(add_help=False)
-    ap.add_argument("--binary", default=os.environ.get("TOLLGATE_BINARY", ""))
-    args, rest = ap.parse_known_args()
-    if not args.binary or not os.access(args.binary, os.X_OK):
-        sys.exit("test_redis.py: --binary must name the tollgate executable (got %r)" % args.binary)
-    harness.BINARY = os.path.abspath(args.binary)
-    unittest.main(argv=[sys.argv[0]] + rest)
+    harness.main(os.path.basename(__file__))
 
 
 if __name__ == "__main__":
