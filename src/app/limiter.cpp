@@ -105,7 +105,7 @@ Answer Limiter::Check(const Request& r) {
   if (plan->enforced || v.kind == engine::Verdict::Kind::kRejected) {
     http::HeaderList h;
     http::AppendRateLimitHeaders(pol.config().headers, cs, ds, v, h);
-    a.headers.assign(h.begin(), h.end());
+    a.headers = h.Pairs();
   }
   if (v.kind == engine::Verdict::Kind::kRejected) {
     a.allowed = false;

@@ -1,5 +1,8 @@
 #include <tollgate/http/contract.hpp>
 
+#include <algorithm>
+#include <cctype>
+#include <charconv>
 #include <cstdio>
 
 namespace tollgate::http {
@@ -7,9 +10,56 @@ namespace {
 
 bool Advertised(const store::Check& c) { return c.enforced && c.limit->PolicyQuota() > 0; }
 
-std::string Num(int64_t v) { return std::to_string(v); }
+void AppendNum(std::string& out, int64_t v) {
+  char buf[24];
+  const auto r = std::to_chars(buf, buf + sizeof buf, v);
+  out.append(buf, r.ptr);
+}
+
+std::string Num(int64_t v) {
+  std::string s;
+  AppendNum(s, v);
+  return s;
+}
 
 }  // namespace
+
+void HeaderList::Add(std::string_view name, std::string_view value) {
+  text_.append(name).append(": ").append(value).append("\r\n");
+}
+
+void HeaderList::Add(std::string_view name, int64_t value) {
+  text_.append(name).append(": ");
+  AppendNum(text_, value);
+  text_.append("\r\n");
+}
+
+bool HeaderList::Has(std::string_view name) const {
+  for (size_t at = 0; at < text_.size();) {
+    const size_t colon = text_.find(':', at);
+    if (colon - at == name.size() &&
+        std::equal(name.begin(), name.end(), text_.begin() + static_cast<ptrdiff_t>(at),
+                   [](char a, char b) { return std::tolower(static_cast<unsigned char>(a)) ==
+                                               std::tolower(static_cast<unsigned char>(b)); })) {
+      return true;
+    }
+    at = text_.find("\r\n", colon) + 2;
+  }
+  return false;
+}
+
+std::vector<std::pair<std::string, std::string>> HeaderList::Pairs() const {
+  std::vector<std::pair<std::string, std::string>> out;
+  std::string_view rest = text_;
+  while (!rest.empty()) {
+    const size_t eol = rest.find("\r\n");
+    const std::string_view line = rest.substr(0, eol);
+    const size_t colon = line.find(": ");
+    out.emplace_back(line.substr(0, colon), line.substr(colon + 2));
+    rest.remove_prefix(eol + 2);
+  }
+  return out;
+}
 
 std::string JsonEscape(std::string_view s) {
   std::string out;
@@ -63,44 +113,46 @@ void AppendRateLimitHeaders(const config::HeadersConfig& sets,
     for (size_t i = 0; i < checks.size(); ++i) {
       if (!Advertised(checks[i])) continue;
       const core::Decision& d = decisions[i];
-      const std::string name = "\"" + std::string(checks[i].name) + "\"";
       if (!policy.empty()) {
         policy += ", ";
         state += ", ";
       }
-      policy += name + ";q=" + Num(checks[i].limit->PolicyQuota()) +
-                ";w=" + Num(checks[i].limit->PolicyWindowSeconds(verdict.now));
-      state += name + ";r=" + Num(d.remaining) + ";t=" + Num(d.reset.CeilSeconds());
+      policy.append("\"").append(checks[i].name).append("\";q=");
+      AppendNum(policy, checks[i].limit->PolicyQuota());
+      policy += ";w=";
+      AppendNum(policy, checks[i].limit->PolicyWindowSeconds(verdict.now));
+      state.append("\"").append(checks[i].name).append("\";r=");
+      AppendNum(state, d.remaining);
+      state += ";t=";
+      AppendNum(state, d.reset.CeilSeconds());
     }
     if (!policy.empty()) {
-      out.emplace_back("RateLimit-Policy", std::move(policy));
-      out.emplace_back("RateLimit", std::move(state));
+      out.Add("RateLimit-Policy", policy);
+      out.Add("RateLimit", state);
     }
   }
   if (verdict.primary >= 0 && (sets.ratelimit || sets.x_ratelimit)) {
     const auto i = static_cast<size_t>(verdict.primary);
     const core::Decision& d = decisions[i];
     if (Advertised(checks[i])) {
-      const std::string limit = Num(d.limit);
-      const std::string remaining = Num(d.remaining);
       const core::Duration reset =
           rejected && !d.retry_after.IsInfinite() ? d.retry_after : d.reset;
-      const std::string reset_s = Num(std::max<int64_t>(rejected ? 1 : 0, reset.CeilSeconds()));
+      const int64_t reset_s = std::max<int64_t>(rejected ? 1 : 0, reset.CeilSeconds());
       if (sets.ratelimit) {
-        out.emplace_back("RateLimit-Limit", limit);
-        out.emplace_back("RateLimit-Remaining", remaining);
-        out.emplace_back("RateLimit-Reset", reset_s);
+        out.Add("RateLimit-Limit", d.limit);
+        out.Add("RateLimit-Remaining", d.remaining);
+        out.Add("RateLimit-Reset", reset_s);
       }
       if (sets.x_ratelimit) {
-        out.emplace_back("X-RateLimit-Limit", limit);
-        out.emplace_back("X-RateLimit-Remaining", remaining);
-        out.emplace_back("X-RateLimit-Reset", reset_s);
+        out.Add("X-RateLimit-Limit", d.limit);
+        out.Add("X-RateLimit-Remaining", d.remaining);
+        out.Add("X-RateLimit-Reset", reset_s);
       }
     }
   }
   if ((rejected || verdict.kind == engine::Verdict::Kind::kUnavailable) &&
       !verdict.retry_after.IsInfinite()) {
-    out.emplace_back("Retry-After", Num(std::max<int64_t>(1, verdict.retry_after.CeilSeconds())));
+    out.Add("Retry-After", std::max<int64_t>(1, verdict.retry_after.CeilSeconds()));
   }
 }
 

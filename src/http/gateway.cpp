@@ -4,11 +4,13 @@
 #include <array>
 #include <atomic>
 #include <cctype>
+#include <charconv>
 #include <type_traits>
 #include <unordered_map>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <mutex>
 #include <optional>
 #include <stdexcept>
@@ -42,6 +44,12 @@
 #include <tollgate/util/clock.hpp>
 #ifdef TOLLGATE_HAVE_RLS
 #include <tollgate/rls/rls_server.hpp>
+#endif
+
+// GCC 12 inlines Asio's recycling allocator for coroutine frames (aligned_alloc, released with
+// free through aligned_delete) and then reports the pair as mismatched: a false positive.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
 #endif
 
 namespace tollgate::http {
@@ -94,11 +102,19 @@ double SecondsSince(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-// Headers that describe one connection, not the message (RFC 9110 7.6.1). Beast manages
-// Transfer-Encoding and Content-Length itself through the parser/serializer pair.
-void StripHopByHop(bhttp::fields& f) {
-  // Headers named in Connection are hop-by-hop too.
-  std::vector<std::string> named;
+void AppendNum(std::string& out, uint64_t v) {
+  char buf[24];
+  const auto r = std::to_chars(buf, buf + sizeof buf, v);
+  out.append(buf, r.ptr);
+}
+
+// Appends the end-to-end fields of `f` as "Name: value\r\n" lines. Dropped: the fields that
+// describe one connection (RFC 9110 7.6.1), with those named in Connection; the framing fields
+// (Content-Length, Transfer-Encoding), which the relay writes for the body it sends; and those
+// `skip` says the gateway sets itself.
+template <class Skip>
+void AppendEndToEnd(const bhttp::fields& f, std::string& out, Skip skip) {
+  std::vector<std::string_view> named;
   for (auto it = f.find(bhttp::field::connection); it != f.end() && it->name() == bhttp::field::connection; ++it) {
     std::string_view v = it->value();
     while (!v.empty()) {
@@ -106,19 +122,56 @@ void StripHopByHop(bhttp::fields& f) {
       const std::string_view token = policy::Policy::Trim(v.substr(0, comma));
       if (!token.empty() && !policy::Policy::EqualsIgnoreCase(token, "close") &&
           !policy::Policy::EqualsIgnoreCase(token, "keep-alive")) {
-        named.emplace_back(token);
+        named.push_back(token);
       }
       if (comma == std::string_view::npos) break;
       v.remove_prefix(comma + 1);
     }
   }
-  for (const auto& n : named) f.erase(n);
-  for (auto field : {bhttp::field::connection, bhttp::field::keep_alive,
-                     bhttp::field::proxy_authenticate, bhttp::field::proxy_authorization,
-                     bhttp::field::te, bhttp::field::trailer, bhttp::field::upgrade}) {
-    f.erase(field);
+  for (const auto& field : f) {
+    switch (field.name()) {
+      case bhttp::field::connection:
+      case bhttp::field::keep_alive:
+      case bhttp::field::proxy_authenticate:
+      case bhttp::field::proxy_authorization:
+      case bhttp::field::proxy_connection:
+      case bhttp::field::te:
+      case bhttp::field::trailer:
+      case bhttp::field::upgrade:
+      case bhttp::field::content_length:
+      case bhttp::field::transfer_encoding:
+        continue;
+      default:
+        break;
+    }
+    const std::string_view name = field.name_string();
+    if (skip(name)) continue;
+    if (std::any_of(named.begin(), named.end(),
+                    [name](std::string_view n) { return policy::Policy::EqualsIgnoreCase(n, name); })) {
+      continue;
+    }
+    out.append(name).append(": ").append(field.value()).append("\r\n");
   }
-  f.erase("Proxy-Connection");
+}
+
+// Our own responses (not the upstream's) are rendered whole into one buffer and written with
+// one call.
+void RenderResponse(std::string& out, bhttp::status status, bool keep_alive, unsigned version,
+                    std::string_view content_type, std::string_view headers, std::string_view body) {
+  out.clear();
+  out.append("HTTP/1.1 ");
+  AppendNum(out, static_cast<unsigned>(status));
+  out.append(" ").append(bhttp::obsolete_reason(status));
+  out.append("\r\nServer: tollgate\r\nContent-Type: ").append(content_type);
+  out.append("\r\nContent-Length: ");
+  AppendNum(out, body.size());
+  out.append("\r\n");
+  if (!keep_alive) {
+    out.append("Connection: close\r\n");
+  } else if (version < 11) {
+    out.append("Connection: keep-alive\r\n");
+  }
+  out.append(headers).append("\r\n").append(body);
 }
 
 // Thread-safe line writer for the JSON access log and bounded-rate error log.
@@ -206,6 +259,9 @@ struct Gateway::Impl {
 
   const config::DecisionConfig decision;
   metrics::Registry metrics;
+  metrics::Histogram& limiter_latency = metrics.Hist("tollgate_limiter_latency_seconds");
+  metrics::Histogram& upstream_latency = metrics.Hist("tollgate_upstream_latency_seconds");
+  std::atomic<uint64_t>& invalid_keys = metrics.Counter("tollgate_invalid_keys_total");
   Log log;
 
   // The store: memory, or Redis behind the exact deny cache. Destroyed after the engine.
@@ -270,6 +326,7 @@ struct Worker {
       policy = gw.CurrentPolicy();
       generation = g;
       decision_counters.clear();  // entries of older generations are never looked up again
+      for (KeySlot& slot : key_cache) slot = {};
     }
     return policy;
   }
@@ -290,16 +347,49 @@ struct Worker {
     }
   };
   std::unordered_map<CounterKey, std::atomic<uint64_t>*, CounterKeyHash> decision_counters;
+  // The counter of `key`, created by `create()` on first use.
+  template <class Create>
+  std::atomic<uint64_t>& PlanCounter(const CounterKey& key, Create create) {
+    auto [it, inserted] = decision_counters.try_emplace(key, nullptr);
+    if (inserted) it->second = &create();
+    return *it->second;
+  }
   std::atomic<uint64_t>& DecisionCounter(uint64_t gen, const policy::Plan& plan, size_t check,
                                          int result) {
-    auto [it, inserted] = decision_counters.try_emplace(CounterKey{gen, &plan, check, result}, nullptr);
-    if (inserted) {
+    return PlanCounter(CounterKey{gen, &plan, check, result}, [&]() -> std::atomic<uint64_t>& {
       static constexpr const char* kResults[] = {"allowed", "rejected", "shadow_rejected"};
-      it->second = &gw.metrics.Counter("tollgate_decisions_total",
-                                       "plan=\"" + plan.name + "\",check=\"" + plan.limits[check].name +
-                                           "\",result=\"" + kResults[result] + "\"");
+      return gw.metrics.Counter("tollgate_decisions_total",
+                                "plan=\"" + plan.name + "\",check=\"" + plan.limits[check].name +
+                                    "\",result=\"" + kResults[result] + "\"");
+    });
+  }
+  // tollgate_rejections_total{plan,code} and tollgate_shadow_rejections_total{plan}.
+  std::atomic<uint64_t>& RejectionCounter(uint64_t gen, const policy::Plan& plan, core::RejectCode code) {
+    return PlanCounter(CounterKey{gen, &plan, SIZE_MAX, static_cast<int>(code)}, [&]() -> std::atomic<uint64_t>& {
+      return gw.metrics.Counter("tollgate_rejections_total", "plan=\"" + plan.name + "\",code=\"" +
+                                                                 std::string(core::RejectCodeName(code)) + "\"");
+    });
+  }
+  std::atomic<uint64_t>& ShadowRejectionCounter(uint64_t gen, const policy::Plan& plan) {
+    return PlanCounter(CounterKey{gen, &plan, SIZE_MAX - 1, 0}, [&]() -> std::atomic<uint64_t>& {
+      return gw.metrics.Counter("tollgate_shadow_rejections_total", "plan=\"" + plan.name + "\"");
+    });
+  }
+
+  // Presented API keys and what they resolved to under this policy (nullptr: unknown), so that
+  // a busy key is hashed with SHA-256 once, not on every request. Direct-mapped, bounded.
+  struct KeySlot {
+    std::string presented;
+    const policy::Key* key = nullptr;
+  };
+  std::vector<KeySlot> key_cache = std::vector<KeySlot>(1024);
+  const policy::Key* FindByKey(const policy::Policy& pol, std::string_view presented) {
+    KeySlot& slot = key_cache[std::hash<std::string_view>()(presented) % key_cache.size()];
+    if (slot.presented != presented) {
+      slot.presented.assign(presented);
+      slot.key = pol.FindByKey(presented);
     }
-    return *it->second;
+    return slot.key;
   }
 
   // Idle keep-alive connections to the upstream, this thread's share of max_connections.
@@ -308,7 +398,7 @@ struct Worker {
 
   net::awaitable<void> Accept(tcp::acceptor& acceptor, Listener listener);
   net::awaitable<void> Session(beast::tcp_stream stream, Listener listener);
-  net::awaitable<bool> Handle(beast::tcp_stream& stream, beast::flat_buffer& buffer,
+  net::awaitable<bool> Handle(beast::tcp_stream& stream, beast::flat_buffer& buffer, std::string& wbuf,
                               bhttp::request_parser<bhttp::buffer_body>& parser,
                               const std::string& peer, Listener listener);
   net::awaitable<engine::Verdict> Decide(const engine::Engine::Request& request,
@@ -327,59 +417,57 @@ struct RequestLog {
   int upstream_status = 0;
 };
 
-template <class Body>
-net::awaitable<bool> Send(beast::tcp_stream& stream, bhttp::response<Body>& res) {
-  res.prepare_payload();
+net::awaitable<bool> Write(beast::tcp_stream& stream, const std::string& data, bool keep_alive) {
   stream.expires_after(std::chrono::seconds(30));
-  auto [ec, n] = co_await bhttp::async_write(stream, res, kTuple);
-  co_return !ec && res.keep_alive();
+  auto [ec, n] = co_await net::async_write(stream, net::buffer(data), kTuple);
+  co_return !ec && keep_alive;
 }
 
-bhttp::response<bhttp::string_body> MakeResponse(const bhttp::request_parser<bhttp::buffer_body>& parser,
-                                                 bhttp::status status, std::string body,
-                                                 const char* content_type = "application/json") {
-  bhttp::response<bhttp::string_body> res{status, parser.get().version()};
-  res.set(bhttp::field::server, "tollgate");
-  res.set(bhttp::field::content_type, content_type);
-  res.body() = std::move(body);
-  // Only a request read in full leaves the connection usable for the next one.
-  res.keep_alive(parser.get().keep_alive() && parser.is_done());
-  return res;
-}
-
-// Copies the body of `parser`'s message from `in` to `out` through serializer `sr`, a chunk at
-// a time: a large export never sits in memory whole.
+// Writes `head`, then the body `p` reads from `in`, to `out`, a chunk at a time (a large export
+// never sits in memory whole): in chunked encoding when `chunked`, else as it comes. The head
+// goes out with the first chunk, a small message in one write.
 template <bool isRequest>
 net::awaitable<beast::error_code> Relay(bhttp::parser<isRequest, bhttp::buffer_body>& p,
                                         beast::tcp_stream& in, beast::flat_buffer& in_buf,
-                                        beast::tcp_stream& out,
-                                        bhttp::serializer<isRequest, bhttp::buffer_body>& sr,
+                                        beast::tcp_stream& out, std::string_view head, bool chunked,
                                         milliseconds timeout, bool* in_failed) {
   std::array<char, kRelayChunk> buf;
+  static constexpr std::string_view kCrlf = "\r\n", kLastChunk = "0\r\n\r\n";
+  char size_line[24];
+  bool last = false;
   do {
+    size_t n = 0;
     if (!p.is_done()) {
       p.get().body().data = buf.data();
       p.get().body().size = buf.size();
       in.expires_after(timeout);
-      auto [ec, n] = co_await bhttp::async_read(in, in_buf, p, kTuple);
+      auto [ec, r] = co_await bhttp::async_read(in, in_buf, p, kTuple);
       if (ec == bhttp::error::need_buffer) ec = {};
       if (ec) {
         *in_failed = true;
         co_return ec;
       }
-      p.get().body().size = buf.size() - p.get().body().size;
-      p.get().body().data = buf.data();
-      p.get().body().more = !p.is_done();
-    } else {
-      p.get().body().data = nullptr;
-      p.get().body().size = 0;
-      p.get().body().more = false;
+      n = buf.size() - p.get().body().size;
     }
+    last = p.is_done();
+    std::array<net::const_buffer, 5> bufs;  // empty ones are skipped
+    bufs[0] = net::buffer(head.data(), head.size());
+    head = {};
+    if (n > 0) {
+      if (chunked) {
+        const auto r = std::to_chars(size_line, size_line + sizeof size_line - 2, n, 16);
+        std::memcpy(r.ptr, "\r\n", 2);
+        bufs[1] = net::buffer(size_line, static_cast<size_t>(r.ptr + 2 - size_line));
+        bufs[3] = net::buffer(kCrlf.data(), kCrlf.size());
+      }
+      bufs[2] = net::buffer(buf.data(), n);
+    }
+    if (last && chunked) bufs[4] = net::buffer(kLastChunk.data(), kLastChunk.size());
+    if (net::buffer_size(bufs) == 0) continue;
     out.expires_after(timeout);
-    auto [ec, n] = co_await bhttp::async_write(out, sr, kTuple);
-    if (ec == bhttp::error::need_buffer) ec = {};
+    auto [ec, w] = co_await net::async_write(out, bufs, kTuple);
     if (ec) co_return ec;
-  } while (!sr.is_done());
+  } while (!last);
   co_return beast::error_code{};
 }
 
@@ -452,6 +540,7 @@ net::awaitable<void> Worker::Session(beast::tcp_stream stream, Listener listener
   const auto remote = stream.socket().remote_endpoint(ec);
   std::string peer = ec ? "" : remote.address().to_string();
   beast::flat_buffer buffer;
+  std::string wbuf;  // what the gateway writes of its own: a response, a forwarded head
   for (;;) {
     if (buffer.size() == 0) {
       // Keep-alive: wait for the next request's first bytes.
@@ -482,19 +571,15 @@ net::awaitable<void> Worker::Session(beast::tcp_stream stream, Listener listener
                  hec == net::error::connection_reset) {
         break;
       }
-      bhttp::response<bhttp::string_body> res{status, 11};
-      res.set(bhttp::field::content_type, "application/json");
-      res.set(bhttp::field::server, "tollgate");
-      res.body() = ErrorBody(code, hec.message());
-      res.keep_alive(false);
+      RenderResponse(wbuf, status, false, 11, "application/json", {}, ErrorBody(code, hec.message()));
       gw.requests_by_class[2]->fetch_add(1, std::memory_order_relaxed);
-      co_await Send(stream, res);
+      co_await Write(stream, wbuf, false);
       break;
     }
     gw.in_flight.fetch_add(1);
     bool keep = false;
     try {
-      keep = co_await Handle(stream, buffer, parser, peer, listener);
+      keep = co_await Handle(stream, buffer, wbuf, parser, peer, listener);
     } catch (...) {
       gw.in_flight.fetch_sub(1);
       throw;
@@ -568,7 +653,7 @@ net::awaitable<engine::Verdict> Worker::Decide(const engine::Engine::Request& re
 }
 
 net::awaitable<bool> Worker::Handle(beast::tcp_stream& stream, beast::flat_buffer& buffer,
-                                    bhttp::request_parser<bhttp::buffer_body>& parser,
+                                    std::string& wbuf, bhttp::request_parser<bhttp::buffer_body>& parser,
                                     const std::string& peer, Listener listener) {
   const auto start = Clock::now();
   const std::shared_ptr<const policy::Policy> policy_ref = Policy();
@@ -576,30 +661,30 @@ net::awaitable<bool> Worker::Handle(beast::tcp_stream& stream, beast::flat_buffe
   const policy::Policy& pol = *policy_ref;
   auto& req = parser.get();
   const bool decision_service = listener == Listener::kDecision;
-  // A copy: forwarding to an upstream with a base path rewrites req.target(), which would
-  // leave `path` (logged after the response) pointing at freed memory. The decision service
-  // decides about the original request, which the proxy in front describes in headers.
-  std::string target_copy(req.target());
-  std::string method_copy(req.method_string());
+  // The request stays as it was read for the whole call (the forwarded head is rendered
+  // apart), so views into it stay valid. The decision service decides about the original
+  // request, which the proxy in front describes in headers.
+  std::string_view target = req.target();
+  std::string_view method = req.method_string();
   if (decision_service) {
     for (const char* h : {"X-Original-URI", "X-Forwarded-Uri"}) {
       if (!req[h].empty()) {
-        target_copy = std::string(req[h]);
+        target = req[h];
         break;
       }
     }
     for (const char* h : {"X-Original-Method", "X-Forwarded-Method"}) {
       if (!req[h].empty()) {
-        method_copy = std::string(req[h]);
+        method = req[h];
         break;
       }
     }
   }
-  const std::string_view target = target_copy;
+  // Read before anything is sent: only a request read in full leaves the connection usable.
+  const bool client_keep_alive = req.keep_alive();
   const size_t qmark = target.find('?');
   const std::string_view path = target.substr(0, qmark);
   const std::string_view query = qmark == std::string_view::npos ? std::string_view() : target.substr(qmark + 1);
-  const std::string_view method = method_copy;
   RequestLog rlog;
   const policy::Key* key = nullptr;
 
@@ -620,39 +705,38 @@ net::awaitable<bool> Worker::Handle(beast::tcp_stream& stream, beast::flat_buffe
                        ",\"latency_ms\":" + std::to_string(SecondsSince(start) * 1000) + "}\n";
     gw.log.Access(line);
   };
-  // Builds a response of ours (not the upstream's); Send() writes it. (Responses are built in
-  // statements of their own: string literals inside a co_await expression trip GCC 12.)
-  bhttp::response<bhttp::string_body> out;
-  auto make = [&](bhttp::status status, std::string body, const HeaderList& headers = {},
-                  const char* type = "application/json") {
-    auto res = MakeResponse(parser, status, std::move(body), type);
-    for (const auto& [k, v] : headers) res.set(k, v);
-    if (gw.draining.load()) res.keep_alive(false);
+  // Renders a response of ours (not the upstream's) into wbuf; Write() sends it. (Responses
+  // are built in statements of their own: string literals inside a co_await expression trip
+  // GCC 12.) `headers` is a rendered header block, HeaderList::Rendered().
+  bool reply_keep = false;
+  auto make = [&](bhttp::status status, std::string_view body, std::string_view headers = {},
+                  std::string_view type = "application/json") {
+    reply_keep = client_keep_alive && parser.is_done() && !gw.draining.load();
+    RenderResponse(wbuf, status, reply_keep, req.version(), type, headers, body);
     finish(static_cast<int>(status));
-    return res;
   };
 
   // Built-in endpoints, on every listener.
   if (method == "GET" && (path == "/healthz" || path == "/readyz") && !decision_service) {
-    out = make(bhttp::status::ok, gw.draining.load() && path == "/readyz" ? "{\"status\":\"draining\"}" : "{\"status\":\"ok\"}");
-    co_return co_await Send(stream, out);
+    make(bhttp::status::ok, gw.draining.load() && path == "/readyz" ? "{\"status\":\"draining\"}" : "{\"status\":\"ok\"}");
+    co_return co_await Write(stream, wbuf, reply_keep);
   }
   if (method == "GET" && path == "/metrics" && !decision_service) {
-    out = make(bhttp::status::ok, gw.metrics.Render(), {}, "text/plain; version=0.0.4");
-    co_return co_await Send(stream, out);
+    make(bhttp::status::ok, gw.metrics.Render(), {}, "text/plain; version=0.0.4");
+    co_return co_await Write(stream, wbuf, reply_keep);
   }
   if (listener == Listener::kAdmin) {
     if (method == "POST" && path == "/admin/reload") {
       auto r = gw.Reload();
-      out = r ? make(bhttp::status::ok, "{\"status\":\"reloaded\"}")
+      r ? make(bhttp::status::ok, "{\"status\":\"reloaded\"}")
               : make(bhttp::status::bad_request, ErrorBody("invalid_config", r.error()));
-      co_return co_await Send(stream, out);
+      co_return co_await Write(stream, wbuf, reply_keep);
     }
     if (method == "GET" && path.substr(0, 12) == "/admin/keys/") {
       const policy::Key* k = pol.FindById(path.substr(12));
       if (!k) {
-        out = make(bhttp::status::not_found, ErrorBody("unknown_key", "no key with this id"));
-        co_return co_await Send(stream, out);
+        make(bhttp::status::not_found, ErrorBody("unknown_key", "no key with this id"));
+        co_return co_await Write(stream, wbuf, reply_keep);
       }
       std::string body = "{\"id\":\"" + JsonEscape(k->id) + "\",\"account\":\"" + JsonEscape(k->account) +
                          "\",\"plan\":\"" + JsonEscape(k->plan->name) + "\",\"configured_plan\":\"" +
@@ -664,8 +748,8 @@ net::awaitable<bool> Worker::Handle(beast::tcp_stream& stream, beast::flat_buffe
                 "\",\"quota\":" + std::to_string(o.limit.PolicyQuota()) + ",\"expires_unix\":" +
                 (o.expires ? std::to_string(o.expires->unix_micros() / 1'000'000) : "null") + "}";
       }
-      out = make(bhttp::status::ok, body + "]}");
-      co_return co_await Send(stream, out);
+      make(bhttp::status::ok, body + "]}");
+      co_return co_await Write(stream, wbuf, reply_keep);
     }
     if (method == "GET" && path == "/admin/usage") {
       // Billing export: tollgate usage --period 2026-11 [--account ID] --format csv|json.
@@ -677,16 +761,16 @@ net::awaitable<bool> Worker::Handle(beast::tcp_stream& stream, beast::flat_buffe
             gw.meter->Query(period, account, std::move(resume));
           });
       if (!records) {
-        out = make(bhttp::status::bad_request, ErrorBody("invalid_period", records.error()));
+        make(bhttp::status::bad_request, ErrorBody("invalid_period", records.error()));
       } else if (format == "json") {
-        out = make(bhttp::status::ok, engine::UsageJson(*records));
+        make(bhttp::status::ok, engine::UsageJson(*records));
       } else {
-        out = make(bhttp::status::ok, engine::UsageCsv(*records), {}, "text/csv");
+        make(bhttp::status::ok, engine::UsageCsv(*records), {}, "text/csv");
       }
-      co_return co_await Send(stream, out);
+      co_return co_await Write(stream, wbuf, reply_keep);
     }
-    out = make(bhttp::status::not_found, ErrorBody("not_found", "unknown admin endpoint"));
-    co_return co_await Send(stream, out);
+    make(bhttp::status::not_found, ErrorBody("not_found", "unknown admin endpoint"));
+    co_return co_await Write(stream, wbuf, reply_keep);
   }
 
   // Identity and checks.
@@ -707,9 +791,9 @@ net::awaitable<bool> Worker::Handle(beast::tcp_stream& stream, beast::flat_buffe
   auto header = [&](const std::string& name) { return std::string_view(req[name]); };
   if (route.identity == config::RouteIdentity::kKey || status_endpoint || usage_endpoint) {
     const std::string_view presented = pol.PresentedKey(header);
-    if (!presented.empty()) key = pol.FindByKey(presented);
+    if (!presented.empty()) key = FindByKey(pol, presented);
     if (!key) {
-      gw.metrics.Counter("tollgate_invalid_keys_total").fetch_add(1, std::memory_order_relaxed);
+      gw.invalid_keys.fetch_add(1, std::memory_order_relaxed);
       rlog.decision = "invalid_key";
       // Repeated invalid keys from one address are limited per address.
       const store::Check bad{"invalid_key", &pol.invalid_key_limit(), 1, true};
@@ -719,16 +803,16 @@ net::awaitable<bool> Worker::Handle(beast::tcp_stream& stream, beast::flat_buffe
       const engine::Verdict v = co_await Decide(bad_request, {decisions.data(), 1});
       if (v.kind == engine::Verdict::Kind::kRejected) {
         HeaderList h;
-        h.emplace_back("Retry-After", std::to_string(std::max<int64_t>(1, v.retry_after.CeilSeconds())));
-        out = make(deny_status, RejectionBody({&bad, 1}, {decisions.data(), 1}, v, static_cast<int>(deny_status)), h,
-                   "application/problem+json");
-        co_return co_await Send(stream, out);
+        h.Add("Retry-After", std::max<int64_t>(1, v.retry_after.CeilSeconds()));
+        make(deny_status, RejectionBody({&bad, 1}, {decisions.data(), 1}, v, static_cast<int>(deny_status)),
+             h.Rendered(), "application/problem+json");
+        co_return co_await Write(stream, wbuf, reply_keep);
       }
-      out = make(bhttp::status::unauthorized,
+      make(bhttp::status::unauthorized,
                  ErrorBody(presented.empty() ? "missing_api_key" : "invalid_api_key",
                            presented.empty() ? "an API key is required" : "the API key is not valid"),
-                 {{"WWW-Authenticate", "Bearer"}});
-      co_return co_await Send(stream, out);
+                 "WWW-Authenticate: Bearer\r\n");
+      co_return co_await Write(stream, wbuf, reply_keep);
     }
     plan = key->plan;
     rlog.key_id = key->id;
@@ -747,8 +831,8 @@ net::awaitable<bool> Worker::Handle(beast::tcp_stream& stream, beast::flat_buffe
       auto records = co_await Await<core::Result<std::vector<engine::UsageRecord>>>(
           [this, &period, key](auto resume) { gw.meter->Query(period, key->account, std::move(resume)); });
       if (!records) {
-        out = make(bhttp::status::service_unavailable, ErrorBody("usage_unavailable", records.error()));
-        co_return co_await Send(stream, out);
+        make(bhttp::status::service_unavailable, ErrorBody("usage_unavailable", records.error()));
+        co_return co_await Write(stream, wbuf, reply_keep);
       }
       store::UsageCounts counts;
       for (const auto& r : *records) {
@@ -757,8 +841,8 @@ net::awaitable<bool> Worker::Handle(beast::tcp_stream& stream, beast::flat_buffe
       body += ",\"" + std::string(period == day ? "day" : "month") + "\":{\"period\":\"" + period +
               "\",\"usage\":" + CountsJson(counts) + "}";
     }
-    out = make(bhttp::status::ok, body + "}");
-    co_return co_await Send(stream, out);
+    make(bhttp::status::ok, body + "}");
+    co_return co_await Write(stream, wbuf, reply_keep);
   }
 
   int64_t cost = 0;
@@ -766,8 +850,8 @@ net::awaitable<bool> Worker::Handle(beast::tcp_stream& stream, beast::flat_buffe
     rlog.plan = plan->name;
     auto c = pol.Cost(route, query);
     if (!c) {
-      out = make(bhttp::status::bad_request, ErrorBody("invalid_cost", c.error()));
-      co_return co_await Send(stream, out);
+      make(bhttp::status::bad_request, ErrorBody("invalid_cost", c.error()));
+      co_return co_await Write(stream, wbuf, reply_keep);
     }
     cost = status_endpoint ? 0 : *c;
     rlog.cost = cost;
@@ -785,16 +869,16 @@ net::awaitable<bool> Worker::Handle(beast::tcp_stream& stream, beast::flat_buffe
         .fail_mode = route.fail_mode == config::FailMode::kClosed ? engine::FailMode::kClosed
                                                                    : engine::FailMode::kOpen};
     const engine::Verdict v = co_await Decide(request, {decisions.data(), n_checks});
-    gw.metrics.Hist("tollgate_limiter_latency_seconds").Observe(SecondsSince(t0));
+    gw.limiter_latency.Observe(SecondsSince(t0));
     const std::span<const store::Check> cs{checks.data(), n_checks};
     const std::span<const core::Decision> ds{decisions.data(), n_checks};
 
     if (status_endpoint) {
       // GET /v1/rate-limit: the caller's limits and usage; consumes nothing.
       if (v.kind == engine::Verdict::Kind::kDegraded || v.kind == engine::Verdict::Kind::kUnavailable) {
-        out = make(bhttp::status::service_unavailable, RejectionBody(cs, ds, engine::Verdict{.kind = engine::Verdict::Kind::kUnavailable}),
-                   {{"Retry-After", "1"}}, "application/problem+json");
-        co_return co_await Send(stream, out);
+        make(bhttp::status::service_unavailable, RejectionBody(cs, ds, engine::Verdict{.kind = engine::Verdict::Kind::kUnavailable}),
+                   "Retry-After: 1\r\n", "application/problem+json");
+        co_return co_await Write(stream, wbuf, reply_keep);
       }
       AppendRateLimitHeaders(pol.config().headers, cs, ds, v, rate_headers);
       const int p = v.primary;
@@ -831,8 +915,8 @@ net::awaitable<bool> Worker::Handle(beast::tcp_stream& stream, beast::flat_buffe
       if (!burst.empty()) body += ",\"burst\":" + burst;
       if (!quota.empty()) body += ",\"quota\":" + quota;
       rlog.decision = "status";
-      out = make(bhttp::status::ok, body + "}", plan->enforced ? rate_headers : HeaderList{});
-      co_return co_await Send(stream, out);
+      make(bhttp::status::ok, body + "}", plan->enforced ? std::string_view(rate_headers.Rendered()) : "");
+      co_return co_await Write(stream, wbuf, reply_keep);
     }
 
     for (size_t i = 0; i < n_checks; ++i) {
@@ -840,8 +924,7 @@ net::awaitable<bool> Worker::Handle(beast::tcp_stream& stream, beast::flat_buffe
       DecisionCounter(policy_generation, *plan, i, result).fetch_add(1, std::memory_order_relaxed);
     }
     if (v.shadow_rejections > 0) {
-      gw.metrics.Counter("tollgate_shadow_rejections_total", "plan=\"" + plan->name + "\"")
-          .fetch_add(1, std::memory_order_relaxed);
+      ShadowRejectionCounter(policy_generation, *plan).fetch_add(1, std::memory_order_relaxed);
       rlog.decision = "shadow_rejected";
     }
     switch (v.kind) {
@@ -859,57 +942,63 @@ net::awaitable<bool> Worker::Handle(beast::tcp_stream& stream, beast::flat_buffe
         gw.metrics.Counter("tollgate_limiter_unavailable_total").fetch_add(1, std::memory_order_relaxed);
         gw.LogStoreFailure(v.store_error);
         AppendRateLimitHeaders(pol.config().headers, cs, ds, v, rate_headers);
-        out = make(decision_service ? deny_status : bhttp::status::service_unavailable,
-                   RejectionBody(cs, ds, v), rate_headers, "application/problem+json");
-        co_return co_await Send(stream, out);
+        make(decision_service ? deny_status : bhttp::status::service_unavailable,
+                   RejectionBody(cs, ds, v), rate_headers.Rendered(), "application/problem+json");
+        co_return co_await Write(stream, wbuf, reply_keep);
       case engine::Verdict::Kind::kRejected:
         rlog.decision = "rejected";
-        gw.metrics.Counter("tollgate_rejections_total", "plan=\"" + plan->name + "\",code=\"" +
-                                                            std::string(core::RejectCodeName(v.code)) + "\"")
-            .fetch_add(1, std::memory_order_relaxed);
+        RejectionCounter(policy_generation, *plan, v.code).fetch_add(1, std::memory_order_relaxed);
         AppendRateLimitHeaders(pol.config().headers, cs, ds, v, rate_headers);
         if (decision_service) {
           // nginx drops an auth subrequest's body: the code travels in a header too.
-          rate_headers.emplace_back("X-Tollgate-Code", std::string(core::RejectCodeName(v.code)));
+          rate_headers.Add("X-Tollgate-Code", core::RejectCodeName(v.code));
         }
-        out = make(deny_status, RejectionBody(cs, ds, v, static_cast<int>(deny_status)), rate_headers,
+        make(deny_status, RejectionBody(cs, ds, v, static_cast<int>(deny_status)), rate_headers.Rendered(),
                    "application/problem+json");
-        co_return co_await Send(stream, out);
+        co_return co_await Write(stream, wbuf, reply_keep);
     }
   } else if (status_endpoint) {
-    out = make(bhttp::status::not_found, ErrorBody("not_found", "no limits apply"));
-    co_return co_await Send(stream, out);
+    make(bhttp::status::not_found, ErrorBody("not_found", "no limits apply"));
+    co_return co_await Write(stream, wbuf, reply_keep);
   }
 
   if (decision_service) {
     // Allowed: the proxy in front forwards the request itself. The key id and plan go back in
     // headers the proxy may pass upstream (nginx: auth_request_set).
     if (key) {
-      rate_headers.emplace_back("X-Tollgate-Key-Id", key->id);
-      rate_headers.emplace_back("X-Tollgate-Plan", plan->name);
+      rate_headers.Add("X-Tollgate-Key-Id", key->id);
+      rate_headers.Add("X-Tollgate-Plan", plan->name);
     }
-    out = make(bhttp::status::ok, "", rate_headers, "text/plain");
-    co_return co_await Send(stream, out);
+    make(bhttp::status::ok, "", rate_headers.Rendered(), "text/plain");
+    co_return co_await Write(stream, wbuf, reply_keep);
   }
 
-  // Forward to the upstream. Read the client's keep-alive wish before the Connection header
-  // goes: without it every HTTP/1.1 request looks keep-alive and "Connection: close" is ignored.
-  const bool client_keep_alive = req.keep_alive();
-  StripHopByHop(req.base());
-  {
-    std::string xff(req["X-Forwarded-For"]);
-    xff = xff.empty() ? peer : xff + ", " + peer;
-    req.set("X-Forwarded-For", xff);
-  }
+  // Forward to the upstream: the request's head, rendered apart from the request (which stays
+  // as it was read), then its body.
+  wbuf.clear();
+  wbuf.append(req.method_string()).append(" ").append(gw.upstream.base_path).append(req.target());
+  wbuf.append(" HTTP/1.1\r\n");
+  const std::string_view xff = req["X-Forwarded-For"];
+  AppendEndToEnd(req, wbuf, [](std::string_view name) {
+    return policy::Policy::EqualsIgnoreCase(name, "X-Forwarded-For") ||
+           policy::Policy::EqualsIgnoreCase(name, "X-Tollgate-Key-Id") ||
+           policy::Policy::EqualsIgnoreCase(name, "X-Tollgate-Plan");
+  });
+  wbuf.append("X-Forwarded-For: ").append(xff).append(xff.empty() ? "" : ", ").append(peer).append("\r\n");
   if (key) {
-    req.set("X-Tollgate-Key-Id", key->id);
-    req.set("X-Tollgate-Plan", plan->name);
-  } else {
-    req.erase("X-Tollgate-Key-Id");
-    req.erase("X-Tollgate-Plan");
+    wbuf.append("X-Tollgate-Key-Id: ").append(key->id).append("\r\n");
+    wbuf.append("X-Tollgate-Plan: ").append(plan->name).append("\r\n");
   }
-  if (!gw.upstream.base_path.empty()) req.target(gw.upstream.base_path + std::string(target));
-  req.keep_alive(true);
+  const bool request_chunked = parser.chunked();
+  if (request_chunked) {
+    wbuf.append("Transfer-Encoding: chunked\r\n");
+  } else if (const auto length = parser.content_length()) {
+    wbuf.append("Content-Length: ");
+    AppendNum(wbuf, *length);
+    wbuf.append("\r\n");
+  }
+  wbuf.append("\r\n");
+  const bool request_has_body = !parser.is_done();
   const bool is_head = req.method() == bhttp::verb::head;
 
   beast::error_code ec;
@@ -922,16 +1011,15 @@ net::awaitable<bool> Worker::Handle(beast::tcp_stream& stream, beast::flat_buffe
     const bool pooled = !idle.empty();
     up = co_await AcquireUpstream(ec);
     if (!up) break;
-    bhttp::request_serializer<bhttp::buffer_body> sr{req};
     bool client_failed = false;
-    ec = co_await Relay(parser, stream, buffer, up->stream, sr,
+    ec = co_await Relay(parser, stream, buffer, up->stream, wbuf, request_chunked,
                         milliseconds(gw.upstream_config.timeout_ms), &client_failed);
     if (client_failed) {
       --upstream_open;
       if (ec == bhttp::error::body_limit) {
         // A chunked body grew past server.max_body_bytes; nothing was sent to the client yet.
-        out = make(bhttp::status::payload_too_large, ErrorBody("body_too_large", ec.message()));
-        co_await Send(stream, out);
+        make(bhttp::status::payload_too_large, ErrorBody("body_too_large", ec.message()));
+        co_await Write(stream, wbuf, reply_keep);
       }
       co_return false;  // the client went away mid-body, or sent too much
     }
@@ -946,8 +1034,7 @@ net::awaitable<bool> Worker::Handle(beast::tcp_stream& stream, beast::flat_buffe
     if (!ec) break;
     --upstream_open;
     up.reset();
-    const bool nothing_sent = parser.is_done() && parser.get().body().size == 0;
-    if (!(pooled && nothing_sent && ec != beast::error::timeout)) break;
+    if (!(pooled && !request_has_body && ec != beast::error::timeout)) break;
   }
   if (!up || ec) {
     const bool timeout = ec == beast::error::timeout;
@@ -955,25 +1042,47 @@ net::awaitable<bool> Worker::Handle(beast::tcp_stream& stream, beast::flat_buffe
     gw.metrics.Counter("tollgate_upstream_errors_total", std::string("kind=\"") + kind + "\"")
         .fetch_add(1, std::memory_order_relaxed);
     {
-      out = make(timeout ? bhttp::status::gateway_timeout : bhttp::status::bad_gateway,
+      make(timeout ? bhttp::status::gateway_timeout : bhttp::status::bad_gateway,
                              ErrorBody(timeout ? "upstream_timeout" : "upstream_unavailable",
                                        ec ? ec.message() : "no upstream connection"),
-                             rate_headers);
-      co_return co_await Send(stream, out);
+                             rate_headers.Rendered());
+      co_return co_await Write(stream, wbuf, reply_keep);
     }
   }
-  gw.metrics.Hist("tollgate_upstream_latency_seconds").Observe(SecondsSince(t_up));
+  gw.upstream_latency.Observe(SecondsSince(t_up));
 
-  auto& res = rp->get();
+  // The response's head, with our rate-limit headers in place of any of the same name, and
+  // framing for the body we send: the upstream's length, else chunked (HTTP/1.0 clients: the
+  // body runs to the connection's close).
+  const auto& res = rp->get();
   rlog.upstream_status = static_cast<int>(res.result_int());
   const bool upstream_keep_alive = res.keep_alive();
-  StripHopByHop(res.base());
-  for (const auto& [k, v] : rate_headers) res.set(k, v);
-  const bool keep = client_keep_alive && parser.is_done() && !gw.draining.load();
-  res.keep_alive(keep);
-  bhttp::response_serializer<bhttp::buffer_body> rs{res};
+  const auto length = rp->content_length();
+  const bool unframed = !length && !rp->is_done();
+  const bool response_chunked = unframed && req.version() >= 11;
+  const bool keep = client_keep_alive && parser.is_done() && !gw.draining.load() &&
+                    !(unframed && !response_chunked);
+  wbuf.clear();
+  wbuf.append("HTTP/1.1 ");
+  AppendNum(wbuf, res.result_int());
+  wbuf.append(" ").append(res.reason()).append("\r\n");
+  AppendEndToEnd(res, wbuf, [&rate_headers](std::string_view name) { return rate_headers.Has(name); });
+  wbuf.append(rate_headers.Rendered());
+  if (length) {
+    wbuf.append("Content-Length: ");
+    AppendNum(wbuf, *length);
+    wbuf.append("\r\n");
+  } else if (response_chunked) {
+    wbuf.append("Transfer-Encoding: chunked\r\n");
+  }
+  if (!keep) {
+    wbuf.append("Connection: close\r\n");
+  } else if (req.version() < 11) {
+    wbuf.append("Connection: keep-alive\r\n");
+  }
+  wbuf.append("\r\n");
   bool upstream_failed = false;
-  ec = co_await Relay(*rp, up->stream, up->buffer, stream, rs,
+  ec = co_await Relay(*rp, up->stream, up->buffer, stream, wbuf, response_chunked,
                       milliseconds(gw.upstream_config.timeout_ms), &upstream_failed);
   finish(rlog.upstream_status);
   if (!ec && upstream_keep_alive && rp->is_done()) {

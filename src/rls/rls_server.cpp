@@ -123,7 +123,7 @@ struct RlsServer::Impl final : pb::RateLimitService::Service {
         status->mutable_duration_until_reset()->set_seconds(until.CeilSeconds());
         http::HeaderList headers;
         http::AppendRateLimitHeaders(pol->config().headers, {checks.data(), n}, {decisions.data(), n}, v, headers);
-        for (auto& [k, val] : headers) {
+        for (auto& [k, val] : headers.Pairs()) {
           auto* h = res->add_response_headers_to_add();
           h->set_key(k);
           h->set_value(val);

@@ -709,6 +709,58 @@ class ProxyTests(GatewayTestCase):
         self.assertEqual(r.json()["body_bytes"], len(body))
         self.assertEqual(r.json()["method"], "POST")
 
+    def test_chunked_request_body_is_forwarded_chunked(self):
+        gw = self.start(config())
+        chunks = [b"a" * 10, b"b" * 70_000, b"c" * 3]
+        body = b"".join(b"%x\r\n%s\r\n" % (len(c), c) for c in chunks) + b"0\r\n\r\n"
+        data, _, _ = raw_exchange(
+            gw.port, b"POST /echo HTTP/1.1\r\nHost: x\r\nX-API-Key: " + FREE_KEY.encode() +
+            b"\r\nConnection: close\r\nTransfer-Encoding: chunked\r\n\r\n" + body)
+        self.assertEqual(status_of(data), 200, data[:300])
+        echo = json.loads(data.split(b"\r\n\r\n", 1)[1])
+        self.assertEqual(echo["body_bytes"], 70_013)
+        self.assertEqual(echo["headers"].get("Transfer-Encoding"), "chunked")
+        self.assertNotIn("Content-Length", echo["headers"])
+
+    def test_hop_by_hop_headers_stay_on_their_hop(self):
+        gw = self.start(config())
+        data, _, _ = raw_exchange(
+            gw.port, b"GET /echo HTTP/1.1\r\nHost: x\r\nX-API-Key: " + FREE_KEY.encode() +
+            b"\r\nConnection: close, X-Hop\r\nX-Hop: 1\r\nKeep-Alive: timeout=5\r\n"
+            b"Proxy-Connection: keep-alive\r\nTE: trailers\r\nX-Tollgate-Plan: forged\r\n"
+            b"X-End: 2\r\n\r\n")
+        self.assertEqual(status_of(data), 200, data[:300])
+        seen = {k.lower(): v for k, v in json.loads(data.split(b"\r\n\r\n", 1)[1])["headers"].items()}
+        for name in ("x-hop", "keep-alive", "proxy-connection", "te"):
+            self.assertNotIn(name, seen)
+        self.assertEqual(seen["x-end"], "2")
+        self.assertEqual(seen["x-tollgate-plan"], "free")
+        self.assertEqual(seen["x-forwarded-for"], "127.0.0.1")
+
+    def test_upstream_rate_limit_headers_give_way_to_ours(self):
+        gw = self.start(config())
+        data, _, _ = raw_exchange(
+            gw.port, b"GET /headers?RateLimit-Limit=999&X-Upstream=yes&Connection=X-Upstream-Hop"
+            b"&X-Upstream-Hop=1 HTTP/1.1\r\nHost: x\r\nConnection: close\r\nX-API-Key: " +
+            FREE_KEY.encode() + b"\r\n\r\n")
+        head = data.partition(b"\r\n\r\n")[0].lower()
+        self.assertEqual(status_of(data), 200, head)
+        self.assertEqual(re.findall(rb"\r\nratelimit-limit: (\d+)", head), [b"5"], head)
+        self.assertIn(b"\r\nx-upstream: yes\r\n", head)
+        self.assertNotIn(b"x-upstream-hop", head)
+
+    def test_http10_client_gets_an_unframed_body_then_close(self):
+        gw = self.start(config())
+        # The upstream answers chunked; an HTTP/1.0 client cannot read chunked encoding.
+        data, closed, seconds = raw_exchange(
+            gw.port, b"GET /big?bytes=100000 HTTP/1.0\r\nX-API-Key: " + FREE_KEY.encode() +
+            b"\r\nConnection: keep-alive\r\n\r\n", timeout=10)
+        head, _, body = data.partition(b"\r\n\r\n")
+        self.assertEqual(status_of(data), 200, head)
+        self.assertNotIn(b"transfer-encoding", head.lower())
+        self.assertEqual(len(body), 100_000)
+        self.assertTrue(closed and seconds < 5)
+
     def test_client_connection_close_is_honoured(self):
         gw = self.start(config())
         req = ("GET /echo HTTP/1.1\r\nHost: x\r\nX-API-Key: %s\r\nConnection: close\r\n\r\n"

@@ -4,6 +4,7 @@
 GET  /big?bytes=N   streams N bytes (chunked), never holding them in memory
 GET  /slow?ms=N     answers after N ms
 ANY  /status/NNN    answers status NNN (200-599) with a small JSON body
+GET  /headers?Name=value&...  answers 200 with these response headers added
 GET  /__stats       {"received": N, "in_progress": M}: requests seen and still being answered
                     (tests use it to know a request has reached the upstream)
 ANY  /echo...       (and any other path) answers JSON describing the request it received
@@ -53,10 +54,32 @@ class Handler(BaseHTTPRequestHandler):
             with Stats.lock:
                 Stats.in_progress -= 1
 
+    def _read_body(self):
+        if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+            body = b""
+            while True:
+                size = int(self.rfile.readline().split(b";")[0], 16)
+                if size == 0:
+                    while self.rfile.readline() not in (b"\r\n", b"\n", b""):
+                        pass  # trailers
+                    return body
+                body += self.rfile.read(size)
+                self.rfile.readline()
+        length = int(self.headers.get("Content-Length") or 0)
+        return self.rfile.read(length) if length else b""
+
     def _respond(self, url):
         query = parse_qs(url.query)
-        length = int(self.headers.get("Content-Length") or 0)
-        body = self.rfile.read(length) if length else b""
+        body = self._read_body()
+        if url.path == "/headers":
+            self.send_response(200)
+            for name, values in query.items():
+                for v in values:
+                    self.send_header(name, v)
+            self.send_header("Content-Length", "2")
+            self.end_headers()
+            self.wfile.write(b"ok")
+            return
         if url.path == "/big":
             n = int(query.get("bytes", ["0"])[0])
             self.send_response(200)

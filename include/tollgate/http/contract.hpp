@@ -2,8 +2,10 @@
 // here: headers are name/value pairs the server copies into its response.
 #pragma once
 
+#include <cstdint>
 #include <span>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -14,7 +16,22 @@
 
 namespace tollgate::http {
 
-using HeaderList = std::vector<std::pair<std::string, std::string>>;
+// Response headers, kept as an HTTP/1.1 header block ("Name: value\r\n" per header) that the
+// gateway writes as it is; Pairs() gives them to callers that speak something else (gRPC, the
+// embedding API). Names and values are ours, never client bytes.
+class HeaderList {
+ public:
+  void Add(std::string_view name, std::string_view value);
+  void Add(std::string_view name, int64_t value);
+  const std::string& Rendered() const { return text_; }
+  bool empty() const { return text_.empty(); }
+  // Whether a header of this name (any case) is in the list.
+  bool Has(std::string_view name) const;
+  std::vector<std::pair<std::string, std::string>> Pairs() const;
+
+ private:
+  std::string text_;
+};
 
 // Appends the configured header sets for the enforced checks (shadow checks are never
 // advertised; unlimited meters have nothing to advertise):

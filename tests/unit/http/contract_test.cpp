@@ -19,7 +19,7 @@ core::Limit Bucket(int64_t capacity, const char* rate) {
 
 std::map<std::string, std::string> ToMap(const HeaderList& h) {
   std::map<std::string, std::string> m;
-  for (const auto& [k, v] : h) m[k] = v;
+  for (const auto& [k, v] : h.Pairs()) m[k] = v;
   return m;
 }
 
@@ -109,4 +109,20 @@ TEST(Contract, JsonEscapeReplacesInvalidUtf8) {
 }
 
 }  // namespace
+TEST(HeaderListTest, RendersAnHttpHeaderBlockAndReadsBack) {
+  HeaderList h;
+  h.Add("RateLimit", "\"burst\";r=7;t=26");
+  h.Add("Retry-After", int64_t{-3});
+  EXPECT_EQ(h.Rendered(), "RateLimit: \"burst\";r=7;t=26\r\nRetry-After: -3\r\n");
+  EXPECT_TRUE(h.Has("retry-after"));
+  EXPECT_TRUE(h.Has("RATELIMIT"));
+  EXPECT_FALSE(h.Has("RateLimit-Limit"));
+  EXPECT_FALSE(h.Has("Retry"));
+  const auto pairs = h.Pairs();
+  ASSERT_EQ(pairs.size(), 2u);
+  EXPECT_EQ(pairs[0], std::make_pair(std::string("RateLimit"), std::string("\"burst\";r=7;t=26")));
+  EXPECT_EQ(pairs[1], std::make_pair(std::string("Retry-After"), std::string("-3")));
+  EXPECT_FALSE(HeaderList().Has("x"));
+}
+
 }  // namespace tollgate::http
