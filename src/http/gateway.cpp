@@ -19,6 +19,7 @@
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/co_spawn.hpp>
+#include <boost/asio/connect.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -26,7 +27,7 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
-#include <boost/beast/core/tcp_stream.hpp>
+#include <boost/beast/core/error.hpp>
 #include <boost/beast/http.hpp>
 
 #include <tollgate/engine/engine.hpp>
@@ -237,9 +238,59 @@ net::awaitable<T> Await(Start start) {
       net::use_awaitable);
 }
 
+// A socket with a deadline. Setting one is a store: the worker's sweep cancels the operations
+// of connections past theirs, which then fail with beast::error::timeout (through Check()).
+// Cheaper than a timer armed and cancelled around every read and write. Lives on its
+// worker's thread, linked into the worker's list while it exists.
+class Conn {
+ public:
+  Conn(Conn*& list, tcp::socket s) : socket(std::move(s)), list_(list), next_(list) {
+    if (next_) next_->prev_ = this;
+    list_ = this;
+  }
+  explicit Conn(Conn*& list, net::io_context& ioc) : Conn(list, tcp::socket(ioc)) {}
+  Conn(const Conn&) = delete;
+  Conn& operator=(const Conn&) = delete;
+  ~Conn() {
+    (prev_ ? prev_->next_ : list_) = next_;
+    if (next_) next_->prev_ = prev_;
+  }
+
+  void ExpiresAfter(Clock::duration d) {
+    deadline_ = Clock::now() + d;
+    timed_out_ = false;
+  }
+  // The result of an operation on `socket`: a cancellation by the sweep reads as a timeout.
+  beast::error_code Check(beast::error_code ec) const {
+    return timed_out_ && ec == net::error::operation_aborted ? beast::error_code(beast::error::timeout) : ec;
+  }
+  // Cancels the operations of every connection in `list` past its deadline.
+  static void Sweep(Conn* list, Clock::time_point now) {
+    for (Conn* c = list; c; c = c->next_) {
+      if (c->deadline_ > now) continue;
+      c->deadline_ = Clock::time_point::max();
+      c->timed_out_ = true;
+      beast::error_code ignored;
+      c->socket.cancel(ignored);
+    }
+  }
+
+  tcp::socket socket;
+
+ private:
+  Conn*& list_;
+  Conn* prev_ = nullptr;
+  Conn* next_;
+  Clock::time_point deadline_ = Clock::time_point::max();
+  bool timed_out_ = false;
+};
+
+// Deadlines are enforced to within this.
+constexpr milliseconds kSweepInterval{10};
+
 struct UpstreamConnection {
-  explicit UpstreamConnection(net::io_context& ioc) : stream(ioc) {}
-  beast::tcp_stream stream;
+  UpstreamConnection(Conn*& list, net::io_context& ioc) : conn(list, ioc) {}
+  Conn conn;
   beast::flat_buffer buffer;
 };
 
@@ -309,6 +360,7 @@ struct Worker {
 
   Gateway::Impl& gw;
   size_t index;
+  Conn* conns = nullptr;  // this thread's connections (before ioc: they may outlive its run)
   net::io_context ioc{1};
   std::optional<tcp::acceptor> acceptor;
   std::optional<tcp::acceptor> admin;
@@ -397,8 +449,9 @@ struct Worker {
   size_t upstream_open = 0;
 
   net::awaitable<void> Accept(tcp::acceptor& acceptor, Listener listener);
-  net::awaitable<void> Session(beast::tcp_stream stream, Listener listener);
-  net::awaitable<bool> Handle(beast::tcp_stream& stream, beast::flat_buffer& buffer, std::string& wbuf,
+  net::awaitable<void> Session(tcp::socket socket, Listener listener);
+  net::awaitable<void> SweepDeadlines();
+  net::awaitable<bool> Handle(Conn& stream, beast::flat_buffer& buffer, std::string& wbuf,
                               bhttp::request_parser<bhttp::buffer_body>& parser,
                               const std::string& peer, Listener listener);
   net::awaitable<engine::Verdict> Decide(const engine::Engine::Request& request,
@@ -417,9 +470,9 @@ struct RequestLog {
   int upstream_status = 0;
 };
 
-net::awaitable<bool> Write(beast::tcp_stream& stream, const std::string& data, bool keep_alive) {
-  stream.expires_after(std::chrono::seconds(30));
-  auto [ec, n] = co_await net::async_write(stream, net::buffer(data), kTuple);
+net::awaitable<bool> Write(Conn& stream, const std::string& data, bool keep_alive) {
+  stream.ExpiresAfter(std::chrono::seconds(30));
+  auto [ec, n] = co_await net::async_write(stream.socket, net::buffer(data), kTuple);
   co_return !ec && keep_alive;
 }
 
@@ -428,8 +481,8 @@ net::awaitable<bool> Write(beast::tcp_stream& stream, const std::string& data, b
 // goes out with the first chunk, a small message in one write.
 template <bool isRequest>
 net::awaitable<beast::error_code> Relay(bhttp::parser<isRequest, bhttp::buffer_body>& p,
-                                        beast::tcp_stream& in, beast::flat_buffer& in_buf,
-                                        beast::tcp_stream& out, std::string_view head, bool chunked,
+                                        Conn& in, beast::flat_buffer& in_buf,
+                                        Conn& out, std::string_view head, bool chunked,
                                         milliseconds timeout, bool* in_failed) {
   std::array<char, kRelayChunk> buf;
   static constexpr std::string_view kCrlf = "\r\n", kLastChunk = "0\r\n\r\n";
@@ -440,8 +493,9 @@ net::awaitable<beast::error_code> Relay(bhttp::parser<isRequest, bhttp::buffer_b
     if (!p.is_done()) {
       p.get().body().data = buf.data();
       p.get().body().size = buf.size();
-      in.expires_after(timeout);
-      auto [ec, r] = co_await bhttp::async_read(in, in_buf, p, kTuple);
+      in.ExpiresAfter(timeout);
+      auto [read_ec, r] = co_await bhttp::async_read(in.socket, in_buf, p, kTuple);
+      beast::error_code ec = in.Check(read_ec);
       if (ec == bhttp::error::need_buffer) ec = {};
       if (ec) {
         *in_failed = true;
@@ -464,9 +518,9 @@ net::awaitable<beast::error_code> Relay(bhttp::parser<isRequest, bhttp::buffer_b
     }
     if (last && chunked) bufs[4] = net::buffer(kLastChunk.data(), kLastChunk.size());
     if (net::buffer_size(bufs) == 0) continue;
-    out.expires_after(timeout);
-    auto [ec, w] = co_await net::async_write(out, bufs, kTuple);
-    if (ec) co_return ec;
+    out.ExpiresAfter(timeout);
+    auto [ec, w] = co_await net::async_write(out.socket, bufs, kTuple);
+    if (ec) co_return out.Check(ec);
   } while (!last);
   co_return beast::error_code{};
 }
@@ -477,7 +531,7 @@ net::awaitable<std::unique_ptr<UpstreamConnection>> Worker::AcquireUpstream(beas
   while (!idle.empty()) {
     auto c = std::move(idle.back());
     idle.pop_back();
-    if (c->stream.socket().is_open()) co_return c;
+    if (c->conn.socket.is_open()) co_return c;
     --upstream_open;
   }
   const size_t share = std::max<size_t>(1, gw.upstream_config.max_connections / gw.workers.size());
@@ -485,7 +539,7 @@ net::awaitable<std::unique_ptr<UpstreamConnection>> Worker::AcquireUpstream(beas
     ec = net::error::no_buffer_space;
     co_return nullptr;
   }
-  auto c = std::make_unique<UpstreamConnection>(ioc);
+  auto c = std::make_unique<UpstreamConnection>(conns, ioc);
   tcp::resolver resolver(ioc);
   auto [rec, results] = co_await resolver.async_resolve(gw.upstream.endpoint.host,
                                                         gw.upstream.endpoint.port, kTuple);
@@ -493,13 +547,13 @@ net::awaitable<std::unique_ptr<UpstreamConnection>> Worker::AcquireUpstream(beas
     ec = rec;
     co_return nullptr;
   }
-  c->stream.expires_after(milliseconds(gw.upstream_config.connect_timeout_ms));
-  auto [cec, ep] = co_await c->stream.async_connect(results, kTuple);
+  c->conn.ExpiresAfter(milliseconds(gw.upstream_config.connect_timeout_ms));
+  auto [cec, ep] = co_await net::async_connect(c->conn.socket, results, kTuple);
   if (cec) {
-    ec = cec;
+    ec = c->conn.Check(cec);
     co_return nullptr;
   }
-  c->stream.socket().set_option(tcp::no_delay(true));
+  c->conn.socket.set_option(tcp::no_delay(true));
   ++upstream_open;
   co_return c;
 }
@@ -517,7 +571,7 @@ net::awaitable<void> Worker::Accept(tcp::acceptor& a, Listener listener) {
       continue;
     }
     socket.set_option(tcp::no_delay(true));
-    net::co_spawn(ioc, Session(beast::tcp_stream(std::move(socket)), listener),
+    net::co_spawn(ioc, Session(std::move(socket), listener),
                   [this](std::exception_ptr e) {
                     if (!e) return;
                     try {
@@ -530,30 +584,42 @@ net::awaitable<void> Worker::Accept(tcp::acceptor& a, Listener listener) {
   }
 }
 
-net::awaitable<void> Worker::Session(beast::tcp_stream stream, Listener listener) {
+net::awaitable<void> Worker::SweepDeadlines() {
+  net::steady_timer timer(ioc);
+  for (;;) {
+    timer.expires_after(kSweepInterval);
+    auto [ec] = co_await timer.async_wait(kTuple);
+    if (ec) co_return;
+    Conn::Sweep(conns, Clock::now());
+  }
+}
+
+net::awaitable<void> Worker::Session(tcp::socket socket, Listener listener) {
+  Conn stream(conns, std::move(socket));
   gw.connections.fetch_add(1);
   struct Release {
     std::atomic<size_t>& n;
     ~Release() { n.fetch_sub(1); }
   } release{gw.connections};
   beast::error_code ec;
-  const auto remote = stream.socket().remote_endpoint(ec);
+  const auto remote = stream.socket.remote_endpoint(ec);
   std::string peer = ec ? "" : remote.address().to_string();
   beast::flat_buffer buffer;
   std::string wbuf;  // what the gateway writes of its own: a response, a forwarded head
   for (;;) {
     if (buffer.size() == 0) {
       // Keep-alive: wait for the next request's first bytes.
-      stream.expires_after(milliseconds(gw.server.idle_timeout_ms));
-      auto [rec, n] = co_await stream.async_read_some(buffer.prepare(4096), kTuple);
+      stream.ExpiresAfter(milliseconds(gw.server.idle_timeout_ms));
+      auto [rec, n] = co_await stream.socket.async_read_some(buffer.prepare(4096), kTuple);
       if (rec) break;
       buffer.commit(n);
     }
     bhttp::request_parser<bhttp::buffer_body> parser;
     parser.header_limit(static_cast<uint32_t>(gw.server.max_header_bytes));
     parser.body_limit(gw.server.max_body_bytes);
-    stream.expires_after(milliseconds(gw.server.header_timeout_ms));
-    auto [hec, n] = co_await bhttp::async_read_header(stream, buffer, parser, kTuple);
+    stream.ExpiresAfter(milliseconds(gw.server.header_timeout_ms));
+    auto [read_ec, n] = co_await bhttp::async_read_header(stream.socket, buffer, parser, kTuple);
+    const beast::error_code hec = stream.Check(read_ec);
     if (hec) {
       bhttp::status status = bhttp::status::bad_request;
       std::string code = "bad_request";
@@ -587,8 +653,8 @@ net::awaitable<void> Worker::Session(beast::tcp_stream stream, Listener listener
     gw.in_flight.fetch_sub(1);
     if (!keep || gw.draining.load()) break;
   }
-  stream.socket().shutdown(tcp::socket::shutdown_send, ec);
-  stream.close();
+  stream.socket.shutdown(tcp::socket::shutdown_send, ec);
+  stream.socket.close(ec);
 }
 
 namespace {
@@ -652,7 +718,7 @@ net::awaitable<engine::Verdict> Worker::Decide(const engine::Engine::Request& re
   });
 }
 
-net::awaitable<bool> Worker::Handle(beast::tcp_stream& stream, beast::flat_buffer& buffer,
+net::awaitable<bool> Worker::Handle(Conn& stream, beast::flat_buffer& buffer,
                                     std::string& wbuf, bhttp::request_parser<bhttp::buffer_body>& parser,
                                     const std::string& peer, Listener listener) {
   const auto start = Clock::now();
@@ -1012,7 +1078,7 @@ net::awaitable<bool> Worker::Handle(beast::tcp_stream& stream, beast::flat_buffe
     up = co_await AcquireUpstream(ec);
     if (!up) break;
     bool client_failed = false;
-    ec = co_await Relay(parser, stream, buffer, up->stream, wbuf, request_chunked,
+    ec = co_await Relay(parser, stream, buffer, up->conn, wbuf, request_chunked,
                         milliseconds(gw.upstream_config.timeout_ms), &client_failed);
     if (client_failed) {
       --upstream_open;
@@ -1027,9 +1093,9 @@ net::awaitable<bool> Worker::Handle(beast::tcp_stream& stream, beast::flat_buffe
       rp.emplace();
       rp->body_limit(boost::none);
       if (is_head) rp->skip(true);
-      up->stream.expires_after(milliseconds(gw.upstream_config.timeout_ms));
-      auto [rec, rn] = co_await bhttp::async_read_header(up->stream, up->buffer, *rp, kTuple);
-      ec = rec;
+      up->conn.ExpiresAfter(milliseconds(gw.upstream_config.timeout_ms));
+      auto [rec, rn] = co_await bhttp::async_read_header(up->conn.socket, up->buffer, *rp, kTuple);
+      ec = up->conn.Check(rec);
     }
     if (!ec) break;
     --upstream_open;
@@ -1082,7 +1148,7 @@ net::awaitable<bool> Worker::Handle(beast::tcp_stream& stream, beast::flat_buffe
   }
   wbuf.append("\r\n");
   bool upstream_failed = false;
-  ec = co_await Relay(*rp, up->stream, up->buffer, stream, wbuf, response_chunked,
+  ec = co_await Relay(*rp, up->conn, up->buffer, stream, wbuf, response_chunked,
                       milliseconds(gw.upstream_config.timeout_ms), &upstream_failed);
   finish(rlog.upstream_status);
   if (!ec && upstream_keep_alive && rp->is_done()) {
@@ -1305,6 +1371,7 @@ int Gateway::Run() {
   Impl& g = *impl_;
   for (auto& w : g.workers) {
     net::co_spawn(w->ioc, w->Accept(*w->acceptor, Listener::kGateway), net::detached);
+    net::co_spawn(w->ioc, w->SweepDeadlines(), net::detached);
     if (w->admin) net::co_spawn(w->ioc, w->Accept(*w->admin, Listener::kAdmin), net::detached);
     if (w->decision) net::co_spawn(w->ioc, w->Accept(*w->decision, Listener::kDecision), net::detached);
     w->thread = std::thread([&w] {
