@@ -1048,7 +1048,8 @@ net::awaitable<bool> Worker::Handle(Conn& stream, beast::flat_buffer& buffer,
   AppendEndToEnd(req, wbuf, [](std::string_view name) {
     return policy::Policy::EqualsIgnoreCase(name, "X-Forwarded-For") ||
            policy::Policy::EqualsIgnoreCase(name, "X-Tollgate-Key-Id") ||
-           policy::Policy::EqualsIgnoreCase(name, "X-Tollgate-Plan");
+           policy::Policy::EqualsIgnoreCase(name, "X-Tollgate-Plan") ||
+           policy::Policy::EqualsIgnoreCase(name, "Expect");
   });
   wbuf.append("X-Forwarded-For: ").append(xff).append(xff.empty() ? "" : ", ").append(peer).append("\r\n");
   if (key) {
@@ -1065,6 +1066,14 @@ net::awaitable<bool> Worker::Handle(Conn& stream, beast::flat_buffer& buffer,
   }
   wbuf.append("\r\n");
   const bool request_has_body = !parser.is_done();
+  if (request_has_body && policy::Policy::EqualsIgnoreCase(req[bhttp::field::expect], "100-continue")) {
+    // The client waits for our go-ahead before its body: given now that the limits let the
+    // request through, so a rejected request never uploads its body. The upstream sees no Expect.
+    static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
+    stream.ExpiresAfter(milliseconds(gw.upstream_config.timeout_ms));
+    auto [cec, cn] = co_await net::async_write(stream.socket, net::buffer(kContinue.data(), kContinue.size()), kTuple);
+    if (cec) co_return false;
+  }
   const bool is_head = req.method() == bhttp::verb::head;
 
   beast::error_code ec;
@@ -1089,7 +1098,9 @@ net::awaitable<bool> Worker::Handle(Conn& stream, beast::flat_buffer& buffer,
       }
       co_return false;  // the client went away mid-body, or sent too much
     }
-    if (!ec) {
+    // Interim responses (1xx) are dropped: the client gets the final one.
+    rp.reset();
+    while (!ec && (!rp || rp->get().result_int() / 100 == 1)) {
       rp.emplace();
       rp->body_limit(boost::none);
       if (is_head) rp->skip(true);

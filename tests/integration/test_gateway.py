@@ -723,6 +723,37 @@ class ProxyTests(GatewayTestCase):
         self.assertEqual(echo["headers"].get("Transfer-Encoding"), "chunked")
         self.assertNotIn("Content-Length", echo["headers"])
 
+    def test_expect_100_continue_is_answered_by_the_gateway(self):
+        gw = self.start(config(plans={"free": {"limits": [burst(1)]}}))
+        head = (b"POST /echo HTTP/1.1\r\nHost: x\r\nX-API-Key: " + FREE_KEY.encode() +
+                b"\r\nContent-Length: 5\r\nExpect: 100-continue\r\n\r\n")
+        with socket.create_connection(("127.0.0.1", gw.port), timeout=5) as s:
+            s.sendall(head)
+            self.assertEqual(s.recv(100), b"HTTP/1.1 100 Continue\r\n\r\n")
+            s.sendall(b"hello")
+            data = b""
+            while b"}" not in data:
+                chunk = s.recv(65536)
+                self.assertTrue(chunk, data)
+                data += chunk
+        self.assertEqual(status_of(data), 200, data[:300])
+        echo = json.loads(data.split(b"\r\n\r\n", 1)[1])
+        self.assertEqual(echo["body_bytes"], 5)
+        self.assertNotIn("Expect", echo["headers"])
+        # Over the limit: 429 at once, and no 100 Continue (the body is never asked for).
+        data, closed, _ = raw_exchange(gw.port, head)
+        self.assertEqual(status_of(data), 429, data[:300])
+        self.assertTrue(closed)
+
+    def test_interim_upstream_responses_are_dropped(self):
+        gw = self.start(config())
+        data, _, _ = raw_exchange(
+            gw.port, b"GET /early HTTP/1.1\r\nHost: x\r\nConnection: close\r\nX-API-Key: " +
+            FREE_KEY.encode() + b"\r\n\r\n")
+        self.assertEqual(status_of(data), 200, data[:300])
+        self.assertNotIn(b"103", data.split(b"\r\n", 1)[0])
+        self.assertEqual(data.count(b"HTTP/1.1 "), 1, data[:500])
+
     def test_hop_by_hop_headers_stay_on_their_hop(self):
         gw = self.start(config())
         data, _, _ = raw_exchange(

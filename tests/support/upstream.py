@@ -5,6 +5,7 @@ GET  /big?bytes=N   streams N bytes (chunked), never holding them in memory
 GET  /slow?ms=N     answers after N ms
 ANY  /status/NNN    answers status NNN (200-599) with a small JSON body
 GET  /headers?Name=value&...  answers 200 with these response headers added
+GET  /early         sends 103 Early Hints, then 200
 GET  /__stats       {"received": N, "in_progress": M}: requests seen and still being answered
                     (tests use it to know a request has reached the upstream)
 ANY  /echo...       (and any other path) answers JSON describing the request it received
@@ -71,6 +72,11 @@ class Handler(BaseHTTPRequestHandler):
     def _respond(self, url):
         query = parse_qs(url.query)
         body = self._read_body()
+        if url.path == "/early":
+            self.send_response_only(103)
+            self.send_header("Link", "</style.css>; rel=preload")
+            self.end_headers()
+            self.wfile.flush()
         if url.path == "/headers":
             self.send_response(200)
             for name, values in query.items():
