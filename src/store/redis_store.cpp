@@ -2,6 +2,7 @@
 
 #include <openssl/evp.h>
 
+#include <algorithm>
 #include <array>
 #include <charconv>
 #include <chrono>
@@ -185,6 +186,23 @@ std::array<int64_t, 3> ScriptParams(const core::Limit& limit) {
       limit.impl());
 }
 
+// The five arguments of one check on the script's token-bucket path (see redis_script.lua):
+// need, refill units per us, key TTL (ms), room, enforced.
+std::array<int64_t, 5> TokenBucketParams(const core::Limit& limit, int64_t cost, bool enforced) {
+  const auto& tb = std::get<core::TokenBucket>(limit.impl());
+  const int64_t unit = tb.rate().per_micros;
+  const int64_t full = tb.capacity() * unit;  // < 2^53 (TokenBucket::Create)
+  // A cost above the capacity never passes (room < 0) and is never debited: its product with the
+  // unit, which could overflow, is not needed.
+  const int64_t need = cost > tb.capacity() ? 0 : cost * unit;
+  const int64_t room = cost > tb.capacity() ? -1 : full - need;
+  // The key lives as long as an empty bucket takes to refill (the policy's window, C/r): at least
+  // as long as any deficit it can hold, so an expired key is always a full bucket.
+  const int64_t refill_us = (full + tb.rate().tokens - 1) / tb.rate().tokens;
+  const int64_t ttl_ms = std::max<int64_t>(1, (refill_us + 999) / 1000);
+  return {need, tb.rate().tokens, ttl_ms, room, enforced ? 1 : 0};
+}
+
 struct ReplyDeleter {
   void operator()(redisReply* r) const { freeReplyObject(r); }
 };
@@ -283,6 +301,9 @@ class RedisStore::Impl {
     explicit Call(net::io_context& ioc) : timer(ioc) {}
     std::vector<std::string> args;
     std::span<core::Decision> decisions;
+    std::span<const Check> checks;  // valid until `done` runs (Store::Apply's contract)
+    bool fast = false;              // the token-bucket path of the script
+    bool consume = false;
     size_t n = 0;
     Completion done;
     int slot = 0;
@@ -305,6 +326,8 @@ class RedisStore::Impl {
   void Dispatch(const std::shared_ptr<Call>& call, Connection& conn, bool asking);
   void OnReply(const std::shared_ptr<Call>& call, Connection& conn, const redisReply* reply, Failure f);
   void Finish(const std::shared_ptr<Call>& call, StoreErrc errc, std::string message);
+  void Succeed(const std::shared_ptr<Call>& call, ApplyResult result);
+  void OnFastReply(const std::shared_ptr<Call>& call, const redisReply* r);
   Connection& NodeFor(int slot);
   Connection& Node(const NodeAddress& address);
   void RefreshTopology();
@@ -531,12 +554,25 @@ void RedisStore::Impl::Apply(const Batch& batch, std::span<core::Decision> decis
   }
   call->slot = call->n > 0 ? HashSlot(args[3]) : 0;
   args.push_back(batch.now ? std::to_string(batch.now->unix_micros()) : "0");
-  args.emplace_back(batch.mode == Mode::kConsume ? "1" : "0");
-  for (const Check& c : batch.checks) {
-    args.push_back(std::to_string(static_cast<int>(c.limit->algorithm())));
-    args.push_back(std::to_string(c.cost));
-    args.emplace_back(c.enforced ? "1" : "0");
-    for (int64_t p : ScriptParams(*c.limit)) args.push_back(std::to_string(p));
+  call->checks = batch.checks;
+  call->consume = batch.mode == Mode::kConsume;
+  call->fast = call->n > 0 && std::all_of(batch.checks.begin(), batch.checks.end(), [](const Check& c) {
+    return c.limit->algorithm() == core::Algorithm::kTokenBucket;
+  });
+  if (call->fast) {
+    args.emplace_back(call->consume ? "B" : "b");
+    for (const Check& c : batch.checks) {
+      const auto p = TokenBucketParams(*c.limit, c.cost, c.enforced);
+      for (int64_t v : p) args.push_back(std::to_string(v));
+    }
+  } else {
+    args.emplace_back(call->consume ? "1" : "0");
+    for (const Check& c : batch.checks) {
+      args.push_back(std::to_string(static_cast<int>(c.limit->algorithm())));
+      args.push_back(std::to_string(c.cost));
+      args.emplace_back(c.enforced ? "1" : "0");
+      for (int64_t p : ScriptParams(*c.limit)) args.push_back(std::to_string(p));
+    }
   }
   stats.calls.fetch_add(1, std::memory_order_relaxed);
   net::post(ioc_, [this, call] { Start(call); });
@@ -614,6 +650,7 @@ void RedisStore::Impl::OnReply(const std::shared_ptr<Call>& call, Connection& co
     stats.errors.fetch_add(1, std::memory_order_relaxed);
     return Finish(call, StoreErrc::kProtocol, std::string(err));
   }
+  if (call->fast) return OnFastReply(call, r);
   if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 + kValuesPerCheck * call->n) {
     stats.errors.fetch_add(1, std::memory_order_relaxed);
     return Finish(call, StoreErrc::kProtocol, "unexpected script reply");
@@ -634,11 +671,52 @@ void RedisStore::Impl::OnReply(const std::shared_ptr<Call>& call, Connection& co
   ApplyResult result;
   result.committed = value(1) == 1;
   result.now = core::Instant::FromUnixMicros(value(0));
+  Succeed(call, std::move(result));
+}
+
+void RedisStore::Impl::Succeed(const std::shared_ptr<Call>& call, ApplyResult result) {
   call->finished = true;
   call->timer.cancel();
   consecutive_failures_ = 0;
   stats.breaker_open.store(0, std::memory_order_relaxed);
   call->done(std::move(result));
+}
+
+// The token-bucket path: Redis returns {now, deficit of each check at now}, and the decisions
+// follow from the same core code as MemoryStore::ApplyNow, on the same state: a bucket with that
+// deficit at `now`. The script committed iff this computes `committed` (same exact integers).
+void RedisStore::Impl::OnFastReply(const std::shared_ptr<Call>& call, const redisReply* r) {
+  if (r->type != REDIS_REPLY_ARRAY || r->elements != 1 + call->n) {
+    stats.errors.fetch_add(1, std::memory_order_relaxed);
+    return Finish(call, StoreErrc::kProtocol, "unexpected script reply");
+  }
+  for (size_t i = 0; i <= call->n; ++i) {
+    if (r->element[i]->type != REDIS_REPLY_INTEGER) {
+      stats.errors.fetch_add(1, std::memory_order_relaxed);
+      return Finish(call, StoreErrc::kProtocol, "unexpected script reply");
+    }
+  }
+  const core::Instant now = core::Instant::FromUnixMicros(static_cast<int64_t>(r->element[0]->integer));
+  bool commit = call->consume;
+  for (size_t i = 0; i < call->n; ++i) {
+    const Check& c = call->checks[i];
+    core::State state{static_cast<int64_t>(r->element[i + 1]->integer), now.unix_micros()};
+    call->decisions[i] = c.limit->Evaluate(state, c.cost, now);
+    if (!call->decisions[i].allowed && c.enforced) commit = false;
+  }
+  if (!commit) {
+    // As MemoryStore: nothing changed, so allowed checks report their state as it is.
+    for (size_t i = 0; i < call->n; ++i) {
+      const Check& c = call->checks[i];
+      if (!call->decisions[i].allowed || c.cost == 0) continue;
+      core::State state{static_cast<int64_t>(r->element[i + 1]->integer), now.unix_micros()};
+      call->decisions[i] = c.limit->Evaluate(state, 0, now);
+    }
+  }
+  ApplyResult result;
+  result.committed = commit;
+  result.now = now;
+  Succeed(call, std::move(result));
 }
 
 void RedisStore::Impl::Finish(const std::shared_ptr<Call>& call, StoreErrc errc, std::string message) {

@@ -4,6 +4,7 @@
 #include <future>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -117,6 +118,102 @@ TEST_F(ConformanceTest, RandomSequencesAgreeDecisionForDecision) {
       }
     }
   }
+}
+
+// Batches of token buckets only take the script's fast path; mixed batches the general one. Both
+// read and write the same state ("deficit time"), so a key may move from one path to the other
+// (a plan gaining a quota, state written before the fast path existed). Costs of 0 and above the
+// capacity, peeks, shadow checks, rates that are awkward fractions.
+TEST_F(ConformanceTest, TokenBucketPathAgreesAndSharesStateWithTheGeneralPath) {
+  const int64_t base = std::chrono::duration_cast<std::chrono::microseconds>(
+                           std::chrono::system_clock::now().time_since_epoch()).count();
+  const char* rates[] = {"0.5", "1", "3", "50", "7.25", "1000", "0.001"};
+  const Limit quota = Limit::Create({.algorithm = Algorithm::kQuota, .ceiling = 1'000'000}).value();
+  for (uint32_t seed = 1; seed <= 30; ++seed) {
+    std::mt19937_64 rng(seed * 7919);
+    std::vector<Limit> limits;
+    const size_t n = 1 + rng() % 3;
+    for (size_t i = 0; i < n; ++i) {
+      limits.push_back(Limit::Create({.algorithm = Algorithm::kTokenBucket,
+                                      .capacity = 1 + static_cast<int64_t>(rng() % 30),
+                                      .refill = core::Rate::Parse(rates[rng() % 7], 1).value()})
+                           .value());
+    }
+    const std::string names[] = {"a", "b", "c"};
+    const std::string scope = "tb:" + std::to_string(seed);
+    int64_t now = base + static_cast<int64_t>(rng() % 1'000'000);
+    for (int step = 0; step < 150; ++step) {
+      now += static_cast<int64_t>(rng() % 300) * 1000 + static_cast<int64_t>(rng() % 1000);
+      std::vector<Check> checks;
+      for (size_t i = 0; i < n; ++i) {
+        const uint64_t c = rng() % 20;
+        const int64_t cost = c == 0 ? 0 : c == 1 ? 40 : c < 4 ? 1 + static_cast<int64_t>(rng() % 8) : 1;
+        checks.push_back({names[i], &limits[i], cost, rng() % 5 != 0});
+      }
+      // One batch in five also carries a quota: the general path, on the same bucket keys.
+      if (rng() % 5 == 0) checks.push_back({"q", &quota, 1, true});
+      const Mode mode = rng() % 8 == 0 ? Mode::kPeek : Mode::kConsume;
+      std::vector<Decision> m(checks.size()), r(checks.size());
+      const Batch batch{.scope = scope, .checks = checks, .mode = mode,
+                        .now = core::Instant::FromUnixMicros(now)};
+      const ApplyResult mr = ApplySync(memory_, batch, m);
+      const ApplyResult rr = ApplySync(*redis_, batch, r);
+      ASSERT_EQ(rr.error, StoreErrc::kOk) << rr.message;
+      ASSERT_EQ(mr.committed, rr.committed) << "seed " << seed << " step " << step;
+      ASSERT_EQ(rr.now.unix_micros(), now);
+      for (size_t i = 0; i < checks.size(); ++i) {
+        ASSERT_EQ(Describe(m[i]), Describe(r[i])) << "seed " << seed << " step " << step << " check " << i;
+      }
+    }
+  }
+}
+
+// All-or-nothing on the fast path: one enforced bucket that rejects leaves every other bucket
+// untouched, and a shadowed one that rejects blocks nothing.
+TEST_F(ConformanceTest, TokenBucketPathIsAllOrNothing) {
+  const Limit big = Limit::Create({.algorithm = Algorithm::kTokenBucket, .capacity = 10,
+                                   .refill = core::Rate::Parse("0.001", 1).value()}).value();
+  const Limit small = Limit::Create({.algorithm = Algorithm::kTokenBucket, .capacity = 2,
+                                     .refill = core::Rate::Parse("0.001", 1).value()}).value();
+  for (const bool enforced : {true, false}) {
+    const std::string scope = enforced ? "aon:enforced" : "aon:shadow";
+    const std::vector<Check> checks = {{"big", &big, 1}, {"small", &small, 1, enforced}};
+    int committed = 0;
+    for (int i = 0; i < 5; ++i) {
+      std::vector<Decision> d(2);
+      const ApplyResult r = ApplySync(*redis_, Batch{.scope = scope, .checks = checks}, d);
+      ASSERT_EQ(r.error, StoreErrc::kOk) << r.message;
+      committed += r.committed;
+      EXPECT_EQ(d[1].allowed, i < 2);
+      // Remaining of the big bucket: debited once per committed batch, never by a rejected one.
+      EXPECT_EQ(d[0].remaining, 10 - committed);
+    }
+    EXPECT_EQ(committed, enforced ? 2 : 5);
+  }
+}
+
+// Every bucket key the fast path writes lives at least until the bucket is full again, and at
+// most as long as an empty bucket takes to refill (C/r): then Redis holds none of them.
+TEST_F(ConformanceTest, TokenBucketKeysLiveNoLongerThanTheirWindow) {
+  testing::RedisServer server;
+  auto r = RedisStore::Create({.url = server.url(), .prefix = "ttl", .timeout_ms = 2000});
+  ASSERT_TRUE(r.ok()) << r.error();
+  const Limit b = Limit::Create({.algorithm = Algorithm::kTokenBucket, .capacity = 4,
+                                 .refill = core::Rate::Parse("20", 1).value()}).value();  // 200 ms
+  const std::vector<Check> checks = {{"burst", &b, 3}};
+  std::vector<Decision> d(1);
+  for (int i = 0; i < 500; ++i) {
+    const std::string scope = "k:" + std::to_string(i);
+    ASSERT_TRUE(ApplySync(**r, Batch{.scope = scope, .checks = checks}, d).committed);
+  }
+  const int64_t ttl = std::stoll(server.Cli("PTTL ttl:{k:0}:burst:tb"));
+  EXPECT_GT(ttl, 150 - 100);  // 3 tokens missing: full again in 150 ms (slack for a slow run)
+  EXPECT_LE(ttl, 200);
+  std::this_thread::sleep_for(std::chrono::milliseconds(250));
+  // EXISTS expires what it touches: none of the keys may still be there.
+  std::string exists = "EXISTS";
+  for (int i = 0; i < 500; ++i) exists += " 'ttl:{k:" + std::to_string(i) + "}:burst:tb'";
+  EXPECT_EQ(server.Cli(exists), "0");
 }
 
 TEST_F(ConformanceTest, RedisReadsItsOwnClockWhenNoTimeIsGiven) {

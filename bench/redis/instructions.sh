@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Instructions executed inside redis-server per EVALSHA, for the generic script and both paths of
+# tollgate's script: a deterministic measure of a script's cost (callgrind counts instructions),
+# unlike throughput on a shared machine. Used to weigh each piece of the token-bucket path.
+# Needs valgrind. Usage: bench/redis/instructions.sh [calls]   (BENCH_BIN as in run.sh)
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+n=${1:-2000}
+bench=${BENCH_BIN:-build/bench/redis_store_bench}
+port=${PORT:-16393}
+dir=$(mktemp -d /tmp/tollgate-redis-instr.XXXXXX)
+valgrind --tool=callgrind --callgrind-out-file="$dir/cg.%p.out" \
+  redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no --dir "$dir" \
+  --logfile "$dir/redis.log" 2>"$dir/valgrind.log" &
+vg=$!
+trap 'kill "$vg" 2>/dev/null; wait "$vg" 2>/dev/null; rm -rf "$dir"' EXIT
+for _ in $(seq 300); do redis-cli -p "$port" PING >/dev/null 2>&1 && break; sleep 0.1; done
+cli() { redis-cli -p "$port" "$@"; }
+measure() { # label redis-benchmark-args...
+  local label=$1; shift
+  cli FLUSHALL >/dev/null
+  redis-benchmark -p "$port" -c 10 -P 16 -n 500 "$@" >/dev/null  # warm: keys exist, script compiled
+  callgrind_control -z "$vg" >/dev/null 2>&1
+  redis-benchmark -p "$port" -c 10 -P 16 -n "$n" "$@" >/dev/null
+  callgrind_control -d "$vg" >/dev/null 2>&1
+  local f ir
+  f=$(ls -t "$dir"/cg.*.out.* | head -1)
+  ir=$(grep -E '^(summary|totals):' "$f" | head -1 | awk '{print $2}')
+  echo "$label,$((ir / n))"
+}
+generic=$(cli SCRIPT LOAD "$(cat ../shared/bench/redis/token_bucket.lua)")
+ours=$(cli SCRIPT LOAD "$("$bench" --print-script)")
+echo "== instructions per call inside redis-server (csv: script,instructions)"
+measure "generic token_bucket.lua hot" EVALSHA "$generic" 1 tb:hot 1000000000 1000000000 1
+measure "generic token_bucket.lua rand" -r 100000 EVALSHA "$generic" 1 tb:__rand_int__ 1000000000 1000000000 1
+measure "tollgate general path hot" EVALSHA "$ours" 1 'b:{key:hot}:burst:tb' 0 1 0 1 1 1000000000 1 1
+measure "tollgate token-bucket path hot" EVALSHA "$ours" 1 'b:{key:hot}:burst:tb' 0 B 1 1000 1000 999999999 1
+measure "tollgate token-bucket path rand" -r 100000 EVALSHA "$ours" 1 'b:{key:__rand_int__}:burst:tb' 0 B 1 1000 1000 999999999 1
