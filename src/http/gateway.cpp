@@ -66,6 +66,7 @@ using Clock = std::chrono::steady_clock;
 constexpr auto kTuple = net::as_tuple(net::use_awaitable);
 constexpr size_t kMaxChecks = 16;
 constexpr size_t kRelayChunk = 16 * 1024;
+constexpr size_t kMaxUpstreamHead = 64 * 1024;
 
 struct Endpoint {
   std::string host;
@@ -523,6 +524,127 @@ net::awaitable<beast::error_code> Relay(bhttp::parser<isRequest, bhttp::buffer_b
     if (ec) co_return out.Check(ec);
   } while (!last);
   co_return beast::error_code{};
+}
+
+// An upstream response head of the common shape, read in place from the connection's buffer:
+// a final status, a Content-Length (or no body), no transfer coding, no folded lines, no
+// fields named in Connection. Such a response is relayed without Beast's parser; anything
+// else is left to it (ParseSimpleHead returns nullopt).
+struct SimpleHead {
+  unsigned status = 0;
+  std::string_view reason;
+  std::string_view fields;  // the field lines, each ending in CRLF
+  std::optional<uint64_t> content_length;
+  bool keep_alive = true;
+  size_t size = 0;  // of the head, through its blank line
+};
+
+// Calls fn(name, value, line) for each "name: value" line of `fields`; false if one is not of
+// that shape.
+template <class Fn>
+bool ForEachField(std::string_view fields, Fn fn) {
+  while (!fields.empty()) {
+    const size_t eol = fields.find("\r\n");
+    if (eol == std::string_view::npos) return false;
+    const std::string_view line = fields.substr(0, eol);
+    fields.remove_prefix(eol + 2);
+    const size_t colon = line.find(':');
+    if (colon == 0 || colon == std::string_view::npos || line[0] == ' ' || line[0] == '\t' ||
+        line[colon - 1] == ' ' || line[colon - 1] == '\t') {
+      return false;
+    }
+    fn(line.substr(0, colon), policy::Policy::Trim(line.substr(colon + 1)), line);
+  }
+  return true;
+}
+
+std::optional<SimpleHead> ParseSimpleHead(std::string_view data, bool is_head) {
+  const size_t end = data.find("\r\n\r\n");
+  if (end == std::string_view::npos) return std::nullopt;
+  const std::string_view line = data.substr(0, data.find("\r\n"));
+  auto digit = [&line](size_t i) { return line[i] >= '0' && line[i] <= '9'; };
+  if (line.size() < 12 || line.substr(0, 7) != "HTTP/1." || (line[7] != '0' && line[7] != '1') ||
+      line[8] != ' ' || !digit(9) || !digit(10) || !digit(11) || (line.size() > 12 && line[12] != ' ')) {
+    return std::nullopt;
+  }
+  SimpleHead h;
+  h.size = end + 4;
+  h.status = static_cast<unsigned>((line[9] - '0') * 100 + (line[10] - '0') * 10 + (line[11] - '0'));
+  if (h.status < 200) return std::nullopt;  // interim responses: the parser skips them
+  h.reason = line.size() > 13 ? line.substr(13) : std::string_view();
+  h.keep_alive = line[7] == '1';
+  h.fields = data.substr(line.size() + 2, end + 2 - (line.size() + 2));
+  bool simple = true;
+  const bool parsed = ForEachField(h.fields, [&](std::string_view name, std::string_view value, std::string_view) {
+    if (policy::Policy::EqualsIgnoreCase(name, "Transfer-Encoding")) {
+      simple = false;
+    } else if (policy::Policy::EqualsIgnoreCase(name, "Content-Length")) {
+      uint64_t n = 0;
+      const auto r = std::from_chars(value.data(), value.data() + value.size(), n);
+      if (r.ec != std::errc() || r.ptr != value.data() + value.size() || value.empty() ||
+          (h.content_length && *h.content_length != n)) {
+        simple = false;
+      }
+      h.content_length = n;
+    } else if (policy::Policy::EqualsIgnoreCase(name, "Connection")) {
+      if (policy::Policy::EqualsIgnoreCase(value, "close")) {
+        h.keep_alive = false;
+      } else if (policy::Policy::EqualsIgnoreCase(value, "keep-alive")) {
+        h.keep_alive = true;
+      } else {
+        simple = false;  // names hop-by-hop fields
+      }
+    }
+  });
+  const bool no_body = is_head || h.status == 204 || h.status == 304;
+  if (!parsed || !simple || (!h.content_length && !no_body)) return std::nullopt;
+  if (no_body && !is_head) h.content_length.reset();
+  return h;
+}
+
+std::string_view View(const beast::flat_buffer& b) {
+  return {static_cast<const char*>(b.data().data()), b.size()};
+}
+
+// Reads from `c` into `buf` until `buf` holds a whole head, through its blank line.
+net::awaitable<beast::error_code> ReadHead(Conn& c, beast::flat_buffer& buf, milliseconds timeout) {
+  for (;;) {
+    if (View(buf).find("\r\n\r\n") != std::string_view::npos) co_return beast::error_code{};
+    if (buf.size() >= kMaxUpstreamHead) co_return beast::error_code(bhttp::error::header_limit);
+    c.ExpiresAfter(timeout);
+    auto [ec, n] = co_await c.socket.async_read_some(buf.prepare(4096), kTuple);
+    if (ec) co_return c.Check(ec);
+    buf.commit(n);
+  }
+}
+
+// Writes `head` and then `length` body bytes from `in` (those already in `in_buf` first) to
+// `out`, as they come.
+net::awaitable<beast::error_code> RelayLength(Conn& in, beast::flat_buffer& in_buf, Conn& out,
+                                              std::string_view head, uint64_t length,
+                                              milliseconds timeout, bool* in_failed) {
+  for (;;) {
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(length, in_buf.size()));
+    const std::array<net::const_buffer, 2> bufs = {net::buffer(head.data(), head.size()),
+                                                   net::buffer(in_buf.data().data(), n)};
+    head = {};
+    if (net::buffer_size(bufs) > 0) {
+      out.ExpiresAfter(timeout);
+      auto [ec, w] = co_await net::async_write(out.socket, bufs, kTuple);
+      if (ec) co_return out.Check(ec);
+    }
+    in_buf.consume(n);
+    length -= n;
+    if (length == 0) co_return beast::error_code{};
+    in.ExpiresAfter(timeout);
+    auto [ec, r] = co_await in.socket.async_read_some(
+        in_buf.prepare(static_cast<size_t>(std::min<uint64_t>(length, kRelayChunk))), kTuple);
+    if (ec) {
+      *in_failed = true;
+      co_return in.Check(ec);
+    }
+    in_buf.commit(r);
+  }
 }
 
 }  // namespace
@@ -1079,6 +1201,8 @@ net::awaitable<bool> Worker::Handle(Conn& stream, beast::flat_buffer& buffer,
   beast::error_code ec;
   std::unique_ptr<UpstreamConnection> up;
   std::optional<bhttp::response_parser<bhttp::buffer_body>> rp;
+  std::optional<SimpleHead> simple;
+  bool reached_upstream = false;
   const auto t_up = Clock::now();
   // One retry on a fresh connection when a pooled one turns out closed before any response
   // byte and no request body was sent.
@@ -1098,24 +1222,33 @@ net::awaitable<bool> Worker::Handle(Conn& stream, beast::flat_buffer& buffer,
       }
       co_return false;  // the client went away mid-body, or sent too much
     }
+    reached_upstream = true;
+    if (!ec) ec = co_await ReadHead(up->conn, up->buffer, milliseconds(gw.upstream_config.timeout_ms));
+    if (!ec) break;
+    --upstream_open;
+    up.reset();
+    if (!(pooled && !request_has_body && ec != beast::error::timeout)) break;
+  }
+  if (up && !ec) {
+    simple = ParseSimpleHead(View(up->buffer), is_head);
     // Interim responses (1xx) are dropped: the client gets the final one.
-    rp.reset();
-    while (!ec && (!rp || rp->get().result_int() / 100 == 1)) {
+    while (!simple && !ec && (!rp || rp->get().result_int() / 100 == 1)) {
       rp.emplace();
+      rp->header_limit(kMaxUpstreamHead);
       rp->body_limit(boost::none);
       if (is_head) rp->skip(true);
       up->conn.ExpiresAfter(milliseconds(gw.upstream_config.timeout_ms));
       auto [rec, rn] = co_await bhttp::async_read_header(up->conn.socket, up->buffer, *rp, kTuple);
       ec = up->conn.Check(rec);
     }
-    if (!ec) break;
-    --upstream_open;
-    up.reset();
-    if (!(pooled && !request_has_body && ec != beast::error::timeout)) break;
+    if (ec) {
+      --upstream_open;
+      up.reset();
+    }
   }
   if (!up || ec) {
     const bool timeout = ec == beast::error::timeout;
-    const char* kind = !up && !timeout ? "connect" : timeout ? "timeout" : "protocol";
+    const char* kind = timeout ? "timeout" : reached_upstream ? "protocol" : "connect";
     gw.metrics.Counter("tollgate_upstream_errors_total", std::string("kind=\"") + kind + "\"")
         .fetch_add(1, std::memory_order_relaxed);
     {
@@ -1131,19 +1264,31 @@ net::awaitable<bool> Worker::Handle(Conn& stream, beast::flat_buffer& buffer,
   // The response's head, with our rate-limit headers in place of any of the same name, and
   // framing for the body we send: the upstream's length, else chunked (HTTP/1.0 clients: the
   // body runs to the connection's close).
-  const auto& res = rp->get();
-  rlog.upstream_status = static_cast<int>(res.result_int());
-  const bool upstream_keep_alive = res.keep_alive();
-  const auto length = rp->content_length();
-  const bool unframed = !length && !rp->is_done();
+  const auto skip = [&rate_headers](std::string_view name) { return rate_headers.Has(name); };
+  const unsigned status = simple ? simple->status : rp->get().result_int();
+  const bool upstream_keep_alive = simple ? simple->keep_alive : rp->get().keep_alive();
+  std::optional<uint64_t> length = simple ? simple->content_length : std::nullopt;
+  if (!simple && rp->content_length()) length = *rp->content_length();
+  const bool unframed = !simple && !length && !rp->is_done();
   const bool response_chunked = unframed && req.version() >= 11;
   const bool keep = client_keep_alive && parser.is_done() && !gw.draining.load() &&
                     !(unframed && !response_chunked);
+  rlog.upstream_status = static_cast<int>(status);
   wbuf.clear();
   wbuf.append("HTTP/1.1 ");
-  AppendNum(wbuf, res.result_int());
-  wbuf.append(" ").append(res.reason()).append("\r\n");
-  AppendEndToEnd(res, wbuf, [&rate_headers](std::string_view name) { return rate_headers.Has(name); });
+  AppendNum(wbuf, status);
+  wbuf.append(" ").append(simple ? simple->reason : std::string_view(rp->get().reason())).append("\r\n");
+  if (simple) {
+    ForEachField(simple->fields, [&](std::string_view name, std::string_view, std::string_view line) {
+      for (std::string_view hop : {"Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization",
+                                   "Proxy-Connection", "TE", "Trailer", "Upgrade", "Content-Length"}) {
+        if (policy::Policy::EqualsIgnoreCase(name, hop)) return;
+      }
+      if (!skip(name)) wbuf.append(line).append("\r\n");
+    });
+  } else {
+    AppendEndToEnd(rp->get(), wbuf, skip);
+  }
   wbuf.append(rate_headers.Rendered());
   if (length) {
     wbuf.append("Content-Length: ");
@@ -1159,10 +1304,17 @@ net::awaitable<bool> Worker::Handle(Conn& stream, beast::flat_buffer& buffer,
   }
   wbuf.append("\r\n");
   bool upstream_failed = false;
-  ec = co_await Relay(*rp, up->conn, up->buffer, stream, wbuf, response_chunked,
-                      milliseconds(gw.upstream_config.timeout_ms), &upstream_failed);
+  if (simple) {
+    up->buffer.consume(simple->size);
+    ec = co_await RelayLength(up->conn, up->buffer, stream, wbuf, is_head ? 0 : length.value_or(0),
+                              milliseconds(gw.upstream_config.timeout_ms), &upstream_failed);
+  } else {
+    ec = co_await Relay(*rp, up->conn, up->buffer, stream, wbuf, response_chunked,
+                        milliseconds(gw.upstream_config.timeout_ms), &upstream_failed);
+  }
   finish(rlog.upstream_status);
-  if (!ec && upstream_keep_alive && rp->is_done()) {
+  // Bytes past the response would be read as the next one's: such a connection is not reused.
+  if (!ec && upstream_keep_alive && (simple || rp->is_done()) && up->buffer.size() == 0) {
     idle.push_back(std::move(up));
   } else {
     --upstream_open;
