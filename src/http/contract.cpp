@@ -1,9 +1,10 @@
 #include <tollgate/http/contract.hpp>
 
 #include <algorithm>
-#include <cctype>
 #include <charconv>
 #include <cstdio>
+
+#include <tollgate/policy/policy.hpp>
 
 namespace tollgate::http {
 namespace {
@@ -37,12 +38,7 @@ void HeaderList::Add(std::string_view name, int64_t value) {
 bool HeaderList::Has(std::string_view name) const {
   for (size_t at = 0; at < text_.size();) {
     const size_t colon = text_.find(':', at);
-    if (colon - at == name.size() &&
-        std::equal(name.begin(), name.end(), text_.begin() + static_cast<ptrdiff_t>(at),
-                   [](char a, char b) { return std::tolower(static_cast<unsigned char>(a)) ==
-                                               std::tolower(static_cast<unsigned char>(b)); })) {
-      return true;
-    }
+    if (policy::Policy::EqualsIgnoreCase(std::string_view(text_).substr(at, colon - at), name)) return true;
     at = text_.find("\r\n", colon) + 2;
   }
   return false;

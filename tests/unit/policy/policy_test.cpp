@@ -88,6 +88,9 @@ TEST(Policy, ClientAddressTrustsOnlyConfiguredProxies) {
   EXPECT_EQ(p->ClientAddress("2001:db8:1:2:3:4:5:6", ""), "2001:db8:1:2::/64");
   EXPECT_EQ(p->ClientAddress("2001:db8:1:2:ffff::1", ""), "2001:db8:1:2::/64");
   EXPECT_EQ(p->ClientAddress("::ffff:192.0.2.1", ""), "192.0.2.1");
+  EXPECT_EQ(p->ClientAddress("0.0.0.0", ""), "0.0.0.0");
+  EXPECT_EQ(p->ClientAddress("255.255.255.255", ""), "255.255.255.255");
+  EXPECT_EQ(p->ClientAddress("::ffff:10.20.0.255", ""), "10.20.0.255");
   EXPECT_EQ(p->ClientAddress("fd00::1", "2001:db8::5"), "2001:db8::/64");
 }
 
