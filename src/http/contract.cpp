@@ -1,25 +1,21 @@
 #include <tollgate/http/contract.hpp>
 
 #include <algorithm>
-#include <charconv>
 #include <cstdio>
 
 #include <tollgate/policy/policy.hpp>
+#include <tollgate/util/text.hpp>
 
 namespace tollgate::http {
 namespace {
 
 bool Advertised(const store::Check& c) { return c.enforced && c.limit->PolicyQuota() > 0; }
 
-void AppendNum(std::string& out, int64_t v) {
-  char buf[24];
-  const auto r = std::to_chars(buf, buf + sizeof buf, v);
-  out.append(buf, r.ptr);
-}
+using util::AppendDecimal;
 
 std::string Num(int64_t v) {
   std::string s;
-  AppendNum(s, v);
+  AppendDecimal(s, v);
   return s;
 }
 
@@ -31,7 +27,7 @@ void HeaderList::Add(std::string_view name, std::string_view value) {
 
 void HeaderList::Add(std::string_view name, int64_t value) {
   text_.append(name).append(": ");
-  AppendNum(text_, value);
+  AppendDecimal(text_, value);
   text_.append("\r\n");
 }
 
@@ -114,13 +110,13 @@ void AppendRateLimitHeaders(const config::HeadersConfig& sets,
         state += ", ";
       }
       policy.append("\"").append(checks[i].name).append("\";q=");
-      AppendNum(policy, checks[i].limit->PolicyQuota());
+      AppendDecimal(policy, checks[i].limit->PolicyQuota());
       policy += ";w=";
-      AppendNum(policy, checks[i].limit->PolicyWindowSeconds(verdict.now));
+      AppendDecimal(policy, checks[i].limit->PolicyWindowSeconds(verdict.now));
       state.append("\"").append(checks[i].name).append("\";r=");
-      AppendNum(state, d.remaining);
+      AppendDecimal(state, d.remaining);
       state += ";t=";
-      AppendNum(state, d.reset.CeilSeconds());
+      AppendDecimal(state, d.reset.CeilSeconds());
     }
     if (!policy.empty()) {
       out.Add("RateLimit-Policy", policy);

@@ -43,6 +43,7 @@
 #include <tollgate/store/redis_store.hpp>
 #include <tollgate/store/redis_usage.hpp>
 #include <tollgate/util/clock.hpp>
+#include <tollgate/util/text.hpp>
 #ifdef TOLLGATE_HAVE_RLS
 #include <tollgate/rls/rls_server.hpp>
 #endif
@@ -104,16 +105,21 @@ double SecondsSince(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-void AppendNum(std::string& out, uint64_t v) {
-  char buf[24];
-  const auto r = std::to_chars(buf, buf + sizeof buf, v);
-  out.append(buf, r.ptr);
+using util::AppendDecimal;
+
+// Fields that describe one connection (RFC 9110 7.6.1), and the framing fields, which the relay
+// writes itself for the body it sends.
+bool IsHopByHopOrFraming(std::string_view name) {
+  for (std::string_view f : {"Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization",
+                             "Proxy-Connection", "TE", "Trailer", "Upgrade", "Content-Length",
+                             "Transfer-Encoding"}) {
+    if (policy::Policy::EqualsIgnoreCase(name, f)) return true;
+  }
+  return false;
 }
 
-// Appends the end-to-end fields of `f` as "Name: value\r\n" lines. Dropped: the fields that
-// describe one connection (RFC 9110 7.6.1), with those named in Connection; the framing fields
-// (Content-Length, Transfer-Encoding), which the relay writes for the body it sends; and those
-// `skip` says the gateway sets itself.
+// Appends the end-to-end fields of `f` as "Name: value\r\n" lines. Dropped: hop-by-hop and
+// framing fields, those named in Connection, and those `skip` says the gateway sets itself.
 template <class Skip>
 void AppendEndToEnd(const bhttp::fields& f, std::string& out, Skip skip) {
   std::vector<std::string_view> named;
@@ -131,23 +137,8 @@ void AppendEndToEnd(const bhttp::fields& f, std::string& out, Skip skip) {
     }
   }
   for (const auto& field : f) {
-    switch (field.name()) {
-      case bhttp::field::connection:
-      case bhttp::field::keep_alive:
-      case bhttp::field::proxy_authenticate:
-      case bhttp::field::proxy_authorization:
-      case bhttp::field::proxy_connection:
-      case bhttp::field::te:
-      case bhttp::field::trailer:
-      case bhttp::field::upgrade:
-      case bhttp::field::content_length:
-      case bhttp::field::transfer_encoding:
-        continue;
-      default:
-        break;
-    }
     const std::string_view name = field.name_string();
-    if (skip(name)) continue;
+    if (IsHopByHopOrFraming(name) || skip(name)) continue;
     if (std::any_of(named.begin(), named.end(),
                     [name](std::string_view n) { return policy::Policy::EqualsIgnoreCase(n, name); })) {
       continue;
@@ -162,11 +153,11 @@ void RenderResponse(std::string& out, bhttp::status status, bool keep_alive, uns
                     std::string_view content_type, std::string_view headers, std::string_view body) {
   out.clear();
   out.append("HTTP/1.1 ");
-  AppendNum(out, static_cast<unsigned>(status));
+  AppendDecimal(out, static_cast<unsigned>(status));
   out.append(" ").append(bhttp::obsolete_reason(status));
   out.append("\r\nServer: tollgate\r\nContent-Type: ").append(content_type);
   out.append("\r\nContent-Length: ");
-  AppendNum(out, body.size());
+  AppendDecimal(out, body.size());
   out.append("\r\n");
   if (!keep_alive) {
     out.append("Connection: close\r\n");
@@ -1183,7 +1174,7 @@ net::awaitable<bool> Worker::Handle(Conn& stream, beast::flat_buffer& buffer,
     wbuf.append("Transfer-Encoding: chunked\r\n");
   } else if (const auto length = parser.content_length()) {
     wbuf.append("Content-Length: ");
-    AppendNum(wbuf, *length);
+    AppendDecimal(wbuf, *length);
     wbuf.append("\r\n");
   }
   wbuf.append("\r\n");
@@ -1276,15 +1267,11 @@ net::awaitable<bool> Worker::Handle(Conn& stream, beast::flat_buffer& buffer,
   rlog.upstream_status = static_cast<int>(status);
   wbuf.clear();
   wbuf.append("HTTP/1.1 ");
-  AppendNum(wbuf, status);
+  AppendDecimal(wbuf, status);
   wbuf.append(" ").append(simple ? simple->reason : std::string_view(rp->get().reason())).append("\r\n");
   if (simple) {
     ForEachField(simple->fields, [&](std::string_view name, std::string_view, std::string_view line) {
-      for (std::string_view hop : {"Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization",
-                                   "Proxy-Connection", "TE", "Trailer", "Upgrade", "Content-Length"}) {
-        if (policy::Policy::EqualsIgnoreCase(name, hop)) return;
-      }
-      if (!skip(name)) wbuf.append(line).append("\r\n");
+      if (!IsHopByHopOrFraming(name) && !skip(name)) wbuf.append(line).append("\r\n");
     });
   } else {
     AppendEndToEnd(rp->get(), wbuf, skip);
@@ -1292,7 +1279,7 @@ net::awaitable<bool> Worker::Handle(Conn& stream, beast::flat_buffer& buffer,
   wbuf.append(rate_headers.Rendered());
   if (length) {
     wbuf.append("Content-Length: ");
-    AppendNum(wbuf, *length);
+    AppendDecimal(wbuf, *length);
     wbuf.append("\r\n");
   } else if (response_chunked) {
     wbuf.append("Transfer-Encoding: chunked\r\n");
