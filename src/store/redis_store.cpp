@@ -10,6 +10,7 @@
 #include <functional>
 #include <future>
 #include <map>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -154,6 +155,27 @@ void AppendCommand(std::string& out, const std::vector<std::string>& args) {
   }
 }
 
+void AppendDecimal(std::string& out, int64_t v) {
+  char buf[24];
+  const auto [end, ec] = std::to_chars(buf, buf + sizeof buf, v);
+  out.append(buf, end);
+}
+
+// One bulk string of a RESP request.
+void AppendBulk(std::string& out, std::string_view a) {
+  out += '$';
+  AppendDecimal(out, static_cast<int64_t>(a.size()));
+  out += "\r\n";
+  out += a;
+  out += "\r\n";
+}
+
+void AppendBulk(std::string& out, int64_t v) {
+  char buf[24];
+  const auto [end, ec] = std::to_chars(buf, buf + sizeof buf, v);
+  AppendBulk(out, std::string_view(buf, static_cast<size_t>(end - buf)));
+}
+
 const char* AlgorithmSuffix(core::Algorithm a) {
   switch (a) {
     case core::Algorithm::kTokenBucket: return "tb";
@@ -214,6 +236,30 @@ enum class Failure { kNone, kConnection, kTimeout, kProtocol };
 
 // ---------------------------------------------------------------------------------------------
 
+namespace {
+
+// One decision in flight. Pooled by the store and reused (with its buffer), so a decision
+// allocates nothing in the steady state. Owned by the I/O thread once submitted; it lives while
+// anything refers to it: the deadline queue and each command sent for it whose reply is to come.
+struct Call {
+  std::string command;   // EVALSHA <sha> <numkeys> <keys...> <args...>, RESP-encoded
+  size_t header_len = 0; // "*<n>\r\n$7\r\nEVALSHA\r\n$40\r\n<sha>\r\n": replaced for EVAL
+  size_t args = 0;       // element count of the request
+  std::span<core::Decision> decisions;
+  std::span<const Check> checks;  // valid until `done` runs (Store::Apply's contract)
+  Store::Completion done;
+  SteadyClock::time_point deadline;
+  size_t n = 0;
+  int slot = 0;
+  int redirects = 0;
+  int refs = 0;
+  bool fast = false;     // the token-bucket path of the script
+  bool consume = false;
+  bool finished = false;
+};
+
+}  // namespace
+
 // One connection to one node. Not thread-safe: used on the store's I/O thread only.
 class Connection {
  public:
@@ -226,8 +272,9 @@ class Connection {
   }
 
   // Queues `command` (RESP-encoded). Everything queued in one turn of the event loop leaves in
-  // one write.
+  // one write. Its reply goes to `fn`, or for a decision to the store (Impl::OnReply).
   void Send(std::string_view command, ReplyFn fn);
+  void Send(std::string_view command, Call* call);
   const NodeAddress& address() const { return address_; }
   // Drops the connection (its pending commands fail); the next command reconnects. Used when the
   // breaker opens on timeouts: a connection that died without closing would otherwise be
@@ -239,6 +286,13 @@ class Connection {
 
  private:
   enum class State { kIdle, kConnecting, kReady, kBackoff };
+  // A reply to come: a decision (call) or any other command (fn).
+  struct Pending {
+    Call* call = nullptr;
+    ReplyFn fn;
+  };
+  bool Queue(std::string_view command);  // false: in backoff, fail at once
+  void Deliver(Pending& p, const redisReply* r, Failure f);
   void Connect();
   void ScheduleFlush();
   void Flush();
@@ -256,7 +310,7 @@ class Connection {
   std::string writing_;
   bool write_in_flight_ = false;
   bool flush_scheduled_ = false;
-  std::deque<ReplyFn> pending_;  // in the order of the replies to come
+  std::deque<Pending> pending_;  // in the order of the replies to come
   std::array<char, 16 * 1024> read_buf_;
   SteadyClock::time_point retry_at_;
   int backoff_ms_ = 0;
@@ -297,21 +351,6 @@ class RedisStore::Impl {
     }
   }
 
-  struct Call {
-    explicit Call(net::io_context& ioc) : timer(ioc) {}
-    std::vector<std::string> args;
-    std::span<core::Decision> decisions;
-    std::span<const Check> checks;  // valid until `done` runs (Store::Apply's contract)
-    bool fast = false;              // the token-bucket path of the script
-    bool consume = false;
-    size_t n = 0;
-    Completion done;
-    int slot = 0;
-    bool finished = false;
-    int redirects = 0;
-    net::steady_timer timer;
-  };
-
   void Apply(const Batch& batch, std::span<core::Decision> decisions, Completion done);
   void Command(std::vector<std::string> args, size_t key_index,
                std::function<void(core::Result<RedisValue>)> done);
@@ -322,12 +361,17 @@ class RedisStore::Impl {
 
  private:
   friend class Connection;
-  void Start(const std::shared_ptr<Call>& call);
-  void Dispatch(const std::shared_ptr<Call>& call, Connection& conn, bool asking);
-  void OnReply(const std::shared_ptr<Call>& call, Connection& conn, const redisReply* reply, Failure f);
-  void Finish(const std::shared_ptr<Call>& call, StoreErrc errc, std::string message);
-  void Succeed(const std::shared_ptr<Call>& call, ApplyResult result);
-  void OnFastReply(const std::shared_ptr<Call>& call, const redisReply* r);
+  Call* Acquire();
+  void Release(Call* call);
+  void StartSubmitted();
+  void Start(Call* call, SteadyClock::time_point now);
+  void Dispatch(Call* call, Connection& conn, bool asking);
+  // Takes over the reference of the command answered.
+  void OnReply(Call* call, Connection& conn, const redisReply* reply, Failure f);
+  void OnDeadline();
+  void Finish(Call* call, StoreErrc errc, std::string message);
+  void Succeed(Call* call, ApplyResult result);
+  void OnFastReply(Call* call, const redisReply* r);
   Connection& NodeFor(int slot);
   Connection& Node(const NodeAddress& address);
   void RefreshTopology();
@@ -344,22 +388,55 @@ class RedisStore::Impl {
   // Circuit breaker (I/O thread only).
   int consecutive_failures_ = 0;
   SteadyClock::time_point open_until_{};
+
+  // Calls: submitted by any thread under mu_, started on the I/O thread in batches, so that one
+  // wake-up of the I/O thread carries every decision issued meanwhile.
+  std::mutex mu_;
+  std::vector<Call*> submitted_;      // guarded by mu_
+  std::vector<Call*> free_;           // guarded by mu_
+  bool start_posted_ = false;         // guarded by mu_
+  std::vector<std::unique_ptr<Call>> pool_;  // guarded by mu_; every call ever made
+  std::vector<Call*> released_;       // I/O thread: back to free_ at the next batch
+  std::vector<Call*> starting_;       // I/O thread: the batch being started
+  // Deadlines: the timeout is the same for every call, so calls expire in the order they
+  // started: one queue and one timer instead of a timer per call.
+  std::deque<Call*> deadlines_;
+  net::steady_timer deadline_timer_{ioc_};
+  bool deadline_armed_ = false;
 };
 
 // ---------------------------------------------------------------------------------------------
 
-void Connection::Send(std::string_view command, ReplyFn fn) {
+bool Connection::Queue(std::string_view command) {
   if (state_ == State::kBackoff) {
-    if (SteadyClock::now() < retry_at_) {
-      fn(nullptr, Failure::kConnection);
-      return;
-    }
+    if (SteadyClock::now() < retry_at_) return false;
     state_ = State::kIdle;
   }
   out_.append(command);
-  pending_.push_back(std::move(fn));
+  return true;
+}
+
+void Connection::Send(std::string_view command, ReplyFn fn) {
+  if (!Queue(command)) return fn(nullptr, Failure::kConnection);
+  pending_.push_back(Pending{nullptr, std::move(fn)});
   if (state_ == State::kIdle) Connect();
   if (state_ == State::kReady) ScheduleFlush();
+}
+
+void Connection::Send(std::string_view command, Call* call) {
+  ++call->refs;
+  if (!Queue(command)) return store_.OnReply(call, *this, nullptr, Failure::kConnection);
+  pending_.push_back(Pending{call, nullptr});
+  if (state_ == State::kIdle) Connect();
+  if (state_ == State::kReady) ScheduleFlush();
+}
+
+void Connection::Deliver(Pending& p, const redisReply* r, Failure f) {
+  if (p.call) {
+    store_.OnReply(p.call, *this, r, f);
+  } else {
+    p.fn(r, f);
+  }
 }
 
 void Connection::Connect() {
@@ -369,13 +446,13 @@ void Connection::Connect() {
   reader_ = redisReaderCreate();
   // The handshake goes first, ahead of what was queued while connecting.
   std::string hello;
-  std::deque<ReplyFn> hello_fns;
+  std::deque<Pending> hello_fns;
   auto check = [this](const char* what) {
-    return [this, what](const redisReply* r, Failure f) {
+    return Pending{nullptr, [this, what](const redisReply* r, Failure f) {
       if (f == Failure::kNone && r->type == REDIS_REPLY_ERROR) {
         Fail(std::string(what) + " failed: " + std::string(r->str, r->len));
       }
-    };
+    }};
   };
   const ParsedUrl& url = store_.url();
   if (!url.password.empty()) {
@@ -393,7 +470,7 @@ void Connection::Connect() {
   // Load the script up front, so the first decisions after a (re)connect find it instead of
   // each paying a NOSCRIPT round trip. A failure here is not fatal: NOSCRIPT still recovers.
   AppendCommand(hello, {"SCRIPT", "LOAD", std::string(internal::kRedisScript)});
-  hello_fns.push_back([](const redisReply*, Failure) {});
+  hello_fns.push_back(Pending{nullptr, [](const redisReply*, Failure) {}});
   out_.insert(0, hello);
   for (auto it = hello_fns.rbegin(); it != hello_fns.rend(); ++it) pending_.push_front(std::move(*it));
 
@@ -454,10 +531,10 @@ void Connection::Read() {
       if (!raw) break;
       ReplyPtr reply(static_cast<redisReply*>(raw));
       if (pending_.empty()) return Fail("unexpected reply");
-      ReplyFn fn = std::move(pending_.front());
+      Pending p = std::move(pending_.front());
       pending_.pop_front();
-      fn(reply.get(), Failure::kNone);
-      if (epoch != epoch_) return;  // fn failed the connection
+      Deliver(p, reply.get(), Failure::kNone);
+      if (epoch != epoch_) return;  // the reply's handler failed the connection
     }
     Read();
   });
@@ -475,10 +552,10 @@ void Connection::Fail(const std::string& why) {
   write_in_flight_ = false;
   flush_scheduled_ = false;
   store_.stats.reconnects.fetch_add(1, std::memory_order_relaxed);
-  std::deque<ReplyFn> failed;
+  std::deque<Pending> failed;
   failed.swap(pending_);
   (void)why;
-  for (auto& fn : failed) fn(nullptr, Failure::kConnection);
+  for (auto& p : failed) Deliver(p, nullptr, Failure::kConnection);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -532,80 +609,168 @@ void RedisStore::Impl::RefreshTopology() {
   });
 }
 
+// REQUIRES: mu_ held.
+Call* RedisStore::Impl::Acquire() {
+  if (free_.empty()) {
+    pool_.push_back(std::make_unique<Call>());
+    return pool_.back().get();
+  }
+  Call* call = free_.back();
+  free_.pop_back();
+  return call;
+}
+
+// I/O thread. Calls go back to the pool in batches (StartSubmitted), without a lock each.
+void RedisStore::Impl::Release(Call* call) {
+  if (--call->refs > 0) return;
+  call->done = nullptr;  // drops what the completion captured, now
+  released_.push_back(call);
+}
+
 void RedisStore::Impl::Apply(const Batch& batch, std::span<core::Decision> decisions, Completion done) {
-  auto call = std::make_shared<Call>(ioc_);
+  // The request is encoded here, on the caller's thread, into a pooled buffer.
+  Call* call;
+  {
+    std::lock_guard lock(mu_);
+    call = Acquire();
+  }
   call->n = batch.checks.size();
   call->decisions = decisions;
-  call->done = std::move(done);
-  auto& args = call->args;
-  args.reserve(5 + 7 * call->n);
-  args.emplace_back("EVALSHA");
-  args.emplace_back(sha_);
-  args.emplace_back(std::to_string(call->n));
-  for (const Check& c : batch.checks) {
-    std::string key = options_.prefix;
-    key += ":{";
-    key += batch.scope;
-    key += "}:";
-    key += c.name;
-    key += ':';
-    key += AlgorithmSuffix(c.limit->algorithm());
-    args.push_back(std::move(key));
-  }
-  call->slot = call->n > 0 ? HashSlot(args[3]) : 0;
-  args.push_back(batch.now ? std::to_string(batch.now->unix_micros()) : "0");
   call->checks = batch.checks;
+  call->done = std::move(done);
   call->consume = batch.mode == Mode::kConsume;
   call->fast = call->n > 0 && std::all_of(batch.checks.begin(), batch.checks.end(), [](const Check& c) {
     return c.limit->algorithm() == core::Algorithm::kTokenBucket;
   });
+  call->redirects = 0;
+  call->finished = false;
+  call->refs = 1;  // the submission's; then the deadline queue's
+  std::string& cmd = call->command;
+  cmd.clear();
+  call->args = 3 + call->n + 2 + (call->fast ? 5 : 6) * call->n;
+  cmd += '*';
+  AppendDecimal(cmd, static_cast<int64_t>(call->args));
+  cmd += "\r\n";
+  AppendBulk(cmd, "EVALSHA");
+  AppendBulk(cmd, sha_);
+  call->header_len = cmd.size();
+  AppendBulk(cmd, static_cast<int64_t>(call->n));
+  size_t first_key = 0;
+  size_t first_key_len = 0;
+  for (const Check& c : batch.checks) {
+    const char* suffix = AlgorithmSuffix(c.limit->algorithm());
+    const size_t len = options_.prefix.size() + 2 + batch.scope.size() + 2 + c.name.size() + 1 +
+                       std::char_traits<char>::length(suffix);
+    cmd += '$';
+    AppendDecimal(cmd, static_cast<int64_t>(len));
+    cmd += "\r\n";
+    if (first_key == 0) {
+      first_key = cmd.size();
+      first_key_len = len;
+    }
+    cmd += options_.prefix;
+    cmd += ":{";
+    cmd += batch.scope;
+    cmd += "}:";
+    cmd += c.name;
+    cmd += ':';
+    cmd += suffix;
+    cmd += "\r\n";
+  }
+  call->slot = call->n > 0 ? HashSlot(std::string_view(cmd).substr(first_key, first_key_len)) : 0;
+  if (batch.now) {
+    AppendBulk(cmd, batch.now->unix_micros());
+  } else {
+    AppendBulk(cmd, "0");
+  }
   if (call->fast) {
-    args.emplace_back(call->consume ? "B" : "b");
+    AppendBulk(cmd, call->consume ? "B" : "b");
     for (const Check& c : batch.checks) {
-      const auto p = TokenBucketParams(*c.limit, c.cost, c.enforced);
-      for (int64_t v : p) args.push_back(std::to_string(v));
+      for (int64_t v : TokenBucketParams(*c.limit, c.cost, c.enforced)) AppendBulk(cmd, v);
     }
   } else {
-    args.emplace_back(call->consume ? "1" : "0");
+    AppendBulk(cmd, call->consume ? "1" : "0");
     for (const Check& c : batch.checks) {
-      args.push_back(std::to_string(static_cast<int>(c.limit->algorithm())));
-      args.push_back(std::to_string(c.cost));
-      args.emplace_back(c.enforced ? "1" : "0");
-      for (int64_t p : ScriptParams(*c.limit)) args.push_back(std::to_string(p));
+      AppendBulk(cmd, static_cast<int64_t>(c.limit->algorithm()));
+      AppendBulk(cmd, c.cost);
+      AppendBulk(cmd, c.enforced ? "1" : "0");
+      for (int64_t p : ScriptParams(*c.limit)) AppendBulk(cmd, p);
     }
   }
   stats.calls.fetch_add(1, std::memory_order_relaxed);
-  net::post(ioc_, [this, call] { Start(call); });
+  bool post = false;
+  {
+    std::lock_guard lock(mu_);
+    submitted_.push_back(call);
+    post = !start_posted_;
+    start_posted_ = true;
+  }
+  if (post) net::post(ioc_, [this] { StartSubmitted(); });
 }
 
-void RedisStore::Impl::Start(const std::shared_ptr<Call>& call) {
+void RedisStore::Impl::StartSubmitted() {
+  starting_.clear();
+  {
+    std::lock_guard lock(mu_);
+    starting_.swap(submitted_);
+    start_posted_ = false;
+    free_.insert(free_.end(), released_.begin(), released_.end());
+  }
+  released_.clear();
   const auto now = SteadyClock::now();
+  for (Call* call : starting_) Start(call, now);
+}
+
+void RedisStore::Impl::Start(Call* call, SteadyClock::time_point now) {
   if (consecutive_failures_ >= options_.breaker_failures) {
     if (now < open_until_) {
       stats.breaker_rejections.fetch_add(1, std::memory_order_relaxed);
-      return Finish(call, StoreErrc::kUnavailable, "circuit open");
+      Finish(call, StoreErrc::kUnavailable, "circuit open");
+      return Release(call);
     }
     // Half-open: this call probes; a failure re-opens the circuit (see Finish).
   }
-  call->timer.expires_after(milliseconds(options_.timeout_ms));
-  call->timer.async_wait([this, call](const boost::system::error_code& ec) {
-    if (ec || call->finished) return;
-    stats.timeouts.fetch_add(1, std::memory_order_relaxed);
-    Finish(call, StoreErrc::kTimeout, "deadline exceeded");
-  });
+  call->deadline = now + milliseconds(options_.timeout_ms);
+  deadlines_.push_back(call);  // takes over the submission's reference
+  if (!deadline_armed_) {
+    deadline_armed_ = true;
+    deadline_timer_.expires_at(call->deadline);
+    deadline_timer_.async_wait([this](const boost::system::error_code&) { OnDeadline(); });
+  }
   Dispatch(call, NodeFor(call->slot), false);
 }
 
-void RedisStore::Impl::Dispatch(const std::shared_ptr<Call>& call, Connection& conn, bool asking) {
-  std::string cmd;
-  if (asking) AppendCommand(cmd, {"ASKING"});
-  AppendCommand(cmd, call->args);
-  if (asking) conn.Send(std::string_view(cmd).substr(0, cmd.find("*", 1)), [](const redisReply*, Failure) {});
-  const std::string_view body = asking ? std::string_view(cmd).substr(cmd.find("*", 1)) : std::string_view(cmd);
-  conn.Send(body, [this, call, &conn](const redisReply* r, Failure f) { OnReply(call, conn, r, f); });
+// Times out the calls whose deadline passed, drops the finished ones, and waits for the next.
+void RedisStore::Impl::OnDeadline() {
+  deadline_armed_ = false;
+  const auto now = SteadyClock::now();
+  while (!deadlines_.empty() && (deadlines_.front()->finished || deadlines_.front()->deadline <= now)) {
+    Call* call = deadlines_.front();
+    deadlines_.pop_front();
+    if (!call->finished) {
+      stats.timeouts.fetch_add(1, std::memory_order_relaxed);
+      Finish(call, StoreErrc::kTimeout, "deadline exceeded");
+    }
+    Release(call);
+  }
+  if (!deadlines_.empty() && !deadline_armed_) {
+    deadline_armed_ = true;
+    deadline_timer_.expires_at(deadlines_.front()->deadline);
+    deadline_timer_.async_wait([this](const boost::system::error_code&) { OnDeadline(); });
+  }
 }
 
-void RedisStore::Impl::OnReply(const std::shared_ptr<Call>& call, Connection& conn, const redisReply* r, Failure f) {
+void RedisStore::Impl::Dispatch(Call* call, Connection& conn, bool asking) {
+  if (asking) conn.Send("*1\r\n$6\r\nASKING\r\n", [](const redisReply*, Failure) {});
+  conn.Send(call->command, call);
+}
+
+void RedisStore::Impl::OnReply(Call* call, Connection& conn, const redisReply* r, Failure f) {
+  struct Unref {  // the reference of the command answered, dropped on every way out
+    Impl& impl;
+    Call* call;
+    ~Unref() { impl.Release(call); }
+  } unref{*this, call};
   if (call->finished) return;
   if (f != Failure::kNone) {
     stats.errors.fetch_add(1, std::memory_order_relaxed);
@@ -616,11 +781,13 @@ void RedisStore::Impl::OnReply(const std::shared_ptr<Call>& call, Connection& co
     if (err.rfind("NOSCRIPT", 0) == 0) {
       // Redis restarted or flushed its scripts: send the script itself (which caches it again).
       stats.noscript.fetch_add(1, std::memory_order_relaxed);
-      call->args[0] = "EVAL";
-      call->args[1] = std::string(internal::kRedisScript);
-      Dispatch(call, conn, false);
-      call->args[0] = "EVALSHA";
-      call->args[1] = sha_;
+      std::string eval = "*";
+      AppendDecimal(eval, static_cast<int64_t>(call->args));
+      eval += "\r\n";
+      AppendBulk(eval, "EVAL");
+      AppendBulk(eval, internal::kRedisScript);
+      eval.append(call->command, call->header_len);
+      conn.Send(eval, call);
       return;
     }
     const bool moved = err.rfind("MOVED ", 0) == 0;
@@ -674,18 +841,24 @@ void RedisStore::Impl::OnReply(const std::shared_ptr<Call>& call, Connection& co
   Succeed(call, std::move(result));
 }
 
-void RedisStore::Impl::Succeed(const std::shared_ptr<Call>& call, ApplyResult result) {
+void RedisStore::Impl::Succeed(Call* call, ApplyResult result) {
   call->finished = true;
-  call->timer.cancel();
   consecutive_failures_ = 0;
   stats.breaker_open.store(0, std::memory_order_relaxed);
+  // Finished calls at the head of the deadline queue leave it now (replies come in order, so
+  // this is usually this call): the queue holds about the calls in flight, not a timeout's worth.
+  while (!deadlines_.empty() && deadlines_.front()->finished) {
+    Call* done = deadlines_.front();
+    deadlines_.pop_front();
+    Release(done);  // `call` itself stays referenced by the reply being handled
+  }
   call->done(std::move(result));
 }
 
 // The token-bucket path: Redis returns {now, deficit of each check at now}, and the decisions
 // follow from the same core code as MemoryStore::ApplyNow, on the same state: a bucket with that
 // deficit at `now`. The script committed iff this computes `committed` (same exact integers).
-void RedisStore::Impl::OnFastReply(const std::shared_ptr<Call>& call, const redisReply* r) {
+void RedisStore::Impl::OnFastReply(Call* call, const redisReply* r) {
   if (r->type != REDIS_REPLY_ARRAY || r->elements != 1 + call->n) {
     stats.errors.fetch_add(1, std::memory_order_relaxed);
     return Finish(call, StoreErrc::kProtocol, "unexpected script reply");
@@ -719,9 +892,8 @@ void RedisStore::Impl::OnFastReply(const std::shared_ptr<Call>& call, const redi
   Succeed(call, std::move(result));
 }
 
-void RedisStore::Impl::Finish(const std::shared_ptr<Call>& call, StoreErrc errc, std::string message) {
+void RedisStore::Impl::Finish(Call* call, StoreErrc errc, std::string message) {
   call->finished = true;
-  call->timer.cancel();
   if (errc != StoreErrc::kOk && message != "circuit open") {
     if (++consecutive_failures_ >= options_.breaker_failures) {
       open_until_ = SteadyClock::now() + milliseconds(options_.breaker_open_ms);
