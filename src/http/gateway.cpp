@@ -11,6 +11,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <stdexcept>
@@ -288,6 +289,12 @@ struct UpstreamConnection {
 
 struct Worker;
 
+// A connection's buffers, reused from one request to the next.
+struct Scratch {
+  std::string out;  // what the gateway writes of its own: a response, a forwarded head
+  HeaderList rate_headers;
+};
+
 struct Gateway::Impl {
   Impl(std::string path, config::Config config);
 
@@ -443,7 +450,7 @@ struct Worker {
   net::awaitable<void> Accept(tcp::acceptor& acceptor, Listener listener);
   net::awaitable<void> Session(tcp::socket socket, Listener listener);
   net::awaitable<void> SweepDeadlines();
-  net::awaitable<bool> Handle(Conn& stream, beast::flat_buffer& buffer, std::string& wbuf,
+  net::awaitable<bool> Handle(Conn& stream, beast::flat_buffer& buffer, Scratch& scratch,
                               bhttp::request_parser<bhttp::buffer_body>& parser,
                               const std::string& peer, Listener listener);
   net::awaitable<engine::Verdict> Decide(const engine::Engine::Request& request,
@@ -476,15 +483,18 @@ net::awaitable<beast::error_code> Relay(bhttp::parser<isRequest, bhttp::buffer_b
                                         Conn& in, beast::flat_buffer& in_buf,
                                         Conn& out, std::string_view head, bool chunked,
                                         milliseconds timeout, bool* in_failed) {
-  std::array<char, kRelayChunk> buf;
+  // Allocated when there is a body: most requests have none, and the buffer would make this
+  // coroutine's frame too large for Asio to recycle.
+  std::unique_ptr<char[]> buf;
   static constexpr std::string_view kCrlf = "\r\n", kLastChunk = "0\r\n\r\n";
   char size_line[24];
   bool last = false;
   do {
     size_t n = 0;
     if (!p.is_done()) {
-      p.get().body().data = buf.data();
-      p.get().body().size = buf.size();
+      if (!buf) buf = std::make_unique_for_overwrite<char[]>(kRelayChunk);
+      p.get().body().data = buf.get();
+      p.get().body().size = kRelayChunk;
       in.ExpiresAfter(timeout);
       auto [read_ec, r] = co_await bhttp::async_read(in.socket, in_buf, p, kTuple);
       beast::error_code ec = in.Check(read_ec);
@@ -493,7 +503,7 @@ net::awaitable<beast::error_code> Relay(bhttp::parser<isRequest, bhttp::buffer_b
         *in_failed = true;
         co_return ec;
       }
-      n = buf.size() - p.get().body().size;
+      n = kRelayChunk - p.get().body().size;
     }
     last = p.is_done();
     std::array<net::const_buffer, 5> bufs;  // empty ones are skipped
@@ -506,7 +516,7 @@ net::awaitable<beast::error_code> Relay(bhttp::parser<isRequest, bhttp::buffer_b
         bufs[1] = net::buffer(size_line, static_cast<size_t>(r.ptr + 2 - size_line));
         bufs[3] = net::buffer(kCrlf.data(), kCrlf.size());
       }
-      bufs[2] = net::buffer(buf.data(), n);
+      bufs[2] = net::buffer(buf.get(), n);
     }
     if (last && chunked) bufs[4] = net::buffer(kLastChunk.data(), kLastChunk.size());
     if (net::buffer_size(bufs) == 0) continue;
@@ -718,7 +728,7 @@ net::awaitable<void> Worker::Session(tcp::socket socket, Listener listener) {
   const auto remote = stream.socket.remote_endpoint(ec);
   std::string peer = ec ? "" : remote.address().to_string();
   beast::flat_buffer buffer;
-  std::string wbuf;  // what the gateway writes of its own: a response, a forwarded head
+  Scratch scratch;
   for (;;) {
     if (buffer.size() == 0) {
       // Keep-alive: wait for the next request's first bytes.
@@ -750,15 +760,15 @@ net::awaitable<void> Worker::Session(tcp::socket socket, Listener listener) {
                  hec == net::error::connection_reset) {
         break;
       }
-      RenderResponse(wbuf, status, false, 11, "application/json", {}, ErrorBody(code, hec.message()));
+      RenderResponse(scratch.out, status, false, 11, "application/json", {}, ErrorBody(code, hec.message()));
       gw.requests_by_class[2]->fetch_add(1, std::memory_order_relaxed);
-      co_await Write(stream, wbuf, false);
+      co_await Write(stream, scratch.out, false);
       break;
     }
     gw.in_flight.fetch_add(1);
     bool keep = false;
     try {
-      keep = co_await Handle(stream, buffer, wbuf, parser, peer, listener);
+      keep = co_await Handle(stream, buffer, scratch, parser, peer, listener);
     } catch (...) {
       gw.in_flight.fetch_sub(1);
       throw;
@@ -832,9 +842,12 @@ net::awaitable<engine::Verdict> Worker::Decide(const engine::Engine::Request& re
 }
 
 net::awaitable<bool> Worker::Handle(Conn& stream, beast::flat_buffer& buffer,
-                                    std::string& wbuf, bhttp::request_parser<bhttp::buffer_body>& parser,
+                                    Scratch& scratch, bhttp::request_parser<bhttp::buffer_body>& parser,
                                     const std::string& peer, Listener listener) {
   const auto start = Clock::now();
+  std::string& wbuf = scratch.out;
+  HeaderList& rate_headers = scratch.rate_headers;
+  rate_headers.Clear();
   const std::shared_ptr<const policy::Policy> policy_ref = Policy();
   const uint64_t policy_generation = generation;
   const policy::Policy& pol = *policy_ref;
@@ -1038,7 +1051,6 @@ net::awaitable<bool> Worker::Handle(Conn& stream, beast::flat_buffer& buffer,
     n_checks = engine::ChecksFor(*plan, key, cost, now, checks);
   }
 
-  HeaderList rate_headers;
   if (n_checks > 0) {
     const auto t0 = Clock::now();
     const engine::Engine::Request request{

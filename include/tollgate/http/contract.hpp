@@ -25,6 +25,7 @@ class HeaderList {
   void Add(std::string_view name, int64_t value);
   const std::string& Rendered() const { return text_; }
   bool empty() const { return text_.empty(); }
+  void Clear() { text_.clear(); }  // keeps the capacity
   // Whether a header of this name (any case) is in the list.
   bool Has(std::string_view name) const;
   std::vector<std::pair<std::string, std::string>> Pairs() const;
