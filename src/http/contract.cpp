@@ -22,20 +22,22 @@ std::string Num(int64_t v) {
 }  // namespace
 
 void HeaderList::Add(std::string_view name, std::string_view value) {
+  names_.push_back({static_cast<uint32_t>(text_.size()), static_cast<uint32_t>(name.size())});
   text_.append(name).append(": ").append(value).append("\r\n");
 }
 
 void HeaderList::Add(std::string_view name, int64_t value) {
+  names_.push_back({static_cast<uint32_t>(text_.size()), static_cast<uint32_t>(name.size())});
   text_.append(name).append(": ");
   AppendDecimal(text_, value);
   text_.append("\r\n");
 }
 
 bool HeaderList::Has(std::string_view name) const {
-  for (size_t at = 0; at < text_.size();) {
-    const size_t colon = text_.find(':', at);
-    if (policy::Policy::EqualsIgnoreCase(std::string_view(text_).substr(at, colon - at), name)) return true;
-    at = text_.find("\r\n", colon) + 2;
+  for (const Name& n : names_) {
+    if (n.size == name.size() && policy::Policy::EqualsIgnoreCase(std::string_view(text_).substr(n.at, n.size), name)) {
+      return true;
+    }
   }
   return false;
 }

@@ -111,9 +111,12 @@ using util::AppendDecimal;
 // Fields that describe one connection (RFC 9110 7.6.1), and the framing fields, which the relay
 // writes itself for the body it sends.
 bool IsHopByHopOrFraming(std::string_view name) {
-  for (std::string_view f : {"Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization",
-                             "Proxy-Connection", "TE", "Trailer", "Upgrade", "Content-Length",
-                             "Transfer-Encoding"}) {
+  using namespace std::literals;
+  static constexpr std::array kFields = {"Connection"sv, "Keep-Alive"sv, "Proxy-Authenticate"sv,
+                                         "Proxy-Authorization"sv, "Proxy-Connection"sv, "TE"sv,
+                                         "Trailer"sv, "Upgrade"sv, "Content-Length"sv,
+                                         "Transfer-Encoding"sv};
+  for (std::string_view f : kFields) {
     if (policy::Policy::EqualsIgnoreCase(name, f)) return true;
   }
   return false;

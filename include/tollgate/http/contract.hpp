@@ -25,13 +25,21 @@ class HeaderList {
   void Add(std::string_view name, int64_t value);
   const std::string& Rendered() const { return text_; }
   bool empty() const { return text_.empty(); }
-  void Clear() { text_.clear(); }  // keeps the capacity
+  void Clear() {  // keeps the capacity
+    text_.clear();
+    names_.clear();
+  }
   // Whether a header of this name (any case) is in the list.
   bool Has(std::string_view name) const;
   std::vector<std::pair<std::string, std::string>> Pairs() const;
 
  private:
+  struct Name {
+    uint32_t at;
+    uint32_t size;
+  };
   std::string text_;
+  std::vector<Name> names_;  // where each header's name is in text_
 };
 
 // Appends the configured header sets for the enforced checks (shadow checks are never
