@@ -5,6 +5,7 @@
 #include <map>
 
 #include <tollgate/core/calendar.hpp>
+#include <tollgate/util/hash.hpp>
 
 namespace tollgate::engine {
 namespace {
@@ -64,21 +65,32 @@ void UsageMeter::Record(std::string_view account, std::string_view key_id, store
     cached_label = core::PeriodLabel(core::Period::kDay, now);
     cached_day = day;
   }
-  store::UsageKey key{cached_label, std::string(account), std::string(key_id)};
+  const KeyView view{cached_label, account, key_id};
   const auto o = static_cast<size_t>(outcome);
   std::lock_guard lock(mu_);
-  store::UsageCounts& c = pending_[std::move(key)];
-  c.requests[o] += 1;
-  c.cost[o] += cost;
+  auto it = pending_.find(view);
+  if (it == pending_.end()) {
+    it = pending_.emplace(store::UsageKey{cached_label, std::string(account), std::string(key_id)},
+                          store::UsageCounts{}).first;
+  }
+  it->second.requests[o] += 1;
+  it->second.cost[o] += cost;
+}
+
+size_t UsageMeter::KeyHash::operator()(const KeyView& k) const {
+  return util::Hash64(k.key_id, util::Hash64(k.account, util::Hash64(k.day)));
 }
 
 void UsageMeter::Flush() {
-  store::UsageRows rows;
+  std::unordered_map<store::UsageKey, store::UsageCounts, KeyHash, KeyEq> pending;
   {
     std::lock_guard lock(mu_);
-    rows.swap(pending_);
+    pending.swap(pending_);
   }
-  if (!rows.empty()) backend_.Add(rows);
+  if (pending.empty()) return;
+  store::UsageRows rows;
+  for (auto& [key, counts] : pending) rows.emplace(key, counts);
+  backend_.Add(rows);
 }
 
 void UsageMeter::Query(std::string_view period, std::string account,

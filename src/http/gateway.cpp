@@ -436,7 +436,7 @@ struct Worker {
     std::string presented;
     const policy::Key* key = nullptr;
   };
-  std::vector<KeySlot> key_cache = std::vector<KeySlot>(1024);
+  std::vector<KeySlot> key_cache = std::vector<KeySlot>(16384);
   const policy::Key* FindByKey(const policy::Policy& pol, std::string_view presented) {
     KeySlot& slot = key_cache[std::hash<std::string_view>()(presented) % key_cache.size()];
     if (slot.presented != presented) {

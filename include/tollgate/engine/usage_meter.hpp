@@ -5,6 +5,7 @@
 #include <mutex>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include <tollgate/core/result.hpp>
@@ -41,9 +42,30 @@ class UsageMeter {
              std::function<void(core::Result<std::vector<UsageRecord>>)> done);
 
  private:
+  // What Record() looks up with: no strings built for a key already in the buffer.
+  struct KeyView {
+    std::string_view day, account, key_id;
+  };
+  struct KeyHash {
+    using is_transparent = void;
+    size_t operator()(const KeyView& k) const;
+    size_t operator()(const store::UsageKey& k) const { return (*this)(KeyView{k.day, k.account, k.key_id}); }
+  };
+  struct KeyEq {
+    using is_transparent = void;
+    static KeyView View(const KeyView& k) { return k; }
+    static KeyView View(const store::UsageKey& k) { return {k.day, k.account, k.key_id}; }
+    template <class A, class B>
+    bool operator()(const A& a, const B& b) const {
+      const KeyView x = View(a), y = View(b);
+      return x.day == y.day && x.account == y.account && x.key_id == y.key_id;
+    }
+  };
+
   store::UsageBackend& backend_;
   std::mutex mu_;
-  store::UsageRows pending_;
+  // Hashed, not ordered: a lookup per request; sorted into UsageRows once per flush.
+  std::unordered_map<store::UsageKey, store::UsageCounts, KeyHash, KeyEq> pending_;
 };
 
 // CSV with a header line: period,account,key_id,<outcome>_requests...,<outcome>_cost...
