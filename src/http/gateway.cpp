@@ -363,6 +363,7 @@ struct Worker {
   Gateway::Impl& gw;
   size_t index;
   Conn* conns = nullptr;  // this thread's connections (before ioc: they may outlive its run)
+  size_t redis_lane = 0;  // with a Redis store: this thread's lane of it
   net::io_context ioc{1};
   std::optional<tcp::acceptor> acceptor;
   std::optional<tcp::acceptor> admin;
@@ -1424,6 +1425,8 @@ Gateway::Impl::~Impl() {
 #ifdef TOLLGATE_HAVE_RLS
   if (rls) rls->Shutdown();
 #endif
+  // The workers' lanes hold sockets of the workers' loops, which go before the store.
+  if (redis) redis->CloseLanes();
 }
 
 void Gateway::Impl::LogStoreFailure(store::StoreErrc errc) {
@@ -1501,6 +1504,10 @@ Gateway::Gateway(std::string config_path, config::Config config)
     return a;
   };
   for (size_t i = 0; i < threads; ++i) g.workers.push_back(std::make_unique<Worker>(g, i));
+  // Each worker talks to Redis from its own loop: a decision never changes threads.
+  if (g.redis) {
+    for (auto& w : g.workers) w->redis_lane = g.redis->AddLane(w->ioc);
+  }
   try {
     for (auto& w : g.workers) w->acceptor.emplace(open(w->ioc, listen, true));
     g.workers[0]->admin.emplace(open(g.workers[0]->ioc, admin, false));
@@ -1539,7 +1546,8 @@ int Gateway::Run() {
     net::co_spawn(w->ioc, w->SweepDeadlines(), net::detached);
     if (w->admin) net::co_spawn(w->ioc, w->Accept(*w->admin, Listener::kAdmin), net::detached);
     if (w->decision) net::co_spawn(w->ioc, w->Accept(*w->decision, Listener::kDecision), net::detached);
-    w->thread = std::thread([&w] {
+    w->thread = std::thread([&g, &w] {
+      if (g.redis) g.redis->EnterLane(w->redis_lane);
       auto guard = net::make_work_guard(w->ioc);
       w->ioc.run();
     });

@@ -317,18 +317,38 @@ class Connection {
   uint64_t epoch_ = 0;  // bumps on every failure: stale handlers see a different epoch
 };
 
+// What the store's lanes share: statistics, and one circuit breaker (any lane's failures open
+// it for all, any lane's success closes it).
+struct RedisStore::Shared {
+  RedisStoreStats stats;
+  std::atomic<int> consecutive_failures{0};
+  std::atomic<int64_t> open_until_ns{0};  // steady clock
+};
+
+// One event loop's share of the store: its connections (one per node), pipeline, deadlines,
+// slot map. The store's own lane runs on a thread of its own; a lane on a
+// caller's event loop (RedisStore::AddLane) runs on that loop's thread.
 class RedisStore::Impl {
  public:
-  Impl(RedisStoreOptions options, ParsedUrl url)
-      : options_(std::move(options)), url_(std::move(url)), sha_(Sha1Hex(internal::kRedisScript)) {
+  Impl(RedisStoreOptions options, ParsedUrl url, Shared& shared, net::io_context* loop)
+      : stats(shared.stats),
+        shared_(shared),
+        options_(std::move(options)),
+        url_(std::move(url)),
+        sha_(Sha1Hex(internal::kRedisScript)),
+        own_ioc_(loop ? nullptr : std::make_unique<net::io_context>(1)),
+        ioc_(loop ? *loop : *own_ioc_) {
     slots_.fill(-1);
-    thread_ = std::thread([this] {
-      auto guard = net::make_work_guard(ioc_);
-      ioc_.run();
-    });
+    if (own_ioc_) {
+      thread_ = std::thread([this] {
+        auto guard = net::make_work_guard(ioc_);
+        ioc_.run();
+      });
+    }
     if (url_.cluster) net::post(ioc_, [this] { RefreshTopology(); });
   }
   ~Impl() {
+    if (!own_ioc_) return;  // a caller's loop: stopped by its owner before this
     Drain(milliseconds(1000));
     ioc_.stop();
     thread_.join();
@@ -357,7 +377,7 @@ class RedisStore::Impl {
 
   const RedisStoreOptions& options() const { return options_; }
   const ParsedUrl& url() const { return url_; }
-  RedisStoreStats stats;
+  RedisStoreStats& stats;  // the store's, shared by its lanes
 
  private:
   friend class Connection;
@@ -376,18 +396,17 @@ class RedisStore::Impl {
   Connection& Node(const NodeAddress& address);
   void RefreshTopology();
 
+  Shared& shared_;  // the circuit breaker
   RedisStoreOptions options_;
   ParsedUrl url_;
   const std::string sha_;
-  net::io_context ioc_{1};
+  std::unique_ptr<net::io_context> own_ioc_;  // the store's own lane only
+  net::io_context& ioc_;
   std::thread thread_;
   std::map<NodeAddress, std::unique_ptr<Connection>> nodes_;
   std::vector<NodeAddress> node_list_;  // index -> address, for slots_
   std::array<int, kSlots> slots_;
   bool refreshing_ = false;
-  // Circuit breaker (I/O thread only).
-  int consecutive_failures_ = 0;
-  SteadyClock::time_point open_until_{};
 
   // Calls: submitted by any thread under mu_, started on the I/O thread in batches, so that one
   // wake-up of the I/O thread carries every decision issued meanwhile.
@@ -722,8 +741,8 @@ void RedisStore::Impl::StartSubmitted() {
 }
 
 void RedisStore::Impl::Start(Call* call, SteadyClock::time_point now) {
-  if (consecutive_failures_ >= options_.breaker_failures) {
-    if (now < open_until_) {
+  if (shared_.consecutive_failures.load(std::memory_order_relaxed) >= options_.breaker_failures) {
+    if (now.time_since_epoch().count() < shared_.open_until_ns.load(std::memory_order_relaxed)) {
       stats.breaker_rejections.fetch_add(1, std::memory_order_relaxed);
       Finish(call, StoreErrc::kUnavailable, "circuit open");
       return Release(call);
@@ -843,8 +862,11 @@ void RedisStore::Impl::OnReply(Call* call, Connection& conn, const redisReply* r
 
 void RedisStore::Impl::Succeed(Call* call, ApplyResult result) {
   call->finished = true;
-  consecutive_failures_ = 0;
-  stats.breaker_open.store(0, std::memory_order_relaxed);
+  // Written only on a change: lanes on other threads read these on every call.
+  if (shared_.consecutive_failures.load(std::memory_order_relaxed) != 0) {
+    shared_.consecutive_failures.store(0, std::memory_order_relaxed);
+    stats.breaker_open.store(0, std::memory_order_relaxed);
+  }
   // Finished calls at the head of the deadline queue leave it now (replies come in order, so
   // this is usually this call): the queue holds about the calls in flight, not a timeout's worth.
   while (!deadlines_.empty() && deadlines_.front()->finished) {
@@ -895,10 +917,12 @@ void RedisStore::Impl::OnFastReply(Call* call, const redisReply* r) {
 void RedisStore::Impl::Finish(Call* call, StoreErrc errc, std::string message) {
   call->finished = true;
   if (errc != StoreErrc::kOk && message != "circuit open") {
-    if (++consecutive_failures_ >= options_.breaker_failures) {
-      open_until_ = SteadyClock::now() + milliseconds(options_.breaker_open_ms);
+    const int failures = shared_.consecutive_failures.fetch_add(1, std::memory_order_relaxed) + 1;
+    if (failures >= options_.breaker_failures) {
+      const auto until = SteadyClock::now() + milliseconds(options_.breaker_open_ms);
+      shared_.open_until_ns.store(until.time_since_epoch().count(), std::memory_order_relaxed);
       stats.breaker_open.store(1, std::memory_order_relaxed);
-      if (consecutive_failures_ == options_.breaker_failures && errc == StoreErrc::kTimeout) {
+      if (failures == options_.breaker_failures && errc == StoreErrc::kTimeout) {
         for (auto& [address, conn] : nodes_) conn->Reset();
       }
     }
@@ -949,18 +973,40 @@ core::Result<std::unique_ptr<RedisStore>> RedisStore::Create(RedisStoreOptions o
   auto url = ParseUrl(options.url);
   if (!url) return core::Error{url.error()};
   if (options.timeout_ms <= 0) return core::Error{"store.timeout_ms: must be > 0"};
-  return std::unique_ptr<RedisStore>(
-      new RedisStore(std::make_unique<Impl>(std::move(options), std::move(url).value())));
+  std::unique_ptr<RedisStore> store(new RedisStore());
+  store->impl_ = std::make_unique<Impl>(std::move(options), std::move(url).value(), *store->shared_, nullptr);
+  return store;
 }
 
-RedisStore::RedisStore(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+RedisStore::RedisStore() : shared_(std::make_unique<Shared>()) {}
 RedisStore::~RedisStore() = default;
 
-void RedisStore::Apply(const Batch& batch, std::span<core::Decision> decisions, Completion done) {
-  impl_->Apply(batch, decisions, std::move(done));
+namespace {
+// The lane of the current thread, if it entered one (EnterLane).
+thread_local const RedisStore* tl_store = nullptr;
+thread_local RedisStore::Impl* tl_lane = nullptr;
+}  // namespace
+
+size_t RedisStore::AddLane(boost::asio::io_context& loop) {
+  lanes_.push_back(std::make_unique<Impl>(impl_->options(), impl_->url(), *shared_, &loop));
+  return lanes_.size() - 1;
 }
 
-const RedisStoreStats& RedisStore::stats() const { return impl_->stats; }
+void RedisStore::EnterLane(size_t lane) {
+  tl_store = this;
+  tl_lane = lanes_.at(lane).get();
+}
+
+void RedisStore::CloseLanes() {
+  if (tl_store == this) tl_store = nullptr;
+  lanes_.clear();
+}
+
+void RedisStore::Apply(const Batch& batch, std::span<core::Decision> decisions, Completion done) {
+  (tl_store == this ? tl_lane : impl_.get())->Apply(batch, decisions, std::move(done));
+}
+
+const RedisStoreStats& RedisStore::stats() const { return shared_->stats; }
 
 void RedisStore::Command(std::vector<std::string> args, size_t key_index,
                          std::function<void(core::Result<RedisValue>)> done) {

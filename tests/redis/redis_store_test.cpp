@@ -2,10 +2,13 @@
 #include <tollgate/store/redis_usage.hpp>
 
 #include <atomic>
+#include <functional>
 #include <future>
 #include <thread>
 #include <vector>
 
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
 #include <gtest/gtest.h>
 
 #include "support/apply_sync.hpp"
@@ -63,6 +66,46 @@ TEST(RedisStore, TwoReplicasShareOneExactBudget) {
   }
   for (auto& t : threads) t.join();
   EXPECT_EQ(accepted.load(), 250);  // the daily ceiling, exactly, across both replicas
+}
+
+TEST(RedisStore, LanesDecideOnTheirOwnLoopsAndShareOneBudget) {
+  testing::RedisServer server;
+  auto store = Make(server, 2000);
+  const Limit daily = Limit::Create({.algorithm = Algorithm::kQuota, .ceiling = 150}).value();
+  const std::vector<Check> checks = {{"daily", &daily, 1}};
+  boost::asio::io_context loops[2];
+  const size_t lanes[2] = {store->AddLane(loops[0]), store->AddLane(loops[1])};
+  std::atomic<int> accepted{0};
+  std::atomic<int> elsewhere{0};  // completions on another thread than the lane's
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 2; ++t) {
+    threads.emplace_back([&, t] {
+      store->EnterLane(lanes[t]);
+      const auto self = std::this_thread::get_id();
+      int left = 100;
+      std::vector<Decision> d(1);
+      std::function<void()> next = [&] {
+        store->Apply(Batch{.scope = "key:lanes", .checks = checks}, d, [&](ApplyResult r) {
+          if (std::this_thread::get_id() != self) elsewhere.fetch_add(1);
+          EXPECT_EQ(r.error, StoreErrc::kOk) << r.message;
+          if (r.committed) accepted.fetch_add(1);
+          if (--left > 0) return next();
+          loops[t].stop();
+        });
+      };
+      boost::asio::post(loops[t], next);
+      loops[t].run();
+    });
+  }
+  for (auto& t : threads) t.join();
+  // The store's own lane, from this thread, on the same budget.
+  std::vector<Decision> d(1);
+  for (int i = 0; i < 100; ++i) {
+    if (ApplySync(*store, Batch{.scope = "key:lanes", .checks = checks}, d).committed) accepted.fetch_add(1);
+  }
+  store->CloseLanes();  // before the loops go
+  EXPECT_EQ(elsewhere.load(), 0);
+  EXPECT_EQ(accepted.load(), 150);  // the ceiling, exactly, across the three lanes
 }
 
 TEST(RedisStore, KeysHaveTtlsAndDisappearAfterTheirWindows) {

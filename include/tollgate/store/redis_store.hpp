@@ -12,6 +12,10 @@
 #include <tollgate/core/result.hpp>
 #include <tollgate/store/store.hpp>
 
+namespace boost::asio {
+class io_context;
+}
+
 namespace tollgate::store {
 
 struct RedisStoreOptions {
@@ -54,6 +58,11 @@ struct RedisStoreStats {
 // Thread-safe: Apply() may be called from any thread. The store runs its own I/O thread, with
 // one connection per Redis node; commands issued while a write is in flight leave together in
 // the next write (auto-pipelining). Completions run on the store's thread.
+//
+// Lanes: a server with an event loop per thread gives each loop a lane (AddLane), a connection
+// per node run by that loop, and each loop's thread enters its lane (EnterLane). Decisions made
+// on that thread then go out and complete on it: no hand-over to the store's thread and back.
+// Each lane has its own pipeline and deadlines; the circuit breaker and statistics are shared.
 class RedisStore final : public Store {
  public:
   // Parses the URL and starts the I/O thread; connections open lazily and reconnect with
@@ -75,11 +84,22 @@ class RedisStore final : public Store {
   // The Lua script every decision runs (exposed for benchmarks and docs).
   static std::string_view Script();
 
+  // Adds a lane run by `loop` (an io_context run by one thread); returns its index. Before the
+  // loop runs. Not thread-safe with Apply() on other lanes.
+  size_t AddLane(boost::asio::io_context& loop);
+  // On the thread running the lane's loop: this thread's decisions use that lane.
+  void EnterLane(size_t lane);
+  // Destroys the lanes; after their loops stopped, before those loops are destroyed.
+  void CloseLanes();
+
   class Impl;  // defined in redis_store.cpp
 
  private:
-  explicit RedisStore(std::unique_ptr<Impl> impl);
-  std::unique_ptr<Impl> impl_;
+  RedisStore();
+  struct Shared;  // statistics and the circuit breaker, shared by the lanes
+  std::unique_ptr<Shared> shared_;
+  std::unique_ptr<Impl> impl_;  // the store's own lane, on its own thread
+  std::vector<std::unique_ptr<Impl>> lanes_;
 };
 
 }  // namespace tollgate::store
