@@ -81,30 +81,37 @@ bool DenyCache::TryReject(const store::Batch& batch, std::span<core::Decision> d
 void DenyCache::Record(const std::string& scope, std::span<const store::Check> checks,
                        std::span<const core::Decision> decisions,
                        const store::ApplyResult& result, int64_t sent_us) {
-  Entry e{sent_us, result.now.unix_micros(), {}};
+  // An upper bound of the tokens a bucket holds, from reset = ceil(deficit / tokens) and
+  // remaining = floor(level / unit); 0 for other algorithms.
+  auto level_upper = [](const store::Check& c, const core::Decision& d) -> int64_t {
+    const auto* bucket = std::get_if<core::TokenBucket>(&c.limit->impl());
+    if (!bucket) return 0;
+    const int64_t unit = bucket->rate().per_micros;
+    const int64_t full = bucket->capacity() * unit;
+    const int64_t reset_us = d.reset.micros();
+    const int64_t upper = std::min(full - std::max<int64_t>(0, reset_us - 1) * bucket->rate().tokens,
+                                   (d.remaining + 1) * unit - 1);
+    return std::clamp<int64_t>(upper, 0, full);
+  };
+  // Worth remembering only when a request of this cost would not fit now (most answers are
+  // not: nothing is built for them).
   bool useful = false;
-  for (size_t i = 0; i < checks.size(); ++i) {
+  for (size_t i = 0; i < checks.size() && !useful; ++i) {
     const store::Check& c = checks[i];
-    const core::Decision& d = decisions[i];
-    int64_t level_upper = 0;
-    if (const auto* bucket = std::get_if<core::TokenBucket>(&c.limit->impl())) {
-      // reset = ceil(deficit / tokens) and remaining = floor(level / unit) bound the level.
-      const int64_t unit = bucket->rate().per_micros;
-      const int64_t full = bucket->capacity() * unit;
-      const int64_t reset_us = d.reset.micros();
-      level_upper = std::min(full - std::max<int64_t>(0, reset_us - 1) * bucket->rate().tokens,
-                             (d.remaining + 1) * unit - 1);
-      level_upper = std::clamp<int64_t>(level_upper, 0, full);
-      // Worth remembering only when a request of this cost would not fit now.
-      if (c.enforced && level_upper < std::max<int64_t>(1, c.cost) * unit) useful = true;
-    }
-    e.checks.push_back({std::string(c.name), c.limit, level_upper, d});
+    const auto* bucket = std::get_if<core::TokenBucket>(&c.limit->impl());
+    useful = bucket && c.enforced &&
+             level_upper(c, decisions[i]) < std::max<int64_t>(1, c.cost) * bucket->rate().per_micros;
   }
-  std::lock_guard lock(mu_);
   if (!useful) {
+    std::lock_guard lock(mu_);
     entries_.erase(scope);
     return;
   }
+  Entry e{sent_us, result.now.unix_micros(), {}};
+  for (size_t i = 0; i < checks.size(); ++i) {
+    e.checks.push_back({std::string(checks[i].name), checks[i].limit, level_upper(checks[i], decisions[i]), decisions[i]});
+  }
+  std::lock_guard lock(mu_);
   if (entries_.size() >= options_.max_entries && !entries_.count(scope)) {
     entries_.erase(entries_.begin());
   }
