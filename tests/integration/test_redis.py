@@ -469,7 +469,11 @@ class OutageTests(RedisTestCase):
         self.assertEqual(metric(gw, "tollgate_redis_breaker_open"), 0)
 
     def test_script_flush_costs_no_request(self):
-        gw = self.gateway(self.outage_config(EXACT_TIMEOUT_MS))
+        # One thread: one connection to Redis (each thread has its own), so the flush costs
+        # exactly one NOSCRIPT below.
+        c = self.outage_config(EXACT_TIMEOUT_MS)
+        c["server"]["threads"] = 1
+        gw = self.gateway(c)
         statuses = [gw.get("/closed/x", key=ONE_KEY).status for _ in range(2)]
         self.assertEqual(self.redis.cli("SCRIPT", "FLUSH"), "OK")
         statuses += [gw.get("/closed/x", key=ONE_KEY).status for _ in range(4)]
