@@ -89,7 +89,10 @@ void UsageMeter::Flush() {
   }
   if (pending.empty()) return;
   store::UsageRows rows;
-  for (auto& [key, counts] : pending) rows.emplace(key, counts);
+  while (!pending.empty()) {
+    auto node = pending.extract(pending.begin());
+    rows.emplace(std::move(node.key()), node.mapped());
+  }
   backend_.Add(rows);
 }
 

@@ -6,13 +6,15 @@ namespace tollgate::store {
 
 void MemoryUsageBackend::Add(const UsageRows& deltas) {
   std::lock_guard lock(mu_);
-  for (const auto& [k, v] : deltas) rows_[k].Add(v);
+  for (const auto& [k, v] : deltas) {
+    auto [it, inserted] = rows_.try_emplace(k);
+    it->second.Add(v);
+    if (inserted) days_.insert(k.day);
+  }
   // Day labels sort in time order: drop whole oldest days beyond the limit.
-  std::set<std::string> days;
-  for (const auto& [k, v] : rows_) days.insert(k.day);
-  while (days.size() > max_days_) {
-    const std::string oldest = *days.begin();
-    days.erase(days.begin());
+  while (days_.size() > max_days_) {
+    const std::string oldest = *days_.begin();
+    days_.erase(days_.begin());
     std::erase_if(rows_, [&](const auto& kv) { return kv.first.day == oldest; });
   }
 }

@@ -6,6 +6,7 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <set>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -70,6 +71,7 @@ class MemoryUsageBackend final : public UsageBackend {
   const size_t max_days_;
   std::mutex mu_;
   UsageRows rows_;
+  std::set<std::string> days_;  // the days in rows_
 };
 
 }  // namespace tollgate::store

@@ -75,4 +75,28 @@ TEST(UsageMeter, PeriodsAreValidated) {
 }
 
 }  // namespace
+TEST(MemoryUsageBackend, KeepsTheNewestDaysOnly) {
+  store::MemoryUsageBackend backend(2);
+  auto row = [](const char* day, const char* key) {
+    store::UsageRows rows;
+    rows[store::UsageKey{day, "acme", key}].requests[0] = 1;
+    return rows;
+  };
+  backend.Add(row("2026-11-27", "k1"));
+  backend.Add(row("2026-11-28", "k1"));
+  backend.Add(row("2026-11-28", "k2"));
+  backend.Add(row("2026-11-29", "k1"));  // a third day: the oldest goes
+  backend.Add(row("2026-11-29", "k1"));
+  auto read = [&backend](std::vector<std::string> days) {
+    store::UsageRows out;
+    backend.Read(std::move(days), "", [&out](core::Result<store::UsageRows> r) { out = std::move(r).value(); });
+    return out;
+  };
+  EXPECT_TRUE(read({"2026-11-27"}).empty());
+  EXPECT_EQ(read({"2026-11-28"}).size(), 2u);
+  const auto today = read({"2026-11-29"});
+  ASSERT_EQ(today.size(), 1u);
+  EXPECT_EQ(today.begin()->second.requests[0], 2);
+}
+
 }  // namespace tollgate::engine
