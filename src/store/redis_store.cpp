@@ -23,6 +23,8 @@
 #include <boost/asio/write.hpp>
 #include <hiredis/hiredis.h>
 
+#include <tollgate/util/text.hpp>
+
 namespace tollgate::store {
 namespace internal {
 extern const std::string_view kRedisScript;
@@ -155,11 +157,7 @@ void AppendCommand(std::string& out, const std::vector<std::string>& args) {
   }
 }
 
-void AppendDecimal(std::string& out, int64_t v) {
-  char buf[24];
-  const auto [end, ec] = std::to_chars(buf, buf + sizeof buf, v);
-  out.append(buf, end);
-}
+using util::AppendDecimal;
 
 // One bulk string of a RESP request.
 void AppendBulk(std::string& out, std::string_view a) {
