@@ -44,6 +44,7 @@
 #include <tollgate/store/redis_store.hpp>
 #include <tollgate/store/redis_usage.hpp>
 #include <tollgate/util/clock.hpp>
+#include <tollgate/util/hash.hpp>
 #include <tollgate/util/text.hpp>
 #ifdef TOLLGATE_HAVE_RLS
 #include <tollgate/rls/rls_server.hpp>
@@ -387,7 +388,7 @@ struct Worker {
       policy = gw.CurrentPolicy();
       generation = g;
       decision_counters.clear();  // entries of older generations are never looked up again
-      for (KeySlot& slot : key_cache) slot = {};
+      key_cache.clear();
     }
     return policy;
   }
@@ -438,19 +439,18 @@ struct Worker {
   }
 
   // Presented API keys and what they resolved to under this policy (nullptr: unknown), so that
-  // a busy key is hashed with SHA-256 once, not on every request. Direct-mapped, bounded.
-  struct KeySlot {
-    std::string presented;
-    const policy::Key* key = nullptr;
+  // a busy key is hashed with SHA-256 once, not on every request. Exact up to kMaxCachedKeys
+  // keys; past that it starts over (a flood of made-up keys cannot grow it).
+  static constexpr size_t kMaxCachedKeys = 1 << 16;
+  struct KeyHash {
+    using is_transparent = void;
+    size_t operator()(std::string_view s) const { return util::Hash64(s); }
   };
-  std::vector<KeySlot> key_cache = std::vector<KeySlot>(16384);
+  std::unordered_map<std::string, const policy::Key*, KeyHash, std::equal_to<>> key_cache;
   const policy::Key* FindByKey(const policy::Policy& pol, std::string_view presented) {
-    KeySlot& slot = key_cache[std::hash<std::string_view>()(presented) % key_cache.size()];
-    if (slot.presented != presented) {
-      slot.presented.assign(presented);
-      slot.key = pol.FindByKey(presented);
-    }
-    return slot.key;
+    if (auto it = key_cache.find(presented); it != key_cache.end()) return it->second;
+    if (key_cache.size() >= kMaxCachedKeys) key_cache.clear();
+    return key_cache.emplace(presented, pol.FindByKey(presented)).first->second;
   }
 
   // Idle keep-alive connections to the upstream, this thread's share of max_connections.
