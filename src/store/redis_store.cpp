@@ -311,6 +311,7 @@ class Connection {
   std::deque<Pending> pending_;  // in the order of the replies to come
   std::array<char, 16 * 1024> read_buf_;
   SteadyClock::time_point retry_at_;
+  SteadyClock::time_point failed_at_;
   int backoff_ms_ = 0;
   uint64_t epoch_ = 0;  // bumps on every failure: stale handlers see a different epoch
 };
@@ -321,6 +322,9 @@ struct RedisStore::Shared {
   RedisStoreStats stats;
   std::atomic<int> consecutive_failures{0};
   std::atomic<int64_t> open_until_ns{0};  // steady clock
+  // Steady clock: the last success after failures. A lane whose connection waits out its
+  // reconnect backoff reconnects at once when another lane has seen Redis answer since.
+  std::atomic<int64_t> recovered_ns{0};
 };
 
 // One event loop's share of the store: its connections (one per node), pipeline, deadlines,
@@ -426,7 +430,9 @@ class RedisStore::Impl {
 
 bool Connection::Queue(std::string_view command) {
   if (state_ == State::kBackoff) {
-    if (SteadyClock::now() < retry_at_) return false;
+    const bool recovered_since =
+        store_.shared_.recovered_ns.load(std::memory_order_relaxed) > failed_at_.time_since_epoch().count();
+    if (SteadyClock::now() < retry_at_ && !recovered_since) return false;
     state_ = State::kIdle;
   }
   out_.append(command);
@@ -564,7 +570,8 @@ void Connection::Fail(const std::string& why) {
   timer_.cancel();
   state_ = State::kBackoff;
   backoff_ms_ = backoff_ms_ == 0 ? 50 : std::min(backoff_ms_ * 2, 2000);
-  retry_at_ = SteadyClock::now() + milliseconds(backoff_ms_);
+  failed_at_ = SteadyClock::now();
+  retry_at_ = failed_at_ + milliseconds(backoff_ms_);
   out_.clear();
   write_in_flight_ = false;
   flush_scheduled_ = false;
@@ -863,6 +870,7 @@ void RedisStore::Impl::Succeed(Call* call, ApplyResult result) {
   // Written only on a change: lanes on other threads read these on every call.
   if (shared_.consecutive_failures.load(std::memory_order_relaxed) != 0) {
     shared_.consecutive_failures.store(0, std::memory_order_relaxed);
+    shared_.recovered_ns.store(SteadyClock::now().time_since_epoch().count(), std::memory_order_relaxed);
     stats.breaker_open.store(0, std::memory_order_relaxed);
   }
   // Finished calls at the head of the deadline queue leave it now (replies come in order, so
