@@ -28,6 +28,14 @@ START_TIMEOUT_S = 20.0
 STOP_TIMEOUT_S = 10.0
 REQUEST_TIMEOUT_S = 15.0
 
+SLOW = "0.01"  # refill per second slow enough that nothing refills during a test
+
+
+def burst(capacity, refill=SLOW, name="burst"):
+    """A token-bucket limit for a test config."""
+    return {"name": name, "algorithm": "token_bucket", "capacity": capacity,
+            "refill_per_second": refill}
+
 
 def deadline_loop(seconds, step=0.02, max_iterations=100_000):
     """Yields until `seconds` have passed (or max_iterations), sleeping `step` between turns."""

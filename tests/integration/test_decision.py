@@ -32,7 +32,7 @@ import unittest
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import harness  # noqa: E402
-from harness import GatewayTestCase, deadline_loop, http_request, reserve_port  # noqa: E402
+from harness import SLOW, burst, GatewayTestCase, deadline_loop, http_request, reserve_port  # noqa: E402
 
 REPO = os.path.normpath(os.path.join(HERE, "..", ".."))
 NGINX_EXAMPLE = os.path.join(REPO, "examples", "nginx-auth-request.conf")
@@ -41,7 +41,6 @@ NODE_DIR = os.path.join(HERE, "node")
 RLS_CLIENT = os.path.join(NODE_DIR, "rls_client.js")
 RLS_PROTO = os.path.join(REPO, "src", "rls", "proto", "rls.proto")
 
-SLOW = "0.01"  # refill per second slow enough that nothing refills during a test
 
 FREE_KEY = "sk-free-0123456789abcdef"
 OTHER_KEY = "sk-other-0123456789abcdef"
@@ -50,11 +49,6 @@ UNKNOWN_KEY = "sk-unknown-0123456789abcdef"
 RATE_HEADERS = ("RateLimit-Policy", "RateLimit", "RateLimit-Limit", "RateLimit-Remaining",
                 "RateLimit-Reset", "X-RateLimit-Limit", "X-RateLimit-Remaining",
                 "X-RateLimit-Reset")
-
-
-def burst(capacity, refill=SLOW, name="burst"):
-    return {"name": name, "algorithm": "token_bucket", "capacity": capacity,
-            "refill_per_second": refill}
 
 
 def config(capacity=5, keys=None, **extra):

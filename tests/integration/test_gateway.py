@@ -22,18 +22,12 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
-from harness import GatewayTestCase, KeepAliveLoad, deadline_loop, raw_exchange, status_of  # noqa: E402
+from harness import SLOW, burst, GatewayTestCase, KeepAliveLoad, deadline_loop, raw_exchange, status_of  # noqa: E402
 
-SLOW = "0.01"  # refill per second slow enough that nothing refills during a test
 
 FREE_KEY = "sk-free-0123456789abcdef"
 TEAM_KEY = "sk-team-0123456789abcdef"
 OTHER_KEY = "sk-other-0123456789abcdef"
-
-
-def burst(capacity, refill=SLOW, name="burst"):
-    return {"name": name, "algorithm": "token_bucket", "capacity": capacity,
-            "refill_per_second": refill}
 
 
 def daily(allowance=1000, ceiling=10000):

@@ -29,7 +29,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
-from harness import GatewayTestCase, deadline_loop, reserve_port  # noqa: E402
+from harness import SLOW, burst, GatewayTestCase, deadline_loop, reserve_port  # noqa: E402
 
 REPO = os.path.normpath(os.path.join(harness.HERE, "..", ".."))
 MIGRATION = os.path.join(REPO, "migrations", "001_api_keys.sql")
@@ -37,7 +37,6 @@ PG_BIN = "/usr/lib/postgresql/15/bin"
 REDIS_SERVER = shutil.which("redis-server") or "/usr/bin/redis-server"
 REDIS_CLI = shutil.which("redis-cli") or "/usr/bin/redis-cli"
 
-SLOW = "0.01"  # refill per second slow enough that nothing refills during a test
 
 KEY_A = "sk-live-aaaa0123456789abcdef"
 KEY_B = "sk-live-bbbb0123456789abcdef"
@@ -66,11 +65,6 @@ def sql_literal(value):
     if not isinstance(value, str):
         value = json.dumps(value)
     return "'" + value.replace("'", "''") + "'"
-
-
-def burst(capacity, refill=SLOW, name="burst"):
-    return {"name": name, "algorithm": "token_bucket", "capacity": capacity,
-            "refill_per_second": refill}
 
 
 def per_minute(default_limit, name="minute"):

@@ -56,8 +56,9 @@ LOAD_KEY = "sk-redis-load-0123456789"
 
 
 def burst(capacity, refill=SLOW, name="burst"):
-    return {"name": name, "algorithm": "token_bucket", "capacity": capacity,
-            "refill_per_second": refill}
+    """harness.burst with a slower default: some of these tests run under load for tens of
+    seconds."""
+    return harness.burst(capacity, refill, name)
 
 
 def daily(allowance, ceiling):
