@@ -6,7 +6,7 @@
 #     token bucket through the all-algorithm evaluator) and its token-bucket path (what RedisStore
 #     sends when every check of a batch is a token bucket, as in step 3);
 #  3. "$bench" through RedisStore: one hot key and 100,000 random keys, 50 in
-#     flight; then a flood: one key at 100x its limit, with and without the deny cache.
+#     flight, from another thread and (--lane) from the store's own event loop; then a flood: one key at 100x its limit, with and without the deny cache.
 # Redis runs pinned to CPU 1, clients to CPU 0. Usage: bench/redis/run.sh [seconds]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -54,6 +54,9 @@ url=redis://127.0.0.1:$port
 run taskset -c 0 "$bench" --url "$url" --keys 1 --concurrency 50 --seconds "$secs"
 run taskset -c 0 "$bench" --url "$url" --keys 100000 --concurrency 50 --seconds "$secs"
 run taskset -c 0 "$bench" --url "$url" --keys 1 --concurrency 1 --seconds "$secs"
+# As the gateway uses the store: issued and completed on one event loop with its own lane.
+run taskset -c 0 "$bench" --url "$url" --keys 1 --concurrency 50 --seconds "$secs" --lane
+run taskset -c 0 "$bench" --url "$url" --keys 100000 --concurrency 50 --seconds "$secs" --lane
 echo "== flood: one key at far above its limit (limit 100/s, offered ~100x)"
 run taskset -c 0 "$bench" --url "$url" --keys 1 --concurrency 50 --seconds "$secs" --limit 100
 run taskset -c 0 "$bench" --url "$url" --keys 1 --concurrency 50 --seconds "$secs" --limit 100 --deny-cache

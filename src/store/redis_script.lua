@@ -68,6 +68,92 @@ if fast == 'B' or fast == 'b' then
   return out
 end
 
+-- Many requests in one call (RedisStore groups the token-bucket requests that wait for a
+-- connection while earlier ones are in flight): each is decided in turn, exactly as if it came in
+-- its own call at the same `now`, and a key read or written by several of them is read once and
+-- written once, at the end.
+-- ARGV[1]  now, as above; ARGV[2] 'M'
+-- then per request: 'B' / 'b' (as above), its number of checks n, and n x 5 arguments as above;
+-- KEYS: every request's keys, in the same order.
+-- Returns {now, then per request, per check: the deficit at now before this request}.
+if fast == 'M' then
+  local now = ARGV[1]
+  if now == '0' then
+    local t = redis.call('TIME')
+    now = t[1] * 1000000 + t[2]
+  else
+    now = now + 0
+  end
+  local out = {now}
+  local deficit = {}  -- key -> deficit at now, after the debits of the requests so far
+  local ttl = {}      -- key -> TTL (ms) of a key to write
+  local written = {}  -- the keys to write, in order
+  -- Every key read with one MGET: one redis.call per group, not one per key.
+  local stored, unique, seen = {}, {}, {}
+  for i = 1, #KEYS do
+    local key = KEYS[i]
+    if not seen[key] then
+      seen[key] = true
+      unique[#unique + 1] = key
+    end
+  end
+  local values = redis.call('MGET', unpack(unique))
+  for i = 1, #unique do stored[unique[i]] = values[i] end
+  local k, a, last = 0, 3, #ARGV
+  while a < last do
+    local commit = ARGV[a] == 'B'
+    local n = ARGV[a + 1] + 0
+    local base = a + 2  -- check i: need, rate, ttl, room, enforced at base + 5(i - 1)
+    local first = #out
+    for i = 1, n do
+      local key = KEYS[k + i]
+      local p = base + 5 * (i - 1)
+      local d = deficit[key]
+      if d == nil then
+        d = 0
+        local v = stored[key]
+        if v then
+          local x, t = string.match(v, '^(-?%d+) (-?%d+)$')
+          d = x + 0
+          local elapsed = now - t
+          if d > 0 and elapsed > 0 then
+            local rate = ARGV[p + 1] + 0
+            if elapsed * rate >= d then d = 0 else d = d - elapsed * rate end
+          end
+        end
+        deficit[key] = d
+      end
+      out[first + i] = d
+      if commit and d > ARGV[p + 3] + 0 and ARGV[p + 4] == '1' then commit = false end
+    end
+    if commit then
+      for i = 1, n do
+        local p = base + 5 * (i - 1)
+        local d = out[first + i]
+        local need = ARGV[p] + 0
+        if need > 0 and d <= ARGV[p + 3] + 0 then
+          local key = KEYS[k + i]
+          local life = ARGV[p + 2] + 0
+          if ttl[key] == nil then
+            written[#written + 1] = key
+            ttl[key] = life
+          elseif life > ttl[key] then
+            ttl[key] = life
+          end
+          deficit[key] = d + need
+        end
+      end
+    end
+    k = k + n
+    a = base + 5 * n
+  end
+  for i = 1, #written do
+    local key = written[i]
+    redis.call('SET', key, string.format('%d %d', deficit[key], now), 'PX', ttl[key])
+  end
+  return out
+end
+
 local now = tonumber(ARGV[1])
 if now == 0 then
   local t = redis.call('TIME')

@@ -40,6 +40,11 @@ using std::chrono::milliseconds;
 constexpr int kSlots = 16384;
 constexpr int kMaxRedirects = 5;
 constexpr size_t kValuesPerCheck = 8;
+// Token-bucket requests waiting for a connection leave in groups, one script call per group: at
+// most this many groups in flight per connection (so Redis always has the next one queued while
+// it runs one), and at most this many requests per group.
+constexpr int kGroupsInFlight = 2;
+constexpr size_t kMaxGroup = 128;
 
 struct NodeAddress {
   std::string host;
@@ -243,6 +248,13 @@ struct Call {
   std::string command;   // EVALSHA <sha> <numkeys> <keys...> <args...>, RESP-encoded
   size_t header_len = 0; // "*<n>\r\n$7\r\nEVALSHA\r\n$40\r\n<sha>\r\n": replaced for EVAL
   size_t args = 0;       // element count of the request
+  // Where a group's call (Impl::EncodeGroup) finds this request's pieces in `command`: its keys
+  // [keys_begin, keys_end) and its per-check arguments [params_begin, end).
+  size_t keys_begin = 0;
+  size_t keys_end = 0;
+  size_t params_begin = 0;
+  int64_t now_us = 0;    // the `now` argument; 0 = Redis TIME. A group shares one.
+  Call* next = nullptr;  // the next request of the same group
   std::span<core::Decision> decisions;
   std::span<const Check> checks;  // valid until `done` runs (Store::Apply's contract)
   Store::Completion done;
@@ -251,7 +263,7 @@ struct Call {
   int slot = 0;
   int redirects = 0;
   int refs = 0;
-  bool fast = false;     // the token-bucket path of the script
+  bool fast = false;     // the token-bucket path of the script; such calls are grouped
   bool consume = false;
   bool finished = false;
 };
@@ -273,6 +285,8 @@ class Connection {
   // one write. Its reply goes to `fn`, or for a decision to the store (Impl::OnReply).
   void Send(std::string_view command, ReplyFn fn);
   void Send(std::string_view command, Call* call);
+  // A token-bucket request: waits to leave in the next group (kGroupsInFlight).
+  void SendGrouped(Call* call);
   const NodeAddress& address() const { return address_; }
   // Drops the connection (its pending commands fail); the next command reconnects. Used when the
   // breaker opens on timeouts: a connection that died without closing would otherwise be
@@ -280,16 +294,20 @@ class Connection {
   void Reset() {
     if (state_ == State::kReady || state_ == State::kConnecting) Fail("reset");
   }
-  bool Idle() const { return pending_.empty() && out_.empty() && !write_in_flight_; }
+  bool Idle() const { return pending_.empty() && out_.empty() && grouped_.empty() && !write_in_flight_; }
 
  private:
   enum class State { kIdle, kConnecting, kReady, kBackoff };
-  // A reply to come: a decision (call) or any other command (fn).
+  // A reply to come: a decision (call), a group of them (the first call, `group` of them, linked
+  // by Call::next; a group of one is sent as a plain call), or any other command (fn).
   struct Pending {
     Call* call = nullptr;
+    size_t group = 0;
     ReplyFn fn;
   };
-  bool Queue(std::string_view command);  // false: in backoff, fail at once
+  bool Usable();  // false: in backoff, fail at once
+  bool Queue(std::string_view command);
+  void SendGroups();
   void Deliver(Pending& p, const redisReply* r, Failure f);
   void Connect();
   void ScheduleFlush();
@@ -309,6 +327,8 @@ class Connection {
   bool write_in_flight_ = false;
   bool flush_scheduled_ = false;
   std::deque<Pending> pending_;  // in the order of the replies to come
+  std::deque<Call*> grouped_;    // token-bucket requests waiting for the next group
+  int groups_in_flight_ = 0;
   std::array<char, 16 * 1024> read_buf_;
   SteadyClock::time_point retry_at_;
   SteadyClock::time_point failed_at_;
@@ -394,6 +414,11 @@ class RedisStore::Impl {
   void Finish(Call* call, StoreErrc errc, std::string message);
   void Succeed(Call* call, ApplyResult result);
   void OnFastReply(Call* call, const redisReply* r);
+  // The deficits of the call's checks at `now` (the token-bucket path's answer) -> decisions.
+  void DecideFast(Call* call, core::Instant now, redisReply* const* deficits);
+  // A group's reply: split into its calls; takes over the reference of each.
+  void OnGroupReply(Call* first, Connection& conn, const redisReply* reply, Failure f);
+  void EncodeGroup(std::string& out, const Call* first) const;
   Connection& NodeFor(int slot);
   Connection& Node(const NodeAddress& address);
   void RefreshTopology();
@@ -428,20 +453,25 @@ class RedisStore::Impl {
 
 // ---------------------------------------------------------------------------------------------
 
-bool Connection::Queue(std::string_view command) {
+bool Connection::Usable() {
   if (state_ == State::kBackoff) {
     const bool recovered_since =
         store_.shared_.recovered_ns.load(std::memory_order_relaxed) > failed_at_.time_since_epoch().count();
     if (SteadyClock::now() < retry_at_ && !recovered_since) return false;
     state_ = State::kIdle;
   }
+  return true;
+}
+
+bool Connection::Queue(std::string_view command) {
+  if (!Usable()) return false;
   out_.append(command);
   return true;
 }
 
 void Connection::Send(std::string_view command, ReplyFn fn) {
   if (!Queue(command)) return fn(nullptr, Failure::kConnection);
-  pending_.push_back(Pending{nullptr, std::move(fn)});
+  pending_.push_back(Pending{nullptr, 0, std::move(fn)});
   if (state_ == State::kIdle) Connect();
   if (state_ == State::kReady) ScheduleFlush();
 }
@@ -449,13 +479,60 @@ void Connection::Send(std::string_view command, ReplyFn fn) {
 void Connection::Send(std::string_view command, Call* call) {
   ++call->refs;
   if (!Queue(command)) return store_.OnReply(call, *this, nullptr, Failure::kConnection);
-  pending_.push_back(Pending{call, nullptr});
+  pending_.push_back(Pending{call, 0, nullptr});
   if (state_ == State::kIdle) Connect();
   if (state_ == State::kReady) ScheduleFlush();
 }
 
+void Connection::SendGrouped(Call* call) {
+  ++call->refs;
+  if (!Usable()) return store_.OnReply(call, *this, nullptr, Failure::kConnection);
+  grouped_.push_back(call);
+  if (state_ == State::kIdle) Connect();
+  if (state_ == State::kReady) ScheduleFlush();
+}
+
+// Moves waiting token-bucket requests into groups, while fewer than kGroupsInFlight are out. A
+// group shares one `now` and, on a cluster, one slot (a script's keys must share a slot).
+void Connection::SendGroups() {
+  const bool cluster = store_.url().cluster;
+  // Requests past their deadline while they waited are not sent: they were answered already.
+  auto drop_finished = [this] {
+    while (!grouped_.empty() && grouped_.front()->finished) {
+      store_.Release(grouped_.front());
+      grouped_.pop_front();
+    }
+  };
+  drop_finished();
+  while (!grouped_.empty() && groups_in_flight_ < kGroupsInFlight) {
+    Call* first = grouped_.front();
+    grouped_.pop_front();
+    Call* last = first;
+    size_t count = 1;
+    for (drop_finished(); !grouped_.empty() && count < kMaxGroup && grouped_.front()->now_us == first->now_us &&
+                          (!cluster || grouped_.front()->slot == first->slot);
+         drop_finished()) {
+      last->next = grouped_.front();
+      last = last->next;
+      grouped_.pop_front();
+      ++count;
+    }
+    last->next = nullptr;
+    if (count == 1) {
+      out_.append(first->command);
+    } else {
+      store_.EncodeGroup(out_, first);
+      store_.stats.grouped.fetch_add(count, std::memory_order_relaxed);
+    }
+    pending_.push_back(Pending{first, count, nullptr});
+    ++groups_in_flight_;
+  }
+}
+
 void Connection::Deliver(Pending& p, const redisReply* r, Failure f) {
-  if (p.call) {
+  if (p.group > 1) {
+    store_.OnGroupReply(p.call, *this, r, f);
+  } else if (p.call) {
     store_.OnReply(p.call, *this, r, f);
   } else {
     p.fn(r, f);
@@ -471,7 +548,7 @@ void Connection::Connect() {
   std::string hello;
   std::deque<Pending> hello_fns;
   auto check = [this](const char* what) {
-    return Pending{nullptr, [this, what](const redisReply* r, Failure f) {
+    return Pending{nullptr, 0, [this, what](const redisReply* r, Failure f) {
       if (f == Failure::kNone && r->type == REDIS_REPLY_ERROR) {
         Fail(std::string(what) + " failed: " + std::string(r->str, r->len));
       }
@@ -493,7 +570,7 @@ void Connection::Connect() {
   // Load the script up front, so the first decisions after a (re)connect find it instead of
   // each paying a NOSCRIPT round trip. A failure here is not fatal: NOSCRIPT still recovers.
   AppendCommand(hello, {"SCRIPT", "LOAD", std::string(internal::kRedisScript)});
-  hello_fns.push_back(Pending{nullptr, [](const redisReply*, Failure) {}});
+  hello_fns.push_back(Pending{nullptr, 0, [](const redisReply*, Failure) {}});
   out_.insert(0, hello);
   for (auto it = hello_fns.rbegin(); it != hello_fns.rend(); ++it) pending_.push_front(std::move(*it));
 
@@ -531,7 +608,9 @@ void Connection::ScheduleFlush() {
 }
 
 void Connection::Flush() {
-  if (write_in_flight_ || state_ != State::kReady || out_.empty()) return;
+  if (state_ != State::kReady) return;
+  SendGroups();
+  if (write_in_flight_ || out_.empty()) return;
   writing_.clear();
   writing_.swap(out_);
   write_in_flight_ = true;
@@ -556,9 +635,11 @@ void Connection::Read() {
       if (pending_.empty()) return Fail("unexpected reply");
       Pending p = std::move(pending_.front());
       pending_.pop_front();
+      if (p.group > 0) --groups_in_flight_;
       Deliver(p, reply.get(), Failure::kNone);
       if (epoch != epoch_) return;  // the reply's handler failed the connection
     }
+    if (!grouped_.empty()) ScheduleFlush();  // the next group: everything that waited meanwhile
     Read();
   });
 }
@@ -576,8 +657,11 @@ void Connection::Fail(const std::string& why) {
   write_in_flight_ = false;
   flush_scheduled_ = false;
   store_.stats.reconnects.fetch_add(1, std::memory_order_relaxed);
+  groups_in_flight_ = 0;
   std::deque<Pending> failed;
   failed.swap(pending_);
+  for (Call* call : grouped_) failed.push_back(Pending{call, 1, nullptr});
+  grouped_.clear();
   (void)why;
   for (auto& p : failed) Deliver(p, nullptr, Failure::kConnection);
 }
@@ -679,6 +763,7 @@ void RedisStore::Impl::Apply(const Batch& batch, std::span<core::Decision> decis
   AppendBulk(cmd, sha_);
   call->header_len = cmd.size();
   AppendBulk(cmd, static_cast<int64_t>(call->n));
+  call->keys_begin = cmd.size();
   size_t first_key = 0;
   size_t first_key_len = 0;
   for (const Check& c : batch.checks) {
@@ -701,14 +786,13 @@ void RedisStore::Impl::Apply(const Batch& batch, std::span<core::Decision> decis
     cmd += suffix;
     cmd += "\r\n";
   }
+  call->keys_end = cmd.size();
   call->slot = call->n > 0 ? HashSlot(std::string_view(cmd).substr(first_key, first_key_len)) : 0;
-  if (batch.now) {
-    AppendBulk(cmd, batch.now->unix_micros());
-  } else {
-    AppendBulk(cmd, "0");
-  }
+  call->now_us = batch.now ? batch.now->unix_micros() : 0;
+  AppendBulk(cmd, call->now_us);
   if (call->fast) {
     AppendBulk(cmd, call->consume ? "B" : "b");
+    call->params_begin = cmd.size();
     for (const Check& c : batch.checks) {
       for (int64_t v : TokenBucketParams(*c.limit, c.cost, c.enforced)) AppendBulk(cmd, v);
     }
@@ -785,8 +869,72 @@ void RedisStore::Impl::OnDeadline() {
 }
 
 void RedisStore::Impl::Dispatch(Call* call, Connection& conn, bool asking) {
-  if (asking) conn.Send("*1\r\n$6\r\nASKING\r\n", [](const redisReply*, Failure) {});
+  if (asking) {
+    conn.Send("*1\r\n$6\r\nASKING\r\n", [](const redisReply*, Failure) {});
+  } else if (call->fast) {
+    return conn.SendGrouped(call);
+  }
   conn.Send(call->command, call);
+}
+
+// One script call deciding every request of a group in turn (the script's 'M' path): each
+// request's keys, then each request's mode, check count and arguments, taken from its own call.
+void RedisStore::Impl::EncodeGroup(std::string& out, const Call* first) const {
+  size_t keys = 0;
+  size_t args = 5;  // EVALSHA, sha, numkeys, now, 'M'
+  for (const Call* c = first; c; c = c->next) {
+    keys += c->n;
+    args += 2 + 6 * c->n;  // mode, n; per check a key and five arguments
+  }
+  out += '*';
+  AppendDecimal(out, static_cast<int64_t>(args));
+  out += "\r\n";
+  AppendBulk(out, "EVALSHA");
+  AppendBulk(out, sha_);
+  AppendBulk(out, static_cast<int64_t>(keys));
+  for (const Call* c = first; c; c = c->next) {
+    out.append(c->command, c->keys_begin, c->keys_end - c->keys_begin);
+  }
+  AppendBulk(out, first->now_us);
+  AppendBulk(out, "M");
+  for (const Call* c = first; c; c = c->next) {
+    AppendBulk(out, c->consume ? "B" : "b");
+    AppendBulk(out, static_cast<int64_t>(c->n));
+    out.append(c->command, c->params_begin);
+  }
+}
+
+void RedisStore::Impl::OnGroupReply(Call* first, Connection& conn, const redisReply* r, Failure f) {
+  if (f != Failure::kNone || r->type != REDIS_REPLY_ARRAY) {
+    // Nothing was decided (a failure, NOSCRIPT, a redirect): each call goes on as if it had
+    // been sent alone and answered so (a redirect or NOSCRIPT sends it again).
+    for (Call* c = first; c;) {
+      Call* next = c->next;
+      OnReply(c, conn, r, f);
+      c = next;
+    }
+    return;
+  }
+  size_t expected = 1;
+  for (const Call* c = first; c; c = c->next) expected += c->n;
+  bool valid = r->elements == expected;
+  for (size_t i = 0; valid && i < r->elements; ++i) valid = r->element[i]->type == REDIS_REPLY_INTEGER;
+  const core::Instant now = core::Instant::FromUnixMicros(valid ? static_cast<int64_t>(r->element[0]->integer) : 0);
+  size_t at = 1;
+  for (Call* c = first; c;) {
+    Call* next = c->next;
+    if (!c->finished) {
+      if (valid) {
+        DecideFast(c, now, r->element + at);
+      } else {
+        stats.errors.fetch_add(1, std::memory_order_relaxed);
+        Finish(c, StoreErrc::kProtocol, "unexpected script reply");
+      }
+    }
+    at += c->n;
+    Release(c);
+    c = next;
+  }
 }
 
 void RedisStore::Impl::OnReply(Call* call, Connection& conn, const redisReply* r, Failure f) {
@@ -897,11 +1045,14 @@ void RedisStore::Impl::OnFastReply(Call* call, const redisReply* r) {
       return Finish(call, StoreErrc::kProtocol, "unexpected script reply");
     }
   }
-  const core::Instant now = core::Instant::FromUnixMicros(static_cast<int64_t>(r->element[0]->integer));
+  DecideFast(call, core::Instant::FromUnixMicros(static_cast<int64_t>(r->element[0]->integer)), r->element + 1);
+}
+
+void RedisStore::Impl::DecideFast(Call* call, core::Instant now, redisReply* const* deficits) {
   bool commit = call->consume;
   for (size_t i = 0; i < call->n; ++i) {
     const Check& c = call->checks[i];
-    core::State state{static_cast<int64_t>(r->element[i + 1]->integer), now.unix_micros()};
+    core::State state{static_cast<int64_t>(deficits[i]->integer), now.unix_micros()};
     call->decisions[i] = c.limit->Evaluate(state, c.cost, now);
     if (!call->decisions[i].allowed && c.enforced) commit = false;
   }
@@ -910,7 +1061,7 @@ void RedisStore::Impl::OnFastReply(Call* call, const redisReply* r) {
     for (size_t i = 0; i < call->n; ++i) {
       const Check& c = call->checks[i];
       if (!call->decisions[i].allowed || c.cost == 0) continue;
-      core::State state{static_cast<int64_t>(r->element[i + 1]->integer), now.unix_micros()};
+      core::State state{static_cast<int64_t>(deficits[i]->integer), now.unix_micros()};
       call->decisions[i] = c.limit->Evaluate(state, 0, now);
     }
   }

@@ -171,6 +171,62 @@ TEST_F(ConformanceTest, TokenBucketPathAgreesAndSharesStateWithTheGeneralPath) {
   }
 }
 
+// Token-bucket requests that wait while others are in flight leave in groups, one script call
+// each (the script's 'M' path). Sent all at once, in order, they must be decided exactly as the
+// same requests applied one by one: several requests on one key in one group, peeks, shadow
+// checks, costs of 0 and above the capacity, and keys shared between identities' groups.
+TEST_F(ConformanceTest, GroupedRequestsAgreeWithSequentialOnes) {
+  const int64_t base = std::chrono::duration_cast<std::chrono::microseconds>(
+                           std::chrono::system_clock::now().time_since_epoch()).count();
+  const char* rates[] = {"0.5", "3", "50", "7.25", "1000"};
+  std::mt19937_64 rng(4242);
+  std::vector<Limit> limits;
+  for (int i = 0; i < 6; ++i) {
+    limits.push_back(Limit::Create({.algorithm = Algorithm::kTokenBucket,
+                                    .capacity = 1 + static_cast<int64_t>(rng() % 40),
+                                    .refill = core::Rate::Parse(rates[rng() % 5], 1).value()})
+                         .value());
+  }
+  const std::string names[] = {"a", "b"};
+  constexpr int kRequests = 400;
+  std::vector<Batch> batches;
+  std::vector<std::vector<Check>> checks(kRequests);
+  std::vector<std::string> scopes(kRequests);
+  int64_t now = base;
+  for (int i = 0; i < kRequests; ++i) {
+    if (rng() % 50 == 0) now += static_cast<int64_t>(rng() % 200'000);  // groups split on `now`
+    const size_t n = 1 + rng() % 2;
+    const size_t scope = rng() % 5;  // few identities: many requests per key per group
+    for (size_t c = 0; c < n; ++c) {
+      const uint64_t r = rng() % 20;
+      const int64_t cost = r == 0 ? 0 : r == 1 ? 60 : 1 + static_cast<int64_t>(rng() % 3);
+      checks[i].push_back({names[c], &limits[scope + c], cost, rng() % 6 != 0});
+    }
+    scopes[i] = "group:" + std::to_string(scope);
+    batches.push_back(Batch{.scope = scopes[i], .checks = checks[i],
+                            .mode = rng() % 8 == 0 ? Mode::kPeek : Mode::kConsume,
+                            .now = core::Instant::FromUnixMicros(now)});
+  }
+  std::vector<std::vector<Decision>> redis(kRequests);
+  std::vector<std::promise<ApplyResult>> replies(kRequests);
+  for (int i = 0; i < kRequests; ++i) {
+    redis[i].resize(checks[i].size());
+    redis_->Apply(batches[i], redis[i], [&replies, i](ApplyResult&& r) { replies[i].set_value(std::move(r)); });
+  }
+  std::vector<ApplyResult> answers;
+  for (auto& reply : replies) answers.push_back(reply.get_future().get());  // all in before any check
+  for (int i = 0; i < kRequests; ++i) {
+    const ApplyResult& rr = answers[i];
+    ASSERT_EQ(rr.error, StoreErrc::kOk) << rr.message;
+    std::vector<Decision> m(checks[i].size());
+    const ApplyResult mr = ApplySync(memory_, batches[i], m);
+    EXPECT_EQ(mr.committed, rr.committed) << "request " << i;
+    for (size_t c = 0; c < m.size(); ++c) EXPECT_EQ(Describe(m[c]), Describe(redis[i][c])) << "request " << i;
+    if (HasFailure()) return;
+  }
+  EXPECT_GT(redis_->stats().grouped.load(), 0u);
+}
+
 // All-or-nothing on the fast path: one enforced bucket that rejects leaves every other bucket
 // untouched, and a shadowed one that rejects blocks nothing.
 TEST_F(ConformanceTest, TokenBucketPathIsAllOrNothing) {
