@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
 # tollgate beside nginx limit_req (and Fastify/Redis) in ../shared/bench, side by side in one
-# run. Usage: bench/gateway/run.sh [memory|redis|decision]   (results: see the printed OUT_DIR)
+# run. Usage: bench/gateway/run.sh [memory|redis|decision|redis-decision]   (results: see the
+# printed OUT_DIR). memory: the proxy beside nginx proxying to the same upstream; decision: the
+# decision service beside nginx answering by itself; redis: the proxy on Redis beside Fastify on
+# Redis; redis-decision: the decision service on Redis beside Fastify, both answering by
+# themselves (the like-for-like pairing of ../shared/bench/README.md).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 mode=${1:-memory}
@@ -12,6 +16,9 @@ export OUT_DIR=${OUT_DIR:-$(mktemp -d /tmp/tollgate-bench-out.XXXXXX)}
 if [[ $mode == decision ]]; then
   export TOLLGATE_DECISION=1 GATEWAY_UPSTREAM=0
   export TARGETS=${TARGETS:-"nginx-limit-high tollgate-high nginx-limit-low tollgate-low"}
+elif [[ $mode == redis-decision ]]; then
+  export TOLLGATE_DECISION=1 GATEWAY_UPSTREAM=0 GATEWAY_REDIS=1
+  export TARGETS=${TARGETS:-"fastify-redis tollgate-high fastify-redis-low tollgate-low"}
 elif [[ $mode == redis ]]; then
   export GATEWAY_REDIS=1
   export TARGETS=${TARGETS:-"fastify-redis tollgate-high fastify-redis-low tollgate-low"}

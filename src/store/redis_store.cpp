@@ -526,6 +526,7 @@ void Connection::SendGroups() {
     }
     pending_.push_back(Pending{first, count, nullptr});
     ++groups_in_flight_;
+    store_.stats.scripts.fetch_add(1, std::memory_order_relaxed);
   }
 }
 
@@ -874,6 +875,7 @@ void RedisStore::Impl::Dispatch(Call* call, Connection& conn, bool asking) {
   } else if (call->fast) {
     return conn.SendGrouped(call);
   }
+  stats.scripts.fetch_add(1, std::memory_order_relaxed);
   conn.Send(call->command, call);
 }
 

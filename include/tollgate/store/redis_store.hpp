@@ -45,7 +45,8 @@ struct RedisValue {
 
 // Counters for /metrics. Thread-safe (relaxed atomics).
 struct RedisStoreStats {
-  std::atomic<uint64_t> calls{0};
+  std::atomic<uint64_t> calls{0};           // decisions sent
+  std::atomic<uint64_t> scripts{0};         // script calls sent for them (a group is one)
   std::atomic<uint64_t> timeouts{0};
   std::atomic<uint64_t> errors{0};          // connection and protocol failures
   std::atomic<uint64_t> breaker_rejections{0};  // failed at once: circuit open
