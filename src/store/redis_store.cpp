@@ -148,20 +148,6 @@ std::string Sha1Hex(std::string_view text) {
   return out;
 }
 
-// RESP request encoding.
-void AppendCommand(std::string& out, const std::vector<std::string>& args) {
-  out += '*';
-  out += std::to_string(args.size());
-  out += "\r\n";
-  for (const std::string& a : args) {
-    out += '$';
-    out += std::to_string(a.size());
-    out += "\r\n";
-    out += a;
-    out += "\r\n";
-  }
-}
-
 using util::AppendDecimal;
 
 // One bulk string of a RESP request.
@@ -172,6 +158,16 @@ void AppendBulk(std::string& out, std::string_view a) {
   out += a;
   out += "\r\n";
 }
+
+// A whole RESP request.
+template <class Args>
+void AppendRequest(std::string& out, const Args& args) {
+  out += '*';
+  AppendDecimal(out, static_cast<int64_t>(args.size()));
+  out += "\r\n";
+  for (const auto& a : args) AppendBulk(out, std::string_view(a));
+}
+void AppendCommand(std::string& out, const std::vector<std::string>& args) { AppendRequest(out, args); }
 
 void AppendBulk(std::string& out, int64_t v) {
   char buf[24];
@@ -396,6 +392,7 @@ class RedisStore::Impl {
   void Apply(const Batch& batch, std::span<core::Decision> decisions, Completion done);
   void Command(std::vector<std::string> args, size_t key_index,
                std::function<void(core::Result<RedisValue>)> done);
+  void FireAndForget(std::vector<Fire> commands);
 
   const RedisStoreOptions& options() const { return options_; }
   const ParsedUrl& url() const { return url_; }
@@ -1126,6 +1123,18 @@ void RedisStore::Impl::Command(std::vector<std::string> args, size_t key_index,
   });
 }
 
+void RedisStore::Impl::FireAndForget(std::vector<Fire> commands) {
+  net::post(ioc_, [this, commands = std::move(commands)]() mutable {
+    for (Fire& c : commands) {
+      NodeFor(HashSlot(c.key)).Send(c.command, [this, done = std::move(c.done)](const redisReply* r, Failure f) {
+        const bool ok = f == Failure::kNone && r->type != REDIS_REPLY_ERROR;
+        if (!ok) stats.errors.fetch_add(1, std::memory_order_relaxed);
+        if (done) done(ok);
+      });
+    }
+  });
+}
+
 // ---------------------------------------------------------------------------------------------
 
 core::Result<std::unique_ptr<RedisStore>> RedisStore::Create(RedisStoreOptions options) {
@@ -1170,6 +1179,12 @@ const RedisStoreStats& RedisStore::stats() const { return shared_->stats; }
 void RedisStore::Command(std::vector<std::string> args, size_t key_index,
                          std::function<void(core::Result<RedisValue>)> done) {
   impl_->Command(std::move(args), key_index, std::move(done));
+}
+
+void RedisStore::FireAndForget(std::vector<Fire> commands) { impl_->FireAndForget(std::move(commands)); }
+
+void RedisStore::EncodeCommand(std::string& out, std::initializer_list<std::string_view> args) {
+  AppendRequest(out, args);
 }
 
 std::string_view RedisStore::Script() { return internal::kRedisScript; }

@@ -27,22 +27,51 @@ struct Gather {
 }  // namespace
 
 void RedisUsageBackend::Add(const UsageRows& deltas) {
+  std::vector<RedisStore::Fire> commands;
+  const std::string ttl = std::to_string(retention_s_);
+  std::string field;
   for (const auto& [k, v] : deltas) {
     const std::string key = HashKey(prefix_, k.account, k.day);
     for (size_t i = 0; i < kOutcomes; ++i) {
-      const std::string field = k.key_id + "|" + kOutcomeNames[i];
-      if (v.requests[i]) {
-        redis_.Command({"HINCRBY", key, field + "|requests", std::to_string(v.requests[i])}, 1, [](auto) {});
-      }
-      if (v.cost[i]) {
-        redis_.Command({"HINCRBY", key, field + "|cost", std::to_string(v.cost[i])}, 1, [](auto) {});
+      for (const bool cost : {false, true}) {
+        const int64_t n = cost ? v.cost[i] : v.requests[i];
+        if (n == 0) continue;
+        field = k.key_id + "|" + kOutcomeNames[i] + (cost ? "|cost" : "|requests");
+        RedisStore::Fire& c = commands.emplace_back(RedisStore::Fire{{}, key, nullptr});
+        RedisStore::EncodeCommand(c.command, {"HINCRBY", key, field, std::to_string(n)});
       }
     }
-    redis_.Command({"EXPIRE", key, std::to_string(retention_s_)}, 1, [](auto) {});
+    std::string day_account = k.day + "|" + k.account;
+    {
+      std::lock_guard lock(indexed_->mu);
+      if (indexed_->done.count(day_account)) continue;
+    }
+    // Confirmed when all three succeeded; until then every flush sends them again.
+    struct Pending {
+      std::shared_ptr<Indexed> indexed;
+      std::string day_account;
+      std::atomic<int> left{3};
+      std::atomic<bool> ok{true};
+    };
+    auto pending = std::make_shared<Pending>();
+    pending->indexed = indexed_;
+    pending->day_account = std::move(day_account);
+    auto confirm = [pending](bool ok) {
+      if (!ok) pending->ok.store(false);
+      if (pending->left.fetch_sub(1) != 1 || !pending->ok.load()) return;
+      std::lock_guard lock(pending->indexed->mu);
+      if (pending->indexed->done.size() >= 1'000'000) pending->indexed->done.clear();  // bounded
+      pending->indexed->done.insert(pending->day_account);
+    };
     const std::string index = prefix_ + ":usage:" + k.day;
-    redis_.Command({"SADD", index, k.account}, 1, [](auto) {});
-    redis_.Command({"EXPIRE", index, std::to_string(retention_s_)}, 1, [](auto) {});
+    RedisStore::Fire& expire = commands.emplace_back(RedisStore::Fire{{}, key, confirm});
+    RedisStore::EncodeCommand(expire.command, {"EXPIRE", key, ttl});
+    RedisStore::Fire& add = commands.emplace_back(RedisStore::Fire{{}, index, confirm});
+    RedisStore::EncodeCommand(add.command, {"SADD", index, k.account});
+    RedisStore::Fire& expire_index = commands.emplace_back(RedisStore::Fire{{}, index, confirm});
+    RedisStore::EncodeCommand(expire_index.command, {"EXPIRE", index, ttl});
   }
+  if (!commands.empty()) redis_.FireAndForget(std::move(commands));
 }
 
 void RedisUsageBackend::Read(std::vector<std::string> days, std::string account,

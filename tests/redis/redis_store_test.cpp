@@ -214,5 +214,48 @@ TEST(RedisUsage, CountsSurviveTheProcessAndAddUpAcrossReplicas) {
   EXPECT_GT(std::stoll(ttl), 86'400 * 300);
 }
 
+// A flush sends HINCRBYs; the hash's TTL and the day's index entry go along until Redis has
+// confirmed them once, then no more. One that failed is sent again with the next flush.
+TEST(RedisUsage, IndexAndTtlAreSentUntilConfirmedThenNoMore) {
+  testing::RedisServer server;
+  auto store = Make(server, 2000);
+  RedisUsageBackend backend(*store, "u");
+  auto sadd_calls = [&] {
+    const std::string info = server.Cli("INFO commandstats");
+    const size_t at = info.find("cmdstat_sadd:calls=");
+    return at == std::string::npos ? 0 : std::stoll(info.substr(at + 19));
+  };
+  const std::string field = std::string("'k1|") + kOutcomeNames[0] + "|requests'";
+  auto wait_for = [&](const std::string& key, const std::string& want) {
+    for (int i = 0; i < 200 && server.Cli("HGET " + key + " " + field) != want; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    return server.Cli("HGET " + key + " " + field);
+  };
+  UsageRows rows;
+  rows[UsageKey{"2026-11-29", "acme", "k1"}].requests[0] = 1;
+  backend.Add(rows);
+  ASSERT_EQ(wait_for("'u:{usage:acme}:2026-11-29'", "1"), "1");
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the EXPIREs after it
+  for (int i = 0; i < 3; ++i) backend.Add(rows);
+  ASSERT_EQ(wait_for("'u:{usage:acme}:2026-11-29'", "4"), "4");
+  EXPECT_EQ(sadd_calls(), 1);
+  EXPECT_GT(std::stoll(server.Cli("TTL 'u:{usage:acme}:2026-11-29'")), 86'400 * 300);
+  EXPECT_EQ(server.Cli("SMEMBERS u:usage:2026-11-29"), "acme");
+
+  // The next day's index is not a set: SADD fails, so every flush sends it again.
+  server.Cli("SET u:usage:2026-11-30 not-a-set");
+  UsageRows next;
+  next[UsageKey{"2026-11-30", "acme", "k1"}].requests[0] = 1;
+  backend.Add(next);
+  ASSERT_EQ(wait_for("'u:{usage:acme}:2026-11-30'", "1"), "1");
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  backend.Add(next);
+  ASSERT_EQ(wait_for("'u:{usage:acme}:2026-11-30'", "2"), "2");
+  for (int i = 0; i < 200 && sadd_calls() < 3; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  EXPECT_EQ(sadd_calls(), 3);
+  EXPECT_GE(store->stats().errors.load(), 2u);
+}
+
 }  // namespace
 }  // namespace tollgate::store

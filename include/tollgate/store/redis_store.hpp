@@ -4,8 +4,10 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <variant>
 #include <vector>
 
@@ -82,6 +84,17 @@ class RedisStore final : public Store {
   // Connection failures and timeouts give an error; a Redis error reply is a RedisValue::Error.
   void Command(std::vector<std::string> args, size_t key_index,
                std::function<void(core::Result<RedisValue>)> done);
+
+  // Plain commands whose replies nobody reads (usage counts), handed to the store's thread in
+  // one go and pipelined with decisions: each RESP-encoded (EncodeCommand) and routed by the slot
+  // of `key`. A failure or error reply counts in stats().errors; `done`, if set, then gets false.
+  struct Fire {
+    std::string command;
+    std::string key;
+    std::function<void(bool ok)> done;
+  };
+  void FireAndForget(std::vector<Fire> commands);
+  static void EncodeCommand(std::string& out, std::initializer_list<std::string_view> args);
 
   // The Lua script every decision runs (exposed for benchmarks and docs).
   static std::string_view Script();

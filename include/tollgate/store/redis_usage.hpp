@@ -1,7 +1,10 @@
 // Usage counts in Redis: they survive gateway restarts and add up across replicas.
 #pragma once
 
+#include <memory>
+#include <mutex>
 #include <string>
+#include <unordered_set>
 
 #include <tollgate/store/redis_store.hpp>
 #include <tollgate/store/usage.hpp>
@@ -11,6 +14,9 @@ namespace tollgate::store {
 // Thread-safe. Layout: a hash <prefix>:{usage:<account>}:<day> with fields
 // "<key_id>|<outcome>|requests" and "<key_id>|<outcome>|cost", and a set <prefix>:usage:<day>
 // of the accounts seen that day; both expire after `retention_days` (default 400).
+// A flush sends one HINCRBY per counter that moved, in one hand-over to the store's thread; the
+// hash's EXPIRE and the day's SADD and EXPIRE go with every flush of an account-day until Redis
+// has confirmed all three once (per process), and then no more.
 class RedisUsageBackend final : public UsageBackend {
  public:
   RedisUsageBackend(RedisStore& redis, std::string prefix, int retention_days = 400)
@@ -23,6 +29,12 @@ class RedisUsageBackend final : public UsageBackend {
   RedisStore& redis_;
   const std::string prefix_;
   const int64_t retention_s_;
+  // "<day>|<account>" whose TTLs and index entry Redis confirmed. Shared with the replies.
+  struct Indexed {
+    std::mutex mu;
+    std::unordered_set<std::string> done;
+  };
+  std::shared_ptr<Indexed> indexed_ = std::make_shared<Indexed>();
 };
 
 }  // namespace tollgate::store
