@@ -70,11 +70,13 @@ end
 
 -- Many requests in one call (RedisStore groups the token-bucket requests that wait for a
 -- connection while earlier ones are in flight): each is decided in turn, exactly as if it came in
--- its own call at the same `now`, and a key read or written by several of them is read once and
--- written once, at the end.
--- ARGV[1]  now, as above; ARGV[2] 'M'
--- then per request: 'B' / 'b' (as above), its number of checks n, and n x 5 arguments as above;
--- KEYS: every request's keys, in the same order.
+-- its own call at the same `now`, and a key read or written by several of them is read once (one
+-- MGET) and written once, at the end. Requests of the same shape (the same checks' arguments, as
+-- in the usual group: one plan, cost 1) share one copy of their arguments.
+-- ARGV[1]  now, as above; ARGV[2] 'M'; ARGV[3] the number of shapes S
+-- then per shape: its number of checks n and n x 5 arguments as on the path above;
+-- then per request: 2 x (its shape's index, from 1) + 1 to consume, + 0 to peek.
+-- KEYS: every request's keys, in order.
 -- Returns {now, then per request, per check: the deficit at now before this request}.
 if fast == 'M' then
   local now = ARGV[1]
@@ -84,11 +86,19 @@ if fast == 'M' then
   else
     now = now + 0
   end
-  local out = {now}
-  local deficit = {}  -- key -> deficit at now, after the debits of the requests so far
-  local ttl = {}      -- key -> TTL (ms) of a key to write
-  local written = {}  -- the keys to write, in order
-  -- Every key read with one MGET: one redis.call per group, not one per key.
+  local shapes = {}
+  local a = 4
+  for i = 1, ARGV[3] + 0 do
+    local n = ARGV[a] + 0
+    local shape = {n = n}
+    for j = 1, n do
+      local p = a + 1 + 5 * (j - 1)
+      -- need, refill units per us, TTL (ms), room, enforced
+      shape[j] = {ARGV[p] + 0, ARGV[p + 1] + 0, ARGV[p + 2] + 0, ARGV[p + 3] + 0, ARGV[p + 4] == '1'}
+    end
+    shapes[i] = shape
+    a = a + 1 + 5 * n
+  end
   local stored, unique, seen = {}, {}, {}
   for i = 1, #KEYS do
     local key = KEYS[i]
@@ -99,53 +109,54 @@ if fast == 'M' then
   end
   local values = redis.call('MGET', unpack(unique))
   for i = 1, #unique do stored[unique[i]] = values[i] end
-  local k, a, last = 0, 3, #ARGV
-  while a < last do
-    local commit = ARGV[a] == 'B'
-    local n = ARGV[a + 1] + 0
-    local base = a + 2  -- check i: need, rate, ttl, room, enforced at base + 5(i - 1)
+  local out = {now}
+  local deficit = {}  -- key -> deficit at now, after the debits of the requests so far
+  local ttl = {}      -- key -> TTL (ms) of a key to write
+  local written = {}  -- the keys to write, in order
+  local k = 0
+  for r = a, #ARGV do
+    local v = ARGV[r] + 0
+    local commit = v % 2 == 1
+    local shape = shapes[(v - v % 2) / 2]
+    local n = shape.n
     local first = #out
     for i = 1, n do
       local key = KEYS[k + i]
-      local p = base + 5 * (i - 1)
+      local c = shape[i]
       local d = deficit[key]
       if d == nil then
         d = 0
-        local v = stored[key]
-        if v then
-          local x, t = string.match(v, '^(-?%d+) (-?%d+)$')
+        local s = stored[key]
+        if s then
+          local x, t = string.match(s, '^(-?%d+) (-?%d+)$')
           d = x + 0
           local elapsed = now - t
           if d > 0 and elapsed > 0 then
-            local rate = ARGV[p + 1] + 0
-            if elapsed * rate >= d then d = 0 else d = d - elapsed * rate end
+            if elapsed * c[2] >= d then d = 0 else d = d - elapsed * c[2] end
           end
         end
         deficit[key] = d
       end
       out[first + i] = d
-      if commit and d > ARGV[p + 3] + 0 and ARGV[p + 4] == '1' then commit = false end
+      if commit and d > c[4] and c[5] then commit = false end
     end
     if commit then
       for i = 1, n do
-        local p = base + 5 * (i - 1)
+        local c = shape[i]
         local d = out[first + i]
-        local need = ARGV[p] + 0
-        if need > 0 and d <= ARGV[p + 3] + 0 then
+        if c[1] > 0 and d <= c[4] then
           local key = KEYS[k + i]
-          local life = ARGV[p + 2] + 0
           if ttl[key] == nil then
             written[#written + 1] = key
-            ttl[key] = life
-          elseif life > ttl[key] then
-            ttl[key] = life
+            ttl[key] = c[3]
+          elseif c[3] > ttl[key] then
+            ttl[key] = c[3]
           end
-          deficit[key] = d + need
+          deficit[key] = d + c[1]
         end
       end
     end
     k = k + n
-    a = base + 5 * n
   end
   for i = 1, #written do
     local key = written[i]

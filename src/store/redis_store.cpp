@@ -251,6 +251,7 @@ struct Call {
   size_t params_begin = 0;
   int64_t now_us = 0;    // the `now` argument; 0 = Redis TIME. A group shares one.
   Call* next = nullptr;  // the next request of the same group
+  size_t shape = 0;      // EncodeGroup: the index of its arguments among the group's shapes
   std::span<core::Decision> decisions;
   std::span<const Check> checks;  // valid until `done` runs (Store::Apply's contract)
   Store::Completion done;
@@ -279,7 +280,8 @@ class Connection {
 
   // Queues `command` (RESP-encoded). Everything queued in one turn of the event loop leaves in
   // one write. Its reply goes to `fn`, or for a decision to the store (Impl::OnReply).
-  void Send(std::string_view command, ReplyFn fn);
+  // `command` may hold several requests: `fn` then gets each of their `replies`.
+  void Send(std::string_view command, ReplyFn fn, size_t replies = 1);
   void Send(std::string_view command, Call* call);
   // A token-bucket request: waits to leave in the next group (kGroupsInFlight).
   void SendGrouped(Call* call);
@@ -415,7 +417,7 @@ class RedisStore::Impl {
   void DecideFast(Call* call, core::Instant now, redisReply* const* deficits);
   // A group's reply: split into its calls; takes over the reference of each.
   void OnGroupReply(Call* first, Connection& conn, const redisReply* reply, Failure f);
-  void EncodeGroup(std::string& out, const Call* first) const;
+  void EncodeGroup(std::string& out, Call* first);
   Connection& NodeFor(int slot);
   Connection& Node(const NodeAddress& address);
   void RefreshTopology();
@@ -446,6 +448,7 @@ class RedisStore::Impl {
   std::deque<Call*> deadlines_;
   net::steady_timer deadline_timer_{ioc_};
   bool deadline_armed_ = false;
+  std::vector<std::string_view> shapes_;  // EncodeGroup's scratch
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -466,8 +469,12 @@ bool Connection::Queue(std::string_view command) {
   return true;
 }
 
-void Connection::Send(std::string_view command, ReplyFn fn) {
-  if (!Queue(command)) return fn(nullptr, Failure::kConnection);
+void Connection::Send(std::string_view command, ReplyFn fn, size_t replies) {
+  if (!Queue(command)) {
+    for (size_t i = 0; i < replies; ++i) fn(nullptr, Failure::kConnection);
+    return;
+  }
+  for (size_t i = 1; i < replies; ++i) pending_.push_back(Pending{nullptr, 0, fn});
   pending_.push_back(Pending{nullptr, 0, std::move(fn)});
   if (state_ == State::kIdle) Connect();
   if (state_ == State::kReady) ScheduleFlush();
@@ -785,7 +792,7 @@ void RedisStore::Impl::Apply(const Batch& batch, std::span<core::Decision> decis
     cmd += "\r\n";
   }
   call->keys_end = cmd.size();
-  call->slot = call->n > 0 ? HashSlot(std::string_view(cmd).substr(first_key, first_key_len)) : 0;
+  call->slot = call->n > 0 && url_.cluster ? HashSlot(std::string_view(cmd).substr(first_key, first_key_len)) : 0;
   call->now_us = batch.now ? batch.now->unix_micros() : 0;
   AppendBulk(cmd, call->now_us);
   if (call->fast) {
@@ -877,16 +884,26 @@ void RedisStore::Impl::Dispatch(Call* call, Connection& conn, bool asking) {
 }
 
 // One script call deciding every request of a group in turn (the script's 'M' path): each
-// request's keys, then each request's mode, check count and arguments, taken from its own call.
-void RedisStore::Impl::EncodeGroup(std::string& out, const Call* first) const {
+// request's keys; each distinct shape (a request's check count and per-check arguments, taken
+// from its own call) once; then per request its shape and mode.
+void RedisStore::Impl::EncodeGroup(std::string& out, Call* first) {
+  shapes_.clear();
   size_t keys = 0;
-  size_t args = 5;  // EVALSHA, sha, numkeys, now, 'M'
-  for (const Call* c = first; c; c = c->next) {
+  size_t requests = 0;
+  size_t shape_args = 0;
+  for (Call* c = first; c; c = c->next) {
     keys += c->n;
-    args += 2 + 6 * c->n;  // mode, n; per check a key and five arguments
+    ++requests;
+    const std::string_view params = std::string_view(c->command).substr(c->params_begin);
+    const auto it = std::find(shapes_.begin(), shapes_.end(), params);
+    c->shape = static_cast<size_t>(it - shapes_.begin());
+    if (it == shapes_.end()) {
+      shapes_.push_back(params);
+      shape_args += 1 + 5 * c->n;
+    }
   }
   out += '*';
-  AppendDecimal(out, static_cast<int64_t>(args));
+  AppendDecimal(out, static_cast<int64_t>(3 + keys + 3 + shape_args + requests));
   out += "\r\n";
   AppendBulk(out, "EVALSHA");
   AppendBulk(out, sha_);
@@ -896,10 +913,16 @@ void RedisStore::Impl::EncodeGroup(std::string& out, const Call* first) const {
   }
   AppendBulk(out, first->now_us);
   AppendBulk(out, "M");
+  AppendBulk(out, static_cast<int64_t>(shapes_.size()));
+  size_t next_shape = 0;
   for (const Call* c = first; c; c = c->next) {
-    AppendBulk(out, c->consume ? "B" : "b");
+    if (c->shape != next_shape) continue;  // first seen here: its shape goes out now
     AppendBulk(out, static_cast<int64_t>(c->n));
-    out.append(c->command, c->params_begin);
+    out.append(shapes_[next_shape]);
+    ++next_shape;
+  }
+  for (const Call* c = first; c; c = c->next) {
+    AppendBulk(out, static_cast<int64_t>(2 * (c->shape + 1) + (c->consume ? 1 : 0)));
   }
 }
 
@@ -1126,11 +1149,18 @@ void RedisStore::Impl::Command(std::vector<std::string> args, size_t key_index,
 void RedisStore::Impl::FireAndForget(std::vector<Fire> commands) {
   net::post(ioc_, [this, commands = std::move(commands)]() mutable {
     for (Fire& c : commands) {
-      NodeFor(HashSlot(c.key)).Send(c.command, [this, done = std::move(c.done)](const redisReply* r, Failure f) {
+      Connection& conn = NodeFor(url_.cluster ? HashSlot(c.key) : 0);
+      if (!c.done) {  // the usual case: a handler that fits in std::function without allocating
+        conn.Send(c.command, [this](const redisReply* r, Failure f) {
+          if (f != Failure::kNone || r->type == REDIS_REPLY_ERROR) stats.errors.fetch_add(1, std::memory_order_relaxed);
+        }, c.replies);
+        continue;
+      }
+      conn.Send(c.command, [this, done = std::move(c.done)](const redisReply* r, Failure f) {
         const bool ok = f == Failure::kNone && r->type != REDIS_REPLY_ERROR;
         if (!ok) stats.errors.fetch_add(1, std::memory_order_relaxed);
-        if (done) done(ok);
-      });
+        done(ok);
+      }, c.replies);
     }
   });
 }

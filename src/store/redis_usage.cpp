@@ -30,17 +30,20 @@ void RedisUsageBackend::Add(const UsageRows& deltas) {
   std::vector<RedisStore::Fire> commands;
   const std::string ttl = std::to_string(retention_s_);
   std::string field;
+  commands.reserve(deltas.size());
   for (const auto& [k, v] : deltas) {
     const std::string key = HashKey(prefix_, k.account, k.day);
+    RedisStore::Fire counts{{}, key, nullptr, 0};  // every HINCRBY of the row, in one go
     for (size_t i = 0; i < kOutcomes; ++i) {
       for (const bool cost : {false, true}) {
         const int64_t n = cost ? v.cost[i] : v.requests[i];
         if (n == 0) continue;
-        field = k.key_id + "|" + kOutcomeNames[i] + (cost ? "|cost" : "|requests");
-        RedisStore::Fire& c = commands.emplace_back(RedisStore::Fire{{}, key, nullptr});
-        RedisStore::EncodeCommand(c.command, {"HINCRBY", key, field, std::to_string(n)});
+        field.assign(k.key_id).append("|").append(kOutcomeNames[i]).append(cost ? "|cost" : "|requests");
+        RedisStore::EncodeCommand(counts.command, {"HINCRBY", key, field, std::to_string(n)});
+        ++counts.replies;
       }
     }
+    if (counts.replies > 0) commands.push_back(std::move(counts));
     std::string day_account = k.day + "|" + k.account;
     {
       std::lock_guard lock(indexed_->mu);

@@ -86,12 +86,14 @@ class RedisStore final : public Store {
                std::function<void(core::Result<RedisValue>)> done);
 
   // Plain commands whose replies nobody reads (usage counts), handed to the store's thread in
-  // one go and pipelined with decisions: each RESP-encoded (EncodeCommand) and routed by the slot
-  // of `key`. A failure or error reply counts in stats().errors; `done`, if set, then gets false.
+  // one go and pipelined with decisions: each `command` holds `replies` RESP-encoded requests
+  // (EncodeCommand) routed by the slot of `key`. A failure or error reply counts in
+  // stats().errors; `done`, if set, gets each reply's outcome.
   struct Fire {
     std::string command;
     std::string key;
     std::function<void(bool ok)> done;
+    size_t replies = 1;
   };
   void FireAndForget(std::vector<Fire> commands);
   static void EncodeCommand(std::string& out, std::initializer_list<std::string_view> args);
