@@ -116,12 +116,20 @@ core::Result<ParsedUrl> ParseUrl(std::string_view url) {
   return out;
 }
 
+// CRC16-CCITT (XMODEM), as Redis Cluster computes slots; a byte at a time from a table.
+constexpr std::array<uint16_t, 256> kCrc16Table = [] {
+  std::array<uint16_t, 256> t{};
+  for (int b = 0; b < 256; ++b) {
+    uint16_t crc = static_cast<uint16_t>(b << 8);
+    for (int i = 0; i < 8; ++i) crc = (crc & 0x8000) ? static_cast<uint16_t>((crc << 1) ^ 0x1021) : static_cast<uint16_t>(crc << 1);
+    t[static_cast<size_t>(b)] = crc;
+  }
+  return t;
+}();
+
 uint16_t Crc16(std::string_view s) {
   uint16_t crc = 0;
-  for (unsigned char c : s) {
-    crc ^= static_cast<uint16_t>(c) << 8;
-    for (int i = 0; i < 8; ++i) crc = (crc & 0x8000) ? static_cast<uint16_t>((crc << 1) ^ 0x1021) : static_cast<uint16_t>(crc << 1);
-  }
+  for (unsigned char c : s) crc = static_cast<uint16_t>((crc << 8) ^ kCrc16Table[((crc >> 8) ^ c) & 0xff]);
   return crc;
 }
 
@@ -1149,16 +1157,16 @@ void RedisStore::Impl::Command(std::vector<std::string> args, size_t key_index,
 void RedisStore::Impl::FireAndForget(std::vector<Fire> commands) {
   net::post(ioc_, [this, commands = std::move(commands)]() mutable {
     for (Fire& c : commands) {
-      Connection& conn = NodeFor(url_.cluster ? HashSlot(c.key) : 0);
+      Connection& conn = NodeFor(c.slot);
       if (!c.done) {  // the usual case: a handler that fits in std::function without allocating
         conn.Send(c.command, [this](const redisReply* r, Failure f) {
-          if (f != Failure::kNone || r->type == REDIS_REPLY_ERROR) stats.errors.fetch_add(1, std::memory_order_relaxed);
+          if (f != Failure::kNone || r->type == REDIS_REPLY_ERROR) stats.command_errors.fetch_add(1, std::memory_order_relaxed);
         }, c.replies);
         continue;
       }
       conn.Send(c.command, [this, done = std::move(c.done)](const redisReply* r, Failure f) {
         const bool ok = f == Failure::kNone && r->type != REDIS_REPLY_ERROR;
-        if (!ok) stats.errors.fetch_add(1, std::memory_order_relaxed);
+        if (!ok) stats.command_errors.fetch_add(1, std::memory_order_relaxed);
         done(ok);
       }, c.replies);
     }
@@ -1212,6 +1220,8 @@ void RedisStore::Command(std::vector<std::string> args, size_t key_index,
 }
 
 void RedisStore::FireAndForget(std::vector<Fire> commands) { impl_->FireAndForget(std::move(commands)); }
+
+int RedisStore::KeySlot(std::string_view key) { return HashSlot(key); }
 
 void RedisStore::EncodeCommand(std::string& out, std::initializer_list<std::string_view> args) {
   AppendRequest(out, args);

@@ -33,7 +33,9 @@ void RedisUsageBackend::Add(const UsageRows& deltas) {
   commands.reserve(deltas.size());
   for (const auto& [k, v] : deltas) {
     const std::string key = HashKey(prefix_, k.account, k.day);
-    RedisStore::Fire counts{{}, key, nullptr, 0};  // every HINCRBY of the row, in one go
+    const int slot = RedisStore::KeySlot(key);
+    RedisStore::Fire counts{{}, slot, nullptr, 0};  // every HINCRBY of the row, in one go
+    counts.command.reserve(128);
     for (size_t i = 0; i < kOutcomes; ++i) {
       for (const bool cost : {false, true}) {
         const int64_t n = cost ? v.cost[i] : v.requests[i];
@@ -67,12 +69,12 @@ void RedisUsageBackend::Add(const UsageRows& deltas) {
       pending->indexed->done.insert(pending->day_account);
     };
     const std::string index = prefix_ + ":usage:" + k.day;
-    RedisStore::Fire& expire = commands.emplace_back(RedisStore::Fire{{}, key, confirm});
+    RedisStore::Fire& expire = commands.emplace_back(RedisStore::Fire{{}, slot, confirm});
     RedisStore::EncodeCommand(expire.command, {"EXPIRE", key, ttl});
-    RedisStore::Fire& add = commands.emplace_back(RedisStore::Fire{{}, index, confirm});
+    // The day's index and its TTL: one write, two replies.
+    RedisStore::Fire& add = commands.emplace_back(RedisStore::Fire{{}, RedisStore::KeySlot(index), confirm, 2});
     RedisStore::EncodeCommand(add.command, {"SADD", index, k.account});
-    RedisStore::Fire& expire_index = commands.emplace_back(RedisStore::Fire{{}, index, confirm});
-    RedisStore::EncodeCommand(expire_index.command, {"EXPIRE", index, ttl});
+    RedisStore::EncodeCommand(add.command, {"EXPIRE", index, ttl});
   }
   if (!commands.empty()) redis_.FireAndForget(std::move(commands));
 }

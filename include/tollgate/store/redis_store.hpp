@@ -51,6 +51,7 @@ struct RedisStoreStats {
   std::atomic<uint64_t> scripts{0};         // script calls sent for them (a group is one)
   std::atomic<uint64_t> timeouts{0};
   std::atomic<uint64_t> errors{0};          // connection and protocol failures
+  std::atomic<uint64_t> command_errors{0};  // FireAndForget replies that were errors or failures
   std::atomic<uint64_t> breaker_rejections{0};  // failed at once: circuit open
   std::atomic<uint64_t> noscript{0};        // script reloaded after NOSCRIPT
   std::atomic<uint64_t> redirects{0};       // MOVED / ASK followed
@@ -87,15 +88,17 @@ class RedisStore final : public Store {
 
   // Plain commands whose replies nobody reads (usage counts), handed to the store's thread in
   // one go and pipelined with decisions: each `command` holds `replies` RESP-encoded requests
-  // (EncodeCommand) routed by the slot of `key`. A failure or error reply counts in
-  // stats().errors; `done`, if set, gets each reply's outcome.
+  // (EncodeCommand) for the node of `slot` (KeySlot of their key). A failure or error reply
+  // counts in stats().command_errors; `done`, if set, gets each reply's outcome.
   struct Fire {
     std::string command;
-    std::string key;
+    int slot = 0;
     std::function<void(bool ok)> done;
     size_t replies = 1;
   };
   void FireAndForget(std::vector<Fire> commands);
+  // The Redis Cluster slot of a key (of its {hash tag}, if it has one).
+  static int KeySlot(std::string_view key);
   static void EncodeCommand(std::string& out, std::initializer_list<std::string_view> args);
 
   // The Lua script every decision runs (exposed for benchmarks and docs).
