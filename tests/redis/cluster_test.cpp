@@ -130,5 +130,56 @@ TEST_F(ClusterTest, ReshardingMovedIsFollowed) {
   EXPECT_GE(store.stats().redirects.load(), 1u);
 }
 
+// Decisions sent at once for one key (so they leave in groups) while its slot moves: a group
+// answered ASK (slot migrating, key already on the importing node) or MOVED (slot moved) sends
+// each of its decisions on, and the budget stays exact across both nodes.
+TEST_F(ClusterTest, GroupedDecisionsFollowAskThenMoved) {
+  auto r = RedisStore::Create({.url = Url(), .prefix = "g", .timeout_ms = 2000});
+  ASSERT_TRUE(r.ok()) << r.error();
+  auto& store = **r;
+  const Limit burst = Limit::Create({.algorithm = core::Algorithm::kTokenBucket, .capacity = 100,
+                                     .refill = core::Rate::Parse("0.001", 1).value()}).value();
+  const std::vector<Check> checks = {{"burst", &burst, 1}};
+  const std::string scope = "key:grouped";
+  const std::string key = "'g:{key:grouped}:burst:tb'";
+  // Sends n decisions at once; returns how many committed, after every reply is in.
+  auto burst_of = [&](int n) {
+    std::vector<Decision> d(static_cast<size_t>(n));
+    std::vector<std::promise<ApplyResult>> replies(static_cast<size_t>(n));
+    for (size_t i = 0; i < replies.size(); ++i) {
+      store.Apply(Batch{.scope = scope, .checks = checks}, {&d[i], 1},
+                  [&replies, i](ApplyResult&& res) { replies[i].set_value(std::move(res)); });
+    }
+    int committed = 0;
+    for (auto& reply : replies) {
+      const ApplyResult res = reply.get_future().get();
+      EXPECT_EQ(res.error, StoreErrc::kOk) << res.message;
+      committed += res.committed;
+    }
+    return committed;
+  };
+  const uint64_t grouped_before = store.stats().grouped.load();
+  EXPECT_EQ(burst_of(30), 30);
+  const int slot = std::stoi(nodes_[0]->Cli("CLUSTER KEYSLOT " + key));
+  testing::RedisServer* from = Owner(slot);
+  ASSERT_NE(from, nullptr);
+  testing::RedisServer* to = nodes_[0].get() == from ? nodes_[1].get() : nodes_[0].get();
+  const std::string to_id = to->Cli("CLUSTER MYID");
+  const std::string from_id = from->Cli("CLUSTER MYID");
+  const std::string s = std::to_string(slot);
+  to->Cli("CLUSTER SETSLOT " + s + " IMPORTING " + from_id);
+  from->Cli("CLUSTER SETSLOT " + s + " MIGRATING " + to_id);
+  from->Cli("MIGRATE 127.0.0.1 " + std::to_string(to->port()) + " " + key + " 0 5000");
+  // Mid-migration: the old owner answers ASK; the decisions go to the new one with ASKING.
+  const uint64_t redirects_before = store.stats().redirects.load();
+  EXPECT_EQ(burst_of(30), 30);
+  EXPECT_GT(store.stats().redirects.load(), redirects_before);
+  // Migration done: the old owner answers MOVED, and the store learns the new owner.
+  for (auto& n : nodes_) n->Cli("CLUSTER SETSLOT " + s + " NODE " + to_id);
+  EXPECT_EQ(burst_of(60), 40);  // the rest of the 100, exactly
+  EXPECT_GT(store.stats().grouped.load(), grouped_before);
+  EXPECT_EQ(to->Cli("EXISTS " + key), "1");
+}
+
 }  // namespace
 }  // namespace tollgate::store
