@@ -2,7 +2,7 @@
 # Instructions executed inside redis-server per EVALSHA, for the generic script and both paths of
 # tollgate's script: a deterministic measure of a script's cost (callgrind counts instructions),
 # unlike throughput on a shared machine. Used to weigh each piece of the token-bucket path.
-# Needs valgrind. Usage: bench/redis/instructions.sh [calls]   (BENCH_BIN as in run.sh)
+# The group path is given per decision. Needs valgrind. Usage: bench/redis/instructions.sh [calls]   (BENCH_BIN as in run.sh)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 n=${1:-2000}
@@ -16,8 +16,9 @@ vg=$!
 trap 'kill "$vg" 2>/dev/null; wait "$vg" 2>/dev/null; rm -rf "$dir"' EXIT
 for _ in $(seq 300); do redis-cli -p "$port" PING >/dev/null 2>&1 && break; sleep 0.1; done
 cli() { redis-cli -p "$port" "$@"; }
-measure() { # label redis-benchmark-args...
-  local label=$1; shift
+measure() { # label [per] redis-benchmark-args...   (per: decisions per call, default 1)
+  local label=$1 per=1; shift
+  if [[ $1 =~ ^[0-9]+$ ]]; then per=$1; shift; fi
   cli FLUSHALL >/dev/null
   redis-benchmark -p "$port" -c 10 -P 16 -n 500 "$@" >/dev/null  # warm: keys exist, script compiled
   callgrind_control -z "$vg" >/dev/null 2>&1
@@ -26,7 +27,7 @@ measure() { # label redis-benchmark-args...
   local f ir
   f=$(ls -t "$dir"/cg.*.out.* | head -1)
   ir=$(grep -E '^(summary|totals):' "$f" | head -1 | awk '{print $2}')
-  echo "$label,$((ir / n))"
+  echo "$label,$((ir / n / per))"
 }
 generic=$(cli SCRIPT LOAD "$(cat ../shared/bench/redis/token_bucket.lua)")
 ours=$(cli SCRIPT LOAD "$("$bench" --print-script)")
@@ -36,3 +37,9 @@ measure "generic token_bucket.lua rand" -r 100000 EVALSHA "$generic" 1 tb:__rand
 measure "tollgate general path hot" EVALSHA "$ours" 1 'b:{key:hot}:burst:tb' 0 1 0 1 1 1000000000 1 1
 measure "tollgate token-bucket path hot" EVALSHA "$ours" 1 'b:{key:hot}:burst:tb' 0 B 1 1000 1000 999999999 1
 measure "tollgate token-bucket path rand" -r 100000 EVALSHA "$ours" 1 'b:{key:__rand_int__}:burst:tb' 0 B 1 1000 1000 999999999 1
+# A group of 16 decisions of one shape in one call (the 'M' path), per decision: one hot key,
+# and 16 random keys.
+group=() hot=() rand=()
+for i in $(seq 16); do hot+=('b:{key:hot}:burst:tb'); rand+=('b:{key:__rand_int__}:burst:tb'); group+=(3); done
+measure "tollgate group of 16 hot, per decision" 16 EVALSHA "$ours" 16 "${hot[@]}" 0 M 1 1 1000 1000 999999999 1 "${group[@]}"
+measure "tollgate group of 16 rand, per decision" 16 -r 100000 EVALSHA "$ours" 16 "${rand[@]}" 0 M 1 1 1000 1000 999999999 1 "${group[@]}"

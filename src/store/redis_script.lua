@@ -70,9 +70,9 @@ end
 
 -- Many requests in one call (RedisStore groups the token-bucket requests that wait for a
 -- connection while earlier ones are in flight): each is decided in turn, exactly as if it came in
--- its own call at the same `now`, and a key read or written by several of them is read once (one
--- MGET) and written once, at the end. Requests of the same shape (the same checks' arguments, as
--- in the usual group: one plan, cost 1) share one copy of their arguments.
+-- its own call at the same `now`. Every key is read by one MGET, and a key debited by several of
+-- them is written once, at the end. Requests of the same shape (the same checks' arguments, as in
+-- the usual group: one plan, cost 1) share one copy of their arguments.
 -- ARGV[1]  now, as above; ARGV[2] 'M'; ARGV[3] the number of shapes S
 -- then per shape: its number of checks n and n x 5 arguments as on the path above;
 -- then per request: 2 x (its shape's index, from 1) + 1 to consume, + 0 to peek.
@@ -93,25 +93,19 @@ if fast == 'M' then
     local shape = {n = n}
     for j = 1, n do
       local p = a + 1 + 5 * (j - 1)
-      -- need, refill units per us, TTL (ms), room, enforced
-      shape[j] = {ARGV[p] + 0, ARGV[p + 1] + 0, ARGV[p + 2] + 0, ARGV[p + 3] + 0, ARGV[p + 4] == '1'}
+      -- need, refill units per us, TTL (ms), room, enforced; need and TTL as sent, too
+      shape[j] = {ARGV[p] + 0, ARGV[p + 1] + 0, ARGV[p + 2] + 0, ARGV[p + 3] + 0, ARGV[p + 4] == '1',
+                  ARGV[p], ARGV[p + 2]}
     end
     shapes[i] = shape
     a = a + 1 + 5 * n
   end
-  local stored, unique, seen = {}, {}, {}
-  for i = 1, #KEYS do
-    local key = KEYS[i]
-    if not seen[key] then
-      seen[key] = true
-      unique[#unique + 1] = key
-    end
-  end
-  local values = redis.call('MGET', unpack(unique))
-  for i = 1, #unique do stored[unique[i]] = values[i] end
+  -- Every key read at once, before any write (a key named twice reads the same twice).
+  local stored = redis.call('MGET', unpack(KEYS))
   local out = {now}
   local deficit = {}  -- key -> deficit at now, after the debits of the requests so far
-  local ttl = {}      -- key -> TTL (ms) of a key to write
+  local ttl = {}      -- key -> the check whose TTL the key gets (the longest asked for)
+  local fresh = {}    -- key -> need as sent, while its state is one debit from a full bucket
   local written = {}  -- the keys to write, in order
   local k = 0
   for r = a, #ARGV do
@@ -126,7 +120,7 @@ if fast == 'M' then
       local d = deficit[key]
       if d == nil then
         d = 0
-        local s = stored[key]
+        local s = stored[k + i]
         if s then
           local x, t = string.match(s, '^(-?%d+) (-?%d+)$')
           d = x + 0
@@ -148,9 +142,11 @@ if fast == 'M' then
           local key = KEYS[k + i]
           if ttl[key] == nil then
             written[#written + 1] = key
-            ttl[key] = c[3]
-          elseif c[3] > ttl[key] then
-            ttl[key] = c[3]
+            ttl[key] = c
+            if d == 0 then fresh[key] = c[6] end
+          else
+            if c[3] > ttl[key][3] then ttl[key] = c end
+            fresh[key] = nil
           end
           deficit[key] = d + c[1]
         end
@@ -158,9 +154,14 @@ if fast == 'M' then
     end
     k = k + n
   end
+  -- The state as text without a number formatted per key where it can (formatting was a tenth
+  -- of the cost): `now` once, and a key one debit from full holds the need as sent.
+  local nows = string.format('%d', now)
   for i = 1, #written do
     local key = written[i]
-    redis.call('SET', key, string.format('%d %d', deficit[key], now), 'PX', ttl[key])
+    local need = fresh[key]
+    local state = need and need .. ' ' .. nows or string.format('%d %s', deficit[key], nows)
+    redis.call('SET', key, state, 'PX', ttl[key][7])
   end
   return out
 end
