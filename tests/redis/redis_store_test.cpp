@@ -167,6 +167,38 @@ TEST(RedisStore, DeadRedisFailsFastThenRecoversWithoutRestart) {
   EXPECT_TRUE(recovered);
 }
 
+// Decisions waiting for a group while Redis stalls time out like any other, and once Redis
+// answers again they are not sent: only the groups already in flight reach Redis.
+TEST(RedisStore, GroupedDecisionsThatTimedOutWaitingAreNeverSent) {
+  testing::RedisServer server;
+  auto r = RedisStore::Create({.url = server.url(), .prefix = "t", .timeout_ms = 50,
+                               .connect_timeout_ms = 200, .breaker_failures = 1'000'000});
+  ASSERT_TRUE(r.ok()) << r.error();
+  RedisStore& store = **r;
+  const Limit burst = Bucket(1000, "0.001");
+  const std::vector<Check> checks = {{"burst", &burst, 1}};
+  std::vector<Decision> d(1);
+  ASSERT_EQ(ApplySync(store, Batch{.scope = "k", .checks = checks}, d).error, StoreErrc::kOk);
+  const uint64_t scripts_before = store.stats().scripts.load();
+  server.Pause();
+  constexpr int kWaiting = 400;  // more than two full groups (2 x 128)
+  std::vector<Decision> out(kWaiting);
+  std::vector<std::promise<ApplyResult>> replies(kWaiting);
+  for (int i = 0; i < kWaiting; ++i) {
+    store.Apply(Batch{.scope = "k", .checks = checks}, {&out[i], 1},
+                [&replies, i](ApplyResult&& res) { replies[i].set_value(std::move(res)); });
+  }
+  for (auto& reply : replies) EXPECT_EQ(reply.get_future().get().error, StoreErrc::kTimeout);
+  server.Resume();
+  // The next decision goes out after the stalled groups' replies; it sees their debits only.
+  const ApplyResult after = ApplySync(store, Batch{.scope = "k", .checks = checks}, d);
+  ASSERT_EQ(after.error, StoreErrc::kOk) << after.message;
+  const uint64_t sent = store.stats().scripts.load() - scripts_before - 1;
+  EXPECT_LE(sent, 2u);  // kGroupsInFlight
+  EXPECT_GE(d[0].remaining, 999 - 2 * 128 - 1);  // at most two groups were debited
+  EXPECT_EQ(store.stats().timeouts.load(), static_cast<uint64_t>(kWaiting));
+}
+
 TEST(RedisStore, StalledRedisTripsTheDeadline) {
   testing::RedisServer server;
   auto store = Make(server, 20);
