@@ -88,10 +88,11 @@ void UsageMeter::Flush() {
     pending.swap(pending_);
   }
   if (pending.empty()) return;
-  store::UsageRows rows;
+  store::UsageDeltas rows;
+  rows.reserve(pending.size());
   while (!pending.empty()) {
     auto node = pending.extract(pending.begin());
-    rows.emplace(std::move(node.key()), node.mapped());
+    rows.emplace_back(std::move(node.key()), node.mapped());
   }
   backend_.Add(rows);
 }

@@ -26,7 +26,7 @@ struct Gather {
 
 }  // namespace
 
-void RedisUsageBackend::Add(const UsageRows& deltas) {
+void RedisUsageBackend::Add(const UsageDeltas& deltas) {
   std::vector<RedisStore::Fire> commands;
   const std::string ttl = std::to_string(retention_s_);
   std::string field;

@@ -4,7 +4,7 @@
 
 namespace tollgate::store {
 
-void MemoryUsageBackend::Add(const UsageRows& deltas) {
+void MemoryUsageBackend::Add(const UsageDeltas& deltas) {
   std::lock_guard lock(mu_);
   for (const auto& [k, v] : deltas) {
     auto [it, inserted] = rows_.try_emplace(k);

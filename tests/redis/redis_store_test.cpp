@@ -230,11 +230,11 @@ TEST(RedisUsage, CountsSurviveTheProcessAndAddUpAcrossReplicas) {
   first[UsageKey{"2026-11-29", "beta", "k2"}].requests[3] = 1;
   {
     auto a = Make(server, 2000);
-    RedisUsageBackend(*a, "u").Add(first);
+    RedisUsageBackend(*a, "u").Add(UsageDeltas(first.begin(), first.end()));
   }  // this "replica" is gone
   auto b = Make(server, 2000);
   RedisUsageBackend backend(*b, "u");
-  backend.Add(first);  // a second replica adds the same again
+  backend.Add(UsageDeltas(first.begin(), first.end()));  // a second replica adds the same again
   std::promise<core::Result<UsageRows>> p;
   backend.Read({"2026-11-29"}, "", [&](core::Result<UsageRows> r) { p.set_value(std::move(r)); });
   auto rows = p.get_future().get();
@@ -264,8 +264,9 @@ TEST(RedisUsage, IndexAndTtlAreSentUntilConfirmedThenNoMore) {
     }
     return server.Cli("HGET " + key + " " + field);
   };
-  UsageRows rows;
-  rows[UsageKey{"2026-11-29", "acme", "k1"}].requests[0] = 1;
+  UsageDeltas rows(1);
+  rows[0].first = UsageKey{"2026-11-29", "acme", "k1"};
+  rows[0].second.requests[0] = 1;
   backend.Add(rows);
   ASSERT_EQ(wait_for("'u:{usage:acme}:2026-11-29'", "1"), "1");
   std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the EXPIREs after it
@@ -277,8 +278,9 @@ TEST(RedisUsage, IndexAndTtlAreSentUntilConfirmedThenNoMore) {
 
   // The next day's index is not a set: SADD fails, so every flush sends it again.
   server.Cli("SET u:usage:2026-11-30 not-a-set");
-  UsageRows next;
-  next[UsageKey{"2026-11-30", "acme", "k1"}].requests[0] = 1;
+  UsageDeltas next(1);
+  next[0].first = UsageKey{"2026-11-30", "acme", "k1"};
+  next[0].second.requests[0] = 1;
   backend.Add(next);
   ASSERT_EQ(wait_for("'u:{usage:acme}:2026-11-30'", "1"), "1");
   std::this_thread::sleep_for(std::chrono::milliseconds(50));

@@ -64,7 +64,7 @@ class UsageMeter {
 
   store::UsageBackend& backend_;
   std::mutex mu_;
-  // Hashed, not ordered: a lookup per request; sorted into UsageRows once per flush.
+  // Hashed, not ordered: a lookup per request; handed to the backend as a list once per flush.
   std::unordered_map<store::UsageKey, store::UsageCounts, KeyHash, KeyEq> pending_;
 };
 

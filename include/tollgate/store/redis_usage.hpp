@@ -21,7 +21,7 @@ class RedisUsageBackend final : public UsageBackend {
  public:
   RedisUsageBackend(RedisStore& redis, std::string prefix, int retention_days = 400)
       : redis_(redis), prefix_(std::move(prefix)), retention_s_(int64_t{retention_days} * 86'400) {}
-  void Add(const UsageRows& deltas) override;
+  void Add(const UsageDeltas& deltas) override;
   void Read(std::vector<std::string> days, std::string account,
             std::function<void(core::Result<UsageRows>)> done) override;
 

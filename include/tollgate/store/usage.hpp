@@ -9,9 +9,12 @@
 #include <set>
 #include <string>
 #include <tuple>
+#include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include <tollgate/core/result.hpp>
+#include <tollgate/util/hash.hpp>
 
 namespace tollgate::store {
 
@@ -45,14 +48,22 @@ struct UsageKey {
   auto operator<=>(const UsageKey&) const = default;
 };
 
+struct UsageKeyHash {
+  size_t operator()(const UsageKey& k) const {
+    return util::Hash64(k.key_id, util::Hash64(k.account, util::Hash64(k.day)));
+  }
+};
+
 using UsageRows = std::map<UsageKey, UsageCounts>;
+// One flush's counts, a row per (day, account, key id) seen since the last, in no order.
+using UsageDeltas = std::vector<std::pair<UsageKey, UsageCounts>>;
 
 // Where metered counts live. Implementations are thread-safe.
 class UsageBackend {
  public:
   virtual ~UsageBackend() = default;
   // Adds deltas (durably for Redis: they survive a gateway restart).
-  virtual void Add(const UsageRows& deltas) = 0;
+  virtual void Add(const UsageDeltas& deltas) = 0;
   // Reads the rows of `days`, for one account or all (empty). `done` may run on another thread.
   virtual void Read(std::vector<std::string> days, std::string account,
                     std::function<void(core::Result<UsageRows>)> done) = 0;
@@ -63,14 +74,14 @@ class UsageBackend {
 class MemoryUsageBackend final : public UsageBackend {
  public:
   explicit MemoryUsageBackend(size_t max_days = 400) : max_days_(max_days) {}
-  void Add(const UsageRows& deltas) override;
+  void Add(const UsageDeltas& deltas) override;
   void Read(std::vector<std::string> days, std::string account,
             std::function<void(core::Result<UsageRows>)> done) override;
 
  private:
   const size_t max_days_;
   std::mutex mu_;
-  UsageRows rows_;
+  std::unordered_map<UsageKey, UsageCounts, UsageKeyHash> rows_;  // sorted when read
   std::set<std::string> days_;  // the days in rows_
 };
 

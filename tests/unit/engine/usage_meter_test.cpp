@@ -78,8 +78,9 @@ TEST(UsageMeter, PeriodsAreValidated) {
 TEST(MemoryUsageBackend, KeepsTheNewestDaysOnly) {
   store::MemoryUsageBackend backend(2);
   auto row = [](const char* day, const char* key) {
-    store::UsageRows rows;
-    rows[store::UsageKey{day, "acme", key}].requests[0] = 1;
+    store::UsageDeltas rows(1);
+    rows[0].first = store::UsageKey{day, "acme", key};
+    rows[0].second.requests[0] = 1;
     return rows;
   };
   backend.Add(row("2026-11-27", "k1"));
