@@ -8,14 +8,11 @@ cd "$(dirname "$0")/../.."
 n=${1:-2000}
 bench=${BENCH_BIN:-build/bench/redis_store_bench}
 port=${PORT:-16393}
-dir=$(mktemp -d /tmp/tollgate-redis-instr.XXXXXX)
-valgrind --tool=callgrind --callgrind-out-file="$dir/cg.%p.out" \
-  redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no --dir "$dir" \
-  --logfile "$dir/redis.log" 2>"$dir/valgrind.log" &
-vg=$!
-trap 'kill "$vg" 2>/dev/null; wait "$vg" 2>/dev/null; rm -rf "$dir"' EXIT
-for _ in $(seq 300); do redis-cli -p "$port" PING >/dev/null 2>&1 && break; sleep 0.1; done
-cli() { redis-cli -p "$port" "$@"; }
+source bench/redis/lib.sh
+out=$(mktemp -d /tmp/tollgate-redis-instr.XXXXXX)
+start_redis valgrind --tool=callgrind --callgrind-out-file="$out/cg.%p.out"
+trap 'kill "$redis" 2>/dev/null; wait "$redis" 2>/dev/null; rm -rf "$dir" "$out"' EXIT
+vg=$redis
 measure() { # label [per] redis-benchmark-args...   (per: decisions per call, default 1)
   local label=$1 per=1; shift
   if [[ $1 =~ ^[0-9]+$ ]]; then per=$1; shift; fi
@@ -25,7 +22,7 @@ measure() { # label [per] redis-benchmark-args...   (per: decisions per call, de
   redis-benchmark -p "$port" -c 10 -P 16 -n "$n" "$@" >/dev/null
   callgrind_control -d "$vg" >/dev/null 2>&1
   local f ir
-  f=$(ls -t "$dir"/cg.*.out.* | head -1)
+  f=$(ls -t "$out"/cg.*.out.* | head -1)
   ir=$(grep -E '^(summary|totals):' "$f" | head -1 | awk '{print $2}')
   echo "$label,$((ir / n / per))"
 }

@@ -9,20 +9,16 @@ pairs=${1:-5}
 secs=${2:-3}
 bench=${BENCH_BIN:-build/bench/redis_store_bench}
 port=${PORT:-16393}
-dir=$(mktemp -d /tmp/tollgate-redis-pairs.XXXXXX)
-taskset -c 1 redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no --dir "$dir" \
-  --logfile "$dir/redis.log" &
-redis=$!
-trap 'kill "$redis" 2>/dev/null; wait "$redis" 2>/dev/null; rm -rf "$dir"' EXIT
-for _ in $(seq 100); do redis-cli -p "$port" PING >/dev/null 2>&1 && break; sleep 0.05; done
-generic=$(redis-cli -p "$port" SCRIPT LOAD "$(cat ../shared/bench/redis/token_bucket.lua)")
+source bench/redis/lib.sh
+start_redis taskset -c 1
+generic=$(cli SCRIPT LOAD "$(cat ../shared/bench/redis/token_bucket.lua)")
 store() { # extra args...
-  redis-cli -p "$port" FLUSHALL >/dev/null
+  cli FLUSHALL >/dev/null
   taskset -c 0 "$bench" --url "redis://127.0.0.1:$port" --keys 100000 --concurrency 50 --seconds "$secs" "$@" |
     grep -o 'decisions_per_s=[0-9]*\|p99_us=[0-9]*' | tr '\n' ' '
 }
 for i in $(seq "$pairs"); do
-  redis-cli -p "$port" FLUSHALL >/dev/null
+  cli FLUSHALL >/dev/null
   rps=$(taskset -c 0 redis-benchmark -p "$port" -c 50 --csv -P 16 -n 200000 -r 100000 \
           EVALSHA "$generic" 1 tb:__rand_int__ 1000000000 1000000000 1 | tail -1 | cut -d, -f2 | tr -d '"')
   echo "pair $i: generic -P 16 $rps/s | lane: $(store --lane)| thread: $(store)"

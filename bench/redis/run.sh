@@ -13,13 +13,8 @@ cd "$(dirname "$0")/../.."
 secs=${1:-5}
 bench=${BENCH_BIN:-build/bench/redis_store_bench}
 port=${PORT:-16390}
-dir=$(mktemp -d /tmp/tollgate-redis-bench.XXXXXX)
-taskset -c 1 redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no --dir "$dir" \
-  --logfile "$dir/redis.log" &
-redis=$!
-trap 'kill "$redis" 2>/dev/null; wait "$redis" 2>/dev/null; rm -rf "$dir"' EXIT
-for _ in $(seq 100); do redis-cli -p "$port" PING >/dev/null 2>&1 && break; sleep 0.05; done
-cli() { redis-cli -p "$port" "$@"; }
+source bench/redis/lib.sh
+start_redis taskset -c 1
 run() { echo "+ $*" >&2; "$@"; }
 
 generic=$(cli SCRIPT LOAD "$(cat ../shared/bench/redis/token_bucket.lua)")

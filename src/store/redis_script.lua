@@ -28,14 +28,15 @@
 --   room (capacity units - need; < 0 when the cost exceeds the capacity), enforced (1/0)
 -- Returns {now, then per check: the deficit at now before this request}.
 local fast = ARGV[2]
-if fast == 'B' or fast == 'b' then
+-- ARGV[1] as a number: the caller's time, or Redis's own when it is '0'.
+local function clock()
   local now = ARGV[1]
-  if now == '0' then
-    local t = redis.call('TIME')
-    now = t[1] * 1000000 + t[2]
-  else
-    now = now + 0
-  end
+  if now ~= '0' then return now + 0 end
+  local t = redis.call('TIME')
+  return t[1] * 1000000 + t[2]
+end
+if fast == 'B' or fast == 'b' then
+  local now = clock()
   local n = #KEYS
   local out = {now, 0}
   local commit = fast == 'B'
@@ -79,13 +80,7 @@ end
 -- KEYS: every request's keys, in order.
 -- Returns {now, then per request, per check: the deficit at now before this request}.
 if fast == 'M' then
-  local now = ARGV[1]
-  if now == '0' then
-    local t = redis.call('TIME')
-    now = t[1] * 1000000 + t[2]
-  else
-    now = now + 0
-  end
+  local now = clock()
   local shapes = {}
   local a = 4
   for i = 1, ARGV[3] + 0 do

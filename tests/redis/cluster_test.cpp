@@ -69,6 +69,30 @@ class ClusterTest : public ::testing::Test {
     return nullptr;
   }
 
+  // Starts moving the slot of `key` (quoted for redis-cli) to another node, with the key:
+  // IMPORTING / MIGRATING, then MIGRATE. Until FinishMigration the old owner answers ASK.
+  struct Migration {
+    testing::RedisServer* to = nullptr;
+    std::string slot;
+    std::string to_id;
+  };
+  static Migration StartMigration(const std::string& key) {
+    const int slot = std::stoi(nodes_[0]->Cli("CLUSTER KEYSLOT " + key));
+    testing::RedisServer* from = Owner(slot);
+    EXPECT_NE(from, nullptr);
+    if (!from) return {};
+    Migration m{nodes_[0].get() == from ? nodes_[1].get() : nodes_[0].get(), std::to_string(slot), ""};
+    m.to_id = m.to->Cli("CLUSTER MYID");
+    m.to->Cli("CLUSTER SETSLOT " + m.slot + " IMPORTING " + from->Cli("CLUSTER MYID"));
+    from->Cli("CLUSTER SETSLOT " + m.slot + " MIGRATING " + m.to_id);
+    from->Cli("MIGRATE 127.0.0.1 " + std::to_string(m.to->port()) + " " + key + " 0 5000");
+    return m;
+  }
+  // The slot is the new node's, everywhere: the old owner answers MOVED.
+  static void FinishMigration(const Migration& m) {
+    for (auto& n : nodes_) n->Cli("CLUSTER SETSLOT " + m.slot + " NODE " + m.to_id);
+  }
+
   static std::vector<std::unique_ptr<testing::RedisServer>> nodes_;
 };
 std::vector<std::unique_ptr<testing::RedisServer>> ClusterTest::nodes_;
@@ -109,18 +133,10 @@ TEST_F(ClusterTest, ReshardingMovedIsFollowed) {
   std::vector<Decision> d(1);
   const std::string scope = "key:moving";
   ASSERT_EQ(ApplySync(store, Batch{.scope = scope, .checks = checks}, d).error, StoreErrc::kOk);
-  const int slot = std::stoi(nodes_[0]->Cli("CLUSTER KEYSLOT 'm:{key:moving}:burst:tb'"));
-  testing::RedisServer* from = Owner(slot);
-  ASSERT_NE(from, nullptr);
-  testing::RedisServer* to = nodes_[0].get() == from ? nodes_[1].get() : nodes_[0].get();
-  const std::string to_id = to->Cli("CLUSTER MYID");
-  const std::string from_id = from->Cli("CLUSTER MYID");
   // Move the slot with its key: IMPORTING / MIGRATING, MIGRATE, then NODE everywhere.
-  const std::string s = std::to_string(slot);
-  to->Cli("CLUSTER SETSLOT " + s + " IMPORTING " + from_id);
-  from->Cli("CLUSTER SETSLOT " + s + " MIGRATING " + to_id);
-  from->Cli("MIGRATE 127.0.0.1 " + std::to_string(to->port()) + " 'm:{key:moving}:burst:tb' 0 5000");
-  for (auto& n : nodes_) n->Cli("CLUSTER SETSLOT " + s + " NODE " + to_id);
+  const Migration m = StartMigration("'m:{key:moving}:burst:tb'");
+  ASSERT_NE(m.to, nullptr);
+  FinishMigration(m);
   // The store still maps the slot to the old node: it must follow MOVED and keep the budget.
   for (int i = 0; i < 3; ++i) {
     const ApplyResult res = ApplySync(store, Batch{.scope = scope, .checks = checks}, d);
@@ -160,25 +176,17 @@ TEST_F(ClusterTest, GroupedDecisionsFollowAskThenMoved) {
   };
   const uint64_t grouped_before = store.stats().grouped.load();
   EXPECT_EQ(burst_of(30), 30);
-  const int slot = std::stoi(nodes_[0]->Cli("CLUSTER KEYSLOT " + key));
-  testing::RedisServer* from = Owner(slot);
-  ASSERT_NE(from, nullptr);
-  testing::RedisServer* to = nodes_[0].get() == from ? nodes_[1].get() : nodes_[0].get();
-  const std::string to_id = to->Cli("CLUSTER MYID");
-  const std::string from_id = from->Cli("CLUSTER MYID");
-  const std::string s = std::to_string(slot);
-  to->Cli("CLUSTER SETSLOT " + s + " IMPORTING " + from_id);
-  from->Cli("CLUSTER SETSLOT " + s + " MIGRATING " + to_id);
-  from->Cli("MIGRATE 127.0.0.1 " + std::to_string(to->port()) + " " + key + " 0 5000");
+  const Migration m = StartMigration(key);
+  ASSERT_NE(m.to, nullptr);
   // Mid-migration: the old owner answers ASK; the decisions go to the new one with ASKING.
   const uint64_t redirects_before = store.stats().redirects.load();
   EXPECT_EQ(burst_of(30), 30);
   EXPECT_GT(store.stats().redirects.load(), redirects_before);
   // Migration done: the old owner answers MOVED, and the store learns the new owner.
-  for (auto& n : nodes_) n->Cli("CLUSTER SETSLOT " + s + " NODE " + to_id);
+  FinishMigration(m);
   EXPECT_EQ(burst_of(60), 40);  // the rest of the 100, exactly
   EXPECT_GT(store.stats().grouped.load(), grouped_before);
-  EXPECT_EQ(to->Cli("EXISTS " + key), "1");
+  EXPECT_EQ(m.to->Cli("EXISTS " + key), "1");
 }
 
 }  // namespace
