@@ -87,7 +87,7 @@ void UsageMeter::Flush() {
     std::lock_guard lock(mu_);
     pending.swap(pending_);
   }
-  if (pending.empty()) return;
+  // Called even with nothing new: a backend may have counts to send again.
   store::UsageDeltas rows;
   rows.reserve(pending.size());
   while (!pending.empty()) {

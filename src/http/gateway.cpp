@@ -1407,7 +1407,7 @@ Gateway::Impl::Impl(std::string path, config::Config config)
     metrics.Gauge("tollgate_redis_calls_total", "Decisions sent to Redis.", [&st] { return static_cast<double>(st.calls.load()); });
     metrics.Gauge("tollgate_redis_scripts_total", "Script calls sent to Redis for those decisions (a group of them is one).",
                   [&st] { return static_cast<double>(st.scripts.load()); });
-    metrics.Gauge("tollgate_redis_command_errors_total", "Usage-count commands that failed (their counts are lost).",
+    metrics.Gauge("tollgate_redis_command_errors_total", "Usage-count commands that failed (sent again if Redis never got them, else lost).",
                   [&st] { return static_cast<double>(st.command_errors.load()); });
     metrics.Gauge("tollgate_redis_timeouts_total", "Redis calls past their deadline.", [&st] { return static_cast<double>(st.timeouts.load()); });
     metrics.Gauge("tollgate_redis_errors_total", "Redis connection and protocol failures.", [&st] { return static_cast<double>(st.errors.load()); });

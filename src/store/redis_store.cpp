@@ -237,7 +237,9 @@ struct ReplyDeleter {
 };
 using ReplyPtr = std::unique_ptr<redisReply, ReplyDeleter>;
 
-enum class Failure { kNone, kConnection, kTimeout, kProtocol };
+// kNotSent: the connection failed before the command was written (connecting, or waiting out
+// its reconnect backoff), so Redis certainly did not run it; kConnection: it may have.
+enum class Failure { kNone, kConnection, kTimeout, kProtocol, kNotSent };
 
 }  // namespace
 
@@ -479,7 +481,7 @@ bool Connection::Queue(std::string_view command) {
 
 void Connection::Send(std::string_view command, ReplyFn fn, size_t replies) {
   if (!Queue(command)) {
-    for (size_t i = 0; i < replies; ++i) fn(nullptr, Failure::kConnection);
+    for (size_t i = 0; i < replies; ++i) fn(nullptr, Failure::kNotSent);
     return;
   }
   for (size_t i = 1; i < replies; ++i) pending_.push_back(Pending{nullptr, 0, fn});
@@ -658,6 +660,7 @@ void Connection::Read() {
 }
 
 void Connection::Fail(const std::string& why) {
+  const bool nothing_written = state_ == State::kConnecting;
   ++epoch_;
   boost::system::error_code ignored;
   socket_.close(ignored);
@@ -676,7 +679,7 @@ void Connection::Fail(const std::string& why) {
   for (Call* call : grouped_) failed.push_back(Pending{call, 1, nullptr});
   grouped_.clear();
   (void)why;
-  for (auto& p : failed) Deliver(p, nullptr, Failure::kConnection);
+  for (auto& p : failed) Deliver(p, nullptr, nothing_written ? Failure::kNotSent : Failure::kConnection);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1158,16 +1161,18 @@ void RedisStore::Impl::FireAndForget(std::vector<Fire> commands) {
   net::post(ioc_, [this, commands = std::move(commands)]() mutable {
     for (Fire& c : commands) {
       Connection& conn = NodeFor(c.slot);
-      if (!c.done) {  // the usual case: a handler that fits in std::function without allocating
+      if (!c.done) {  // a handler that fits in std::function without allocating
         conn.Send(c.command, [this](const redisReply* r, Failure f) {
           if (f != Failure::kNone || r->type == REDIS_REPLY_ERROR) stats.command_errors.fetch_add(1, std::memory_order_relaxed);
         }, c.replies);
         continue;
       }
       conn.Send(c.command, [this, done = std::move(c.done)](const redisReply* r, Failure f) {
-        const bool ok = f == Failure::kNone && r->type != REDIS_REPLY_ERROR;
-        if (!ok) stats.command_errors.fetch_add(1, std::memory_order_relaxed);
-        done(ok);
+        const FireResult result = f == Failure::kNotSent                         ? FireResult::kNotSent
+                                  : f == Failure::kNone && r->type != REDIS_REPLY_ERROR ? FireResult::kOk
+                                                                                  : FireResult::kFailed;
+        if (result != FireResult::kOk) stats.command_errors.fetch_add(1, std::memory_order_relaxed);
+        done(result);
       }, c.replies);
     }
   });

@@ -26,15 +26,49 @@ struct Gather {
 
 }  // namespace
 
-void RedisUsageBackend::Add(const UsageDeltas& deltas) {
+// The rows of one flush, kept until every reply is in, so that a row Redis never got can go
+// back into the next flush. Replies run on the store's thread, one at a time.
+struct RedisUsageBackend::Flight {
+  std::shared_ptr<Unsent> unsent;
+  UsageDeltas rows;
+  std::vector<bool> requeued;
+  size_t left = 0;  // replies to come
+};
+
+void RedisUsageBackend::Add(const UsageDeltas& fresh) {
+  auto flight = std::make_unique<Flight>();
+  flight->unsent = unsent_;
+  {
+    std::lock_guard lock(unsent_->mu);
+    flight->rows.reserve(fresh.size() + unsent_->rows.size());
+    for (auto& row : unsent_->rows) flight->rows.emplace_back(row.first, row.second);
+    unsent_->rows.clear();
+  }
+  flight->rows.insert(flight->rows.end(), fresh.begin(), fresh.end());
+  if (flight->rows.empty()) return;
+  flight->requeued.assign(flight->rows.size(), false);
+  Flight* f = flight.get();
+  // A count Redis did not get goes back into the next flush; one that may have reached it is
+  // lost and counted (stats().command_errors), not sent twice.
+  auto on_counts = [f](size_t row) {
+    return [f, row](RedisStore::FireResult result) {
+      if (result == RedisStore::FireResult::kNotSent && !f->requeued[row]) {
+        f->requeued[row] = true;
+        std::lock_guard lock(f->unsent->mu);
+        f->unsent->rows[f->rows[row].first].Add(f->rows[row].second);
+      }
+      if (--f->left == 0) delete f;
+    };
+  };
   std::vector<RedisStore::Fire> commands;
   const std::string ttl = std::to_string(retention_s_);
   std::string field;
-  commands.reserve(deltas.size());
-  for (const auto& [k, v] : deltas) {
+  commands.reserve(f->rows.size());
+  for (size_t row = 0; row < f->rows.size(); ++row) {
+    const auto& [k, v] = f->rows[row];
     const std::string key = HashKey(prefix_, k.account, k.day);
     const int slot = RedisStore::KeySlot(key);
-    RedisStore::Fire counts{{}, slot, nullptr, 0};  // every HINCRBY of the row, in one go
+    RedisStore::Fire counts{{}, slot, on_counts(row), 0};  // every HINCRBY of the row, in one go
     counts.command.reserve(128);
     for (size_t i = 0; i < kOutcomes; ++i) {
       for (const bool cost : {false, true}) {
@@ -45,10 +79,17 @@ void RedisUsageBackend::Add(const UsageDeltas& deltas) {
         ++counts.replies;
       }
     }
+    f->left += counts.replies;
     if (counts.replies > 0) commands.push_back(std::move(counts));
     std::string day_account = k.day + "|" + k.account;
     {
       std::lock_guard lock(indexed_->mu);
+      // A lost connection may have been a Redis restart that lost its data: confirm again.
+      const uint64_t reconnects = redis_.stats().reconnects.load(std::memory_order_relaxed);
+      if (reconnects != indexed_->reconnects) {
+        indexed_->done.clear();
+        indexed_->reconnects = reconnects;
+      }
       if (indexed_->done.count(day_account)) continue;
     }
     // Confirmed when all three succeeded; until then every flush sends them again.
@@ -61,8 +102,8 @@ void RedisUsageBackend::Add(const UsageDeltas& deltas) {
     auto pending = std::make_shared<Pending>();
     pending->indexed = indexed_;
     pending->day_account = std::move(day_account);
-    auto confirm = [pending](bool ok) {
-      if (!ok) pending->ok.store(false);
+    auto confirm = [pending](RedisStore::FireResult result) {
+      if (result != RedisStore::FireResult::kOk) pending->ok.store(false);
       if (pending->left.fetch_sub(1) != 1 || !pending->ok.load()) return;
       std::lock_guard lock(pending->indexed->mu);
       if (pending->indexed->done.size() >= 1'000'000) pending->indexed->done.clear();  // bounded
@@ -76,6 +117,7 @@ void RedisUsageBackend::Add(const UsageDeltas& deltas) {
     RedisStore::EncodeCommand(add.command, {"SADD", index, k.account});
     RedisStore::EncodeCommand(add.command, {"EXPIRE", index, ttl});
   }
+  if (f->left > 0) flight.release();  // deleted by its last reply
   if (!commands.empty()) redis_.FireAndForget(std::move(commands));
 }
 

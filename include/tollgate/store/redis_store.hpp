@@ -89,11 +89,14 @@ class RedisStore final : public Store {
   // Plain commands whose replies nobody reads (usage counts), handed to the store's thread in
   // one go and pipelined with decisions: each `command` holds `replies` RESP-encoded requests
   // (EncodeCommand) for the node of `slot` (KeySlot of their key). A failure or error reply
-  // counts in stats().command_errors; `done`, if set, gets each reply's outcome.
+  // counts in stats().command_errors; `done`, if set, gets each reply's outcome, on the store's
+  // thread. kNotSent: the connection failed before the command was written, so Redis did not
+  // run it and it may be sent again; kFailed: an error reply, or a failure after it was written.
+  enum class FireResult { kOk, kNotSent, kFailed };
   struct Fire {
     std::string command;
     int slot = 0;
-    std::function<void(bool ok)> done;
+    std::function<void(FireResult)> done;
     size_t replies = 1;
   };
   void FireAndForget(std::vector<Fire> commands);
