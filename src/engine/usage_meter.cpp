@@ -5,7 +5,6 @@
 #include <map>
 
 #include <tollgate/core/calendar.hpp>
-#include <tollgate/util/hash.hpp>
 
 namespace tollgate::engine {
 namespace {
@@ -78,7 +77,7 @@ void UsageMeter::Record(std::string_view account, std::string_view key_id, store
 }
 
 size_t UsageMeter::KeyHash::operator()(const KeyView& k) const {
-  return util::Hash64(k.key_id, util::Hash64(k.account, util::Hash64(k.day)));
+  return store::HashUsageKey(k.day, k.account, k.key_id);
 }
 
 void UsageMeter::Flush() {

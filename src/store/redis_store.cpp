@@ -315,7 +315,11 @@ class Connection {
   };
   bool Usable();  // false: in backoff, fail at once
   bool Queue(std::string_view command);
+  void Wake();    // connects, or schedules a write of what is queued
   void SendGroups();
+  // The next waiting request that may join a group led by `like` (any, if null); drops those
+  // that timed out while they waited (they were answered already).
+  Call* PopWaiting(const Call* like);
   void Deliver(Pending& p, const redisReply* r, Failure f);
   void Connect();
   void ScheduleFlush();
@@ -486,57 +490,54 @@ void Connection::Send(std::string_view command, ReplyFn fn, size_t replies) {
   }
   for (size_t i = 1; i < replies; ++i) pending_.push_back(Pending{nullptr, 0, fn});
   pending_.push_back(Pending{nullptr, 0, std::move(fn)});
-  if (state_ == State::kIdle) Connect();
-  if (state_ == State::kReady) ScheduleFlush();
+  Wake();
 }
 
 void Connection::Send(std::string_view command, Call* call) {
   ++call->refs;
   if (!Queue(command)) return store_.OnReply(call, *this, nullptr, Failure::kConnection);
   pending_.push_back(Pending{call, 0, nullptr});
-  if (state_ == State::kIdle) Connect();
-  if (state_ == State::kReady) ScheduleFlush();
+  Wake();
 }
 
 void Connection::SendGrouped(Call* call) {
   ++call->refs;
   if (!Usable()) return store_.OnReply(call, *this, nullptr, Failure::kConnection);
   grouped_.push_back(call);
+  Wake();
+}
+
+void Connection::Wake() {
   if (state_ == State::kIdle) Connect();
   if (state_ == State::kReady) ScheduleFlush();
 }
 
-// Moves waiting token-bucket requests into groups, while fewer than kGroupsInFlight are out. A
-// group shares one `now` and, on a cluster, one slot (a script's keys must share a slot).
-void Connection::SendGroups() {
-  const bool cluster = store_.url().cluster;
-  // Requests past their deadline while they waited are not sent: they were answered already.
-  auto drop_finished = [this] {
-    while (!grouped_.empty() && grouped_.front()->finished) {
-      store_.Release(grouped_.front());
-      grouped_.pop_front();
-    }
-  };
-  drop_finished();
-  while (!grouped_.empty() && groups_in_flight_ < kGroupsInFlight) {
-    Call* first = grouped_.front();
+Call* Connection::PopWaiting(const Call* like) {
+  while (!grouped_.empty() && grouped_.front()->finished) {
+    store_.Release(grouped_.front());
     grouped_.pop_front();
+  }
+  if (grouped_.empty()) return nullptr;
+  Call* next = grouped_.front();
+  // A group shares one `now` and, on a cluster, one slot (a script's keys must share a slot).
+  if (like && (next->now_us != like->now_us || (store_.url().cluster && next->slot != like->slot))) return nullptr;
+  grouped_.pop_front();
+  return next;
+}
+
+// Moves waiting token-bucket requests into groups, while fewer than kGroupsInFlight are out.
+void Connection::SendGroups() {
+  while (groups_in_flight_ < kGroupsInFlight) {
+    Call* first = PopWaiting(nullptr);
+    if (!first) return;
     Call* last = first;
     size_t count = 1;
-    for (drop_finished(); !grouped_.empty() && count < kMaxGroup && grouped_.front()->now_us == first->now_us &&
-                          (!cluster || grouped_.front()->slot == first->slot);
-         drop_finished()) {
-      last->next = grouped_.front();
-      last = last->next;
-      grouped_.pop_front();
-      ++count;
-    }
+    for (Call* c; count < kMaxGroup && (c = PopWaiting(first)); ++count) last = last->next = c;
     last->next = nullptr;
     if (count == 1) {
       out_.append(first->command);
     } else {
       store_.EncodeGroup(out_, first);
-      store_.stats.grouped.fetch_add(count, std::memory_order_relaxed);
     }
     pending_.push_back(Pending{first, count, nullptr});
     ++groups_in_flight_;

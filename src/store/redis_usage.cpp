@@ -26,40 +26,75 @@ struct Gather {
 
 }  // namespace
 
-// The rows of one flush, kept until every reply is in, so that a row Redis never got can go
-// back into the next flush. Replies run on the store's thread, one at a time.
+// The rows of one flush, kept until every reply is in: a row Redis never got goes back into
+// the next flush, and a row's index entry and TTLs count as confirmed once all three replies
+// are OK. Replies run on the store's thread, one at a time; the last deletes the flight.
 struct RedisUsageBackend::Flight {
+  struct Row {
+    bool requeued = false;
+    int index_left = 0;  // replies to come for EXPIRE (hash), SADD and EXPIRE (index)
+    bool index_ok = true;
+  };
   std::shared_ptr<Unsent> unsent;
+  std::shared_ptr<Indexed> indexed;
   UsageDeltas rows;
-  std::vector<bool> requeued;
+  std::vector<Row> state;
   size_t left = 0;  // replies to come
+
+  void Reply() {
+    if (--left == 0) delete this;
+  }
+  // A count Redis did not get goes back into the next flush; one that may have reached it is
+  // lost and counted (stats().command_errors), not sent twice.
+  void OnCounts(size_t row, RedisStore::FireResult result) {
+    if (result == RedisStore::FireResult::kNotSent && !state[row].requeued) {
+      state[row].requeued = true;
+      std::lock_guard lock(unsent->mu);
+      unsent->rows[rows[row].first].Add(rows[row].second);
+    }
+    Reply();
+  }
+  void OnIndex(size_t row, RedisStore::FireResult result) {
+    Row& r = state[row];
+    if (result != RedisStore::FireResult::kOk) r.index_ok = false;
+    if (--r.index_left == 0 && r.index_ok) {
+      std::lock_guard lock(indexed->mu);
+      if (indexed->done.size() >= 1'000'000) indexed->done.clear();  // bounded
+      indexed->done.insert(DayAccount(rows[row].first));
+    }
+    Reply();
+  }
 };
+
+std::string RedisUsageBackend::DayAccount(const UsageKey& k) { return k.day + "|" + k.account; }
 
 void RedisUsageBackend::Add(const UsageDeltas& fresh) {
   auto flight = std::make_unique<Flight>();
-  flight->unsent = unsent_;
+  Flight* f = flight.get();
+  f->unsent = unsent_;
+  f->indexed = indexed_;
   {
     std::lock_guard lock(unsent_->mu);
-    flight->rows.reserve(fresh.size() + unsent_->rows.size());
-    for (auto& row : unsent_->rows) flight->rows.emplace_back(row.first, row.second);
+    f->rows.reserve(fresh.size() + unsent_->rows.size());
+    for (auto& row : unsent_->rows) f->rows.emplace_back(row.first, row.second);
     unsent_->rows.clear();
   }
-  flight->rows.insert(flight->rows.end(), fresh.begin(), fresh.end());
-  if (flight->rows.empty()) return;
-  flight->requeued.assign(flight->rows.size(), false);
-  Flight* f = flight.get();
-  // A count Redis did not get goes back into the next flush; one that may have reached it is
-  // lost and counted (stats().command_errors), not sent twice.
-  auto on_counts = [f](size_t row) {
-    return [f, row](RedisStore::FireResult result) {
-      if (result == RedisStore::FireResult::kNotSent && !f->requeued[row]) {
-        f->requeued[row] = true;
-        std::lock_guard lock(f->unsent->mu);
-        f->unsent->rows[f->rows[row].first].Add(f->rows[row].second);
-      }
-      if (--f->left == 0) delete f;
-    };
-  };
+  f->rows.insert(f->rows.end(), fresh.begin(), fresh.end());
+  if (f->rows.empty()) return;
+  f->state.resize(f->rows.size());
+  // Which rows still need their index entry and TTLs: all of them again after a lost connection,
+  // which may have been a Redis restart that lost its data.
+  {
+    std::lock_guard lock(indexed_->mu);
+    const uint64_t reconnects = redis_.stats().reconnects.load(std::memory_order_relaxed);
+    if (reconnects != indexed_->reconnects) {
+      indexed_->done.clear();
+      indexed_->reconnects = reconnects;
+    }
+    for (size_t row = 0; row < f->rows.size(); ++row) {
+      if (!indexed_->done.count(DayAccount(f->rows[row].first))) f->state[row].index_left = 3;
+    }
+  }
   std::vector<RedisStore::Fire> commands;
   const std::string ttl = std::to_string(retention_s_);
   std::string field;
@@ -68,7 +103,8 @@ void RedisUsageBackend::Add(const UsageDeltas& fresh) {
     const auto& [k, v] = f->rows[row];
     const std::string key = HashKey(prefix_, k.account, k.day);
     const int slot = RedisStore::KeySlot(key);
-    RedisStore::Fire counts{{}, slot, on_counts(row), 0};  // every HINCRBY of the row, in one go
+    // Every HINCRBY of the row, in one go.
+    RedisStore::Fire counts{{}, slot, [f, row](RedisStore::FireResult r) { f->OnCounts(row, r); }, 0};
     counts.command.reserve(128);
     for (size_t i = 0; i < kOutcomes; ++i) {
       for (const bool cost : {false, true}) {
@@ -81,34 +117,10 @@ void RedisUsageBackend::Add(const UsageDeltas& fresh) {
     }
     f->left += counts.replies;
     if (counts.replies > 0) commands.push_back(std::move(counts));
-    std::string day_account = k.day + "|" + k.account;
-    {
-      std::lock_guard lock(indexed_->mu);
-      // A lost connection may have been a Redis restart that lost its data: confirm again.
-      const uint64_t reconnects = redis_.stats().reconnects.load(std::memory_order_relaxed);
-      if (reconnects != indexed_->reconnects) {
-        indexed_->done.clear();
-        indexed_->reconnects = reconnects;
-      }
-      if (indexed_->done.count(day_account)) continue;
-    }
-    // Confirmed when all three succeeded; until then every flush sends them again.
-    struct Pending {
-      std::shared_ptr<Indexed> indexed;
-      std::string day_account;
-      std::atomic<int> left{3};
-      std::atomic<bool> ok{true};
-    };
-    auto pending = std::make_shared<Pending>();
-    pending->indexed = indexed_;
-    pending->day_account = std::move(day_account);
-    auto confirm = [pending](RedisStore::FireResult result) {
-      if (result != RedisStore::FireResult::kOk) pending->ok.store(false);
-      if (pending->left.fetch_sub(1) != 1 || !pending->ok.load()) return;
-      std::lock_guard lock(pending->indexed->mu);
-      if (pending->indexed->done.size() >= 1'000'000) pending->indexed->done.clear();  // bounded
-      pending->indexed->done.insert(pending->day_account);
-    };
+    if (f->state[row].index_left == 0) continue;
+    // Sent with every flush until confirmed.
+    f->left += 3;
+    auto confirm = [f, row](RedisStore::FireResult r) { f->OnIndex(row, r); };
     const std::string index = prefix_ + ":usage:" + k.day;
     RedisStore::Fire& expire = commands.emplace_back(RedisStore::Fire{{}, slot, confirm});
     RedisStore::EncodeCommand(expire.command, {"EXPIRE", key, ttl});
@@ -117,8 +129,9 @@ void RedisUsageBackend::Add(const UsageDeltas& fresh) {
     RedisStore::EncodeCommand(add.command, {"SADD", index, k.account});
     RedisStore::EncodeCommand(add.command, {"EXPIRE", index, ttl});
   }
-  if (f->left > 0) flight.release();  // deleted by its last reply
-  if (!commands.empty()) redis_.FireAndForget(std::move(commands));
+  if (f->left == 0) return;  // rows of zeros: nothing sent
+  flight.release();  // deleted by its last reply
+  redis_.FireAndForget(std::move(commands));
 }
 
 void RedisUsageBackend::Read(std::vector<std::string> days, std::string account,

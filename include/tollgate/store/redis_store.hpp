@@ -56,7 +56,6 @@ struct RedisStoreStats {
   std::atomic<uint64_t> noscript{0};        // script reloaded after NOSCRIPT
   std::atomic<uint64_t> redirects{0};       // MOVED / ASK followed
   std::atomic<uint64_t> reconnects{0};
-  std::atomic<uint64_t> grouped{0};         // decisions sent in a group of several (one script call)
   std::atomic<int> breaker_open{0};         // 1 while the circuit is open
 };
 

@@ -46,6 +46,7 @@ class RedisUsageBackend final : public UsageBackend {
   };
   std::shared_ptr<Unsent> unsent_ = std::make_shared<Unsent>();
   struct Flight;
+  static std::string DayAccount(const UsageKey& k);  // the key of `indexed_->done`
 };
 
 }  // namespace tollgate::store

@@ -8,6 +8,7 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <string_view>
 #include <tuple>
 #include <unordered_map>
 #include <utility>
@@ -48,10 +49,11 @@ struct UsageKey {
   auto operator<=>(const UsageKey&) const = default;
 };
 
+inline size_t HashUsageKey(std::string_view day, std::string_view account, std::string_view key_id) {
+  return util::Hash64(key_id, util::Hash64(account, util::Hash64(day)));
+}
 struct UsageKeyHash {
-  size_t operator()(const UsageKey& k) const {
-    return util::Hash64(k.key_id, util::Hash64(k.account, util::Hash64(k.day)));
-  }
+  size_t operator()(const UsageKey& k) const { return HashUsageKey(k.day, k.account, k.key_id); }
 };
 
 using UsageRows = std::map<UsageKey, UsageCounts>;
