@@ -39,34 +39,34 @@ Verdict Combine(std::span<const store::Check> checks, std::span<const core::Deci
   return v;
 }
 
+Verdict Engine::Conclude(const Request& request, std::span<const core::Decision> decisions,
+                         const store::ApplyResult& result) {
+  Verdict v;
+  if (result.error != store::StoreErrc::kOk) {
+    v.store_error = result.error;
+    if (request.fail_mode == FailMode::kOpen) {
+      v.kind = Verdict::Kind::kDegraded;
+      stats_.degraded.fetch_add(1, std::memory_order_relaxed);
+    } else {
+      v.kind = Verdict::Kind::kUnavailable;
+      v.retry_after = core::Duration::Seconds(1);
+      stats_.unavailable.fetch_add(1, std::memory_order_relaxed);
+    }
+    return v;
+  }
+  const auto checks = request.batch.checks;
+  v = Combine(checks, decisions.first(checks.size()));
+  v.now = result.now;
+  (v.allowed() ? stats_.allowed : stats_.rejected).fetch_add(1, std::memory_order_relaxed);
+  if (v.shadow_rejections > 0) stats_.shadow_rejected.fetch_add(1, std::memory_order_relaxed);
+  return v;
+}
+
 void Engine::Decide(const Request& request, std::span<core::Decision> decisions,
                     std::function<void(Verdict)> done) {
-  const auto checks = request.batch.checks;
-  const FailMode fail_mode = request.fail_mode;
   store_.Apply(request.batch, decisions,
-               [this, checks, decisions, fail_mode, done = std::move(done)](store::ApplyResult&& r) {
-                 Verdict v;
-                 if (r.error != store::StoreErrc::kOk) {
-                   v.store_error = r.error;
-                   if (fail_mode == FailMode::kOpen) {
-                     v.kind = Verdict::Kind::kDegraded;
-                     stats_.degraded.fetch_add(1, std::memory_order_relaxed);
-                   } else {
-                     v.kind = Verdict::Kind::kUnavailable;
-                     v.retry_after = core::Duration::Seconds(1);
-                     stats_.unavailable.fetch_add(1, std::memory_order_relaxed);
-                   }
-                   done(v);
-                   return;
-                 }
-                 v = Combine(checks, decisions.first(checks.size()));
-                 v.now = r.now;
-                 (v.allowed() ? stats_.allowed : stats_.rejected)
-                     .fetch_add(1, std::memory_order_relaxed);
-                 if (v.shadow_rejections > 0) {
-                   stats_.shadow_rejected.fetch_add(1, std::memory_order_relaxed);
-                 }
-                 done(v);
+               [this, request, decisions, done = std::move(done)](store::ApplyResult&& r) {
+                 done(Conclude(request, decisions, r));
                });
 }
 

@@ -11,27 +11,7 @@ namespace {
 
 bool Advertised(const store::Check& c) { return c.enforced && c.limit->PolicyQuota() > 0; }
 
-using util::AppendDecimal;
-
-std::string Num(int64_t v) {
-  std::string s;
-  AppendDecimal(s, v);
-  return s;
-}
-
 }  // namespace
-
-void HeaderList::Add(std::string_view name, std::string_view value) {
-  names_.push_back({static_cast<uint32_t>(text_.size()), static_cast<uint32_t>(name.size())});
-  text_.append(name).append(": ").append(value).append("\r\n");
-}
-
-void HeaderList::Add(std::string_view name, int64_t value) {
-  names_.push_back({static_cast<uint32_t>(text_.size()), static_cast<uint32_t>(name.size())});
-  text_.append(name).append(": ");
-  AppendDecimal(text_, value);
-  text_.append("\r\n");
-}
 
 bool HeaderList::Has(std::string_view name) const {
   for (const Name& n : names_) {
@@ -57,7 +37,12 @@ std::vector<std::pair<std::string, std::string>> HeaderList::Pairs() const {
 
 std::string JsonEscape(std::string_view s) {
   std::string out;
-  out.reserve(s.size());
+  AppendJsonEscaped(out, s);
+  return out;
+}
+
+void AppendJsonEscaped(std::string& out, std::string_view s) {
+  out.reserve(out.size() + s.size());
   for (size_t i = 0; i < s.size(); ++i) {
     const auto c = static_cast<unsigned char>(s[i]);
     if (c == '"') {
@@ -94,36 +79,34 @@ std::string JsonEscape(std::string_view s) {
       }
     }
   }
-  return out;
 }
 
 void AppendRateLimitHeaders(const config::HeadersConfig& sets,
                             std::span<const store::Check> checks,
                             std::span<const core::Decision> decisions,
-                            const engine::Verdict& verdict, HeaderList& out) {
+                            const engine::Verdict& verdict, HeaderList& list) {
+  HeaderList::Writer out(list);
   const bool rejected = verdict.kind == engine::Verdict::Kind::kRejected;
-  if (sets.ietf) {
-    std::string policy, state;
-    for (size_t i = 0; i < checks.size(); ++i) {
-      if (!Advertised(checks[i])) continue;
-      const core::Decision& d = decisions[i];
-      if (!policy.empty()) {
-        policy += ", ";
-        state += ", ";
+  if (sets.ietf && std::any_of(checks.begin(), checks.end(), Advertised)) {
+    // Written straight into the header block: this runs on every limited response.
+    out.AddWith("RateLimit-Policy", [&](util::StringAppender& text) {
+      std::string_view sep;
+      for (const store::Check& c : checks) {
+        if (!Advertised(c)) continue;
+        text << sep << "\"" << c.name << "\";q=" << c.limit->PolicyQuota() << ";w="
+             << c.limit->PolicyWindowSeconds(verdict.now);
+        sep = ", ";
       }
-      policy.append("\"").append(checks[i].name).append("\";q=");
-      AppendDecimal(policy, checks[i].limit->PolicyQuota());
-      policy += ";w=";
-      AppendDecimal(policy, checks[i].limit->PolicyWindowSeconds(verdict.now));
-      state.append("\"").append(checks[i].name).append("\";r=");
-      AppendDecimal(state, d.remaining);
-      state += ";t=";
-      AppendDecimal(state, d.reset.CeilSeconds());
-    }
-    if (!policy.empty()) {
-      out.Add("RateLimit-Policy", policy);
-      out.Add("RateLimit", state);
-    }
+    });
+    out.AddWith("RateLimit", [&](util::StringAppender& text) {
+      std::string_view sep;
+      for (size_t i = 0; i < checks.size(); ++i) {
+        if (!Advertised(checks[i])) continue;
+        text << sep << "\"" << checks[i].name << "\";r=" << decisions[i].remaining << ";t="
+             << decisions[i].reset.CeilSeconds();
+        sep = ", ";
+      }
+    });
   }
   if (verdict.primary >= 0 && (sets.ratelimit || sets.x_ratelimit)) {
     const auto i = static_cast<size_t>(verdict.primary);
@@ -150,22 +133,16 @@ void AppendRateLimitHeaders(const config::HeadersConfig& sets,
   }
 }
 
-std::string RejectionBody(std::span<const store::Check> checks,
-                          std::span<const core::Decision> decisions,
-                          const engine::Verdict& verdict, int status) {
+void AppendRejectionBody(std::string& out, std::span<const store::Check> checks,
+                         std::span<const core::Decision> decisions,
+                         const engine::Verdict& verdict, int status) {
   if (verdict.kind == engine::Verdict::Kind::kUnavailable) {
-    return "{\"type\":\"about:blank\",\"title\":\"Service Unavailable\",\"status\":503,"
-           "\"code\":\"limiter_unavailable\",\"detail\":\"the rate limiter cannot decide; retry "
-           "later\"}";
+    out.append("{\"type\":\"about:blank\",\"title\":\"Service Unavailable\",\"status\":503,"
+               "\"code\":\"limiter_unavailable\",\"detail\":\"the rate limiter cannot decide; retry "
+               "later\"}");
+    return;
   }
-  std::string violated;
-  for (size_t i = 0; i < checks.size(); ++i) {
-    if (!checks[i].enforced || decisions[i].allowed) continue;
-    if (!violated.empty()) violated += ",";
-    violated += "\"" + JsonEscape(checks[i].name) + "\"";
-  }
-  const std::string code(core::RejectCodeName(verdict.code));
-  std::string detail;
+  std::string_view detail;
   switch (verdict.code) {
     case core::RejectCode::kCostExceedsCapacity:
       detail = "this request costs more than the limit's capacity and can never pass";
@@ -174,13 +151,33 @@ std::string RejectionBody(std::span<const store::Check> checks,
     case core::RejectCode::kCeilingExceeded: detail = "usage ceiling reached for this period"; break;
     default: detail = "too many requests"; break;
   }
-  std::string body = "{\"type\":\"https://iana.org/assignments/http-problem-types#quota-exceeded\","
-                     "\"title\":\"Too Many Requests\",\"status\":" + Num(status) + ",\"code\":\"" + code +
-                     "\",\"detail\":\"" + detail + "\",\"violated-policies\":[" + violated + "]";
-  if (!verdict.retry_after.IsInfinite()) {
-    body += ",\"retry_after\":" + Num(std::max<int64_t>(1, verdict.retry_after.CeilSeconds()));
+  util::StringAppender text(out);
+  text << "{\"type\":\"https://iana.org/assignments/http-problem-types#quota-exceeded\","
+          "\"title\":\"Too Many Requests\",\"status\":"
+       << status << ",\"code\":\"" << core::RejectCodeName(verdict.code) << "\",\"detail\":\"" << detail
+       << "\",\"violated-policies\":[";
+  std::string_view sep;
+  for (size_t i = 0; i < checks.size(); ++i) {
+    if (!checks[i].enforced || decisions[i].allowed) continue;
+    text << sep << "\"";
+    text.Flush();
+    AppendJsonEscaped(out, checks[i].name);
+    text << "\"";
+    sep = ",";
   }
-  return body + "}";
+  text << "]";
+  if (!verdict.retry_after.IsInfinite()) {
+    text << ",\"retry_after\":" << std::max<int64_t>(1, verdict.retry_after.CeilSeconds());
+  }
+  text << "}";
+}
+
+std::string RejectionBody(std::span<const store::Check> checks,
+                          std::span<const core::Decision> decisions,
+                          const engine::Verdict& verdict, int status) {
+  std::string body;
+  AppendRejectionBody(body, checks, decisions, verdict, status);
+  return body;
 }
 
 std::string ErrorBody(std::string_view code, std::string_view message) {

@@ -157,19 +157,16 @@ void AppendEndToEnd(const bhttp::fields& f, std::string& out, Skip skip) {
 void RenderResponse(std::string& out, bhttp::status status, bool keep_alive, unsigned version,
                     std::string_view content_type, std::string_view headers, std::string_view body) {
   out.clear();
-  out.append("HTTP/1.1 ");
-  AppendDecimal(out, static_cast<unsigned>(status));
-  out.append(" ").append(bhttp::obsolete_reason(status));
-  out.append("\r\nServer: tollgate\r\nContent-Type: ").append(content_type);
-  out.append("\r\nContent-Length: ");
-  AppendDecimal(out, body.size());
-  out.append("\r\n");
+  util::StringAppender text(out);
+  text << "HTTP/1.1 " << static_cast<unsigned>(status) << " " << bhttp::obsolete_reason(status)
+       << "\r\nServer: tollgate\r\nContent-Type: " << content_type << "\r\nContent-Length: " << body.size()
+       << "\r\n";
   if (!keep_alive) {
-    out.append("Connection: close\r\n");
+    text << "Connection: close\r\n";
   } else if (version < 11) {
-    out.append("Connection: keep-alive\r\n");
+    text << "Connection: keep-alive\r\n";
   }
-  out.append(headers).append("\r\n").append(body);
+  text << headers << "\r\n" << body;
 }
 
 // Thread-safe line writer for the JSON access log and bounded-rate error log.
@@ -296,6 +293,7 @@ struct Worker;
 // A connection's buffers, reused from one request to the next.
 struct Scratch {
   std::string out;  // what the gateway writes of its own: a response, a forwarded head
+  std::string body;  // the body of a response of ours, before `out` is rendered around it
   HeaderList rate_headers;
 };
 
@@ -322,7 +320,6 @@ struct Gateway::Impl {
   std::unique_ptr<store::MemoryStore> memory;
   std::unique_ptr<store::RedisStore> redis;
   std::unique_ptr<engine::DenyCache> deny_cache;
-  bool store_is_sync = false;
   std::unique_ptr<engine::Engine> engine;
   std::unique_ptr<store::UsageBackend> usage_backend;
   // Ticks (100 ms) between usage flushes. Redis: every tick, ten small batches a second, since
@@ -463,6 +460,12 @@ struct Worker {
   net::awaitable<bool> Handle(Conn& stream, beast::flat_buffer& buffer, Scratch& scratch,
                               bhttp::request_parser<bhttp::buffer_body>& parser,
                               const std::string& peer, Listener listener);
+  // The memory store answers at once: no coroutine, no hop through the executor, no callback.
+  // REQUIRES: gw.memory.
+  engine::Verdict DecideNow(const engine::Engine::Request& request, std::span<core::Decision> decisions) {
+    return gw.engine->Conclude(request, decisions, gw.memory->ApplyNow(request.batch, decisions));
+  }
+  // Any store (the Redis store answers on its own thread).
   net::awaitable<engine::Verdict> Decide(const engine::Engine::Request& request,
                                          std::span<core::Decision> decisions);
   net::awaitable<std::unique_ptr<UpstreamConnection>> AcquireUpstream(beast::error_code& ec);
@@ -736,7 +739,9 @@ net::awaitable<void> Worker::Session(tcp::socket socket, Listener listener) {
   } release{gw.connections};
   beast::error_code ec;
   const auto remote = stream.socket.remote_endpoint(ec);
-  std::string peer = ec ? "" : remote.address().to_string();
+  // Normalised once (an IPv4-mapped peer becomes IPv4): a request without X-Forwarded-For uses
+  // it as its client address as it is.
+  const std::string peer = ec ? "" : Policy()->ClientAddress(remote.address().to_string(), {});
   beast::flat_buffer buffer;
   Scratch scratch;
   for (;;) {
@@ -751,8 +756,31 @@ net::awaitable<void> Worker::Session(tcp::socket socket, Listener listener) {
     parser.header_limit(static_cast<uint32_t>(gw.server.max_header_bytes));
     parser.body_limit(gw.server.max_body_bytes);
     stream.ExpiresAfter(milliseconds(gw.server.header_timeout_ms));
-    auto [read_ec, n] = co_await bhttp::async_read_header(stream.socket, buffer, parser, kTuple);
-    const beast::error_code hec = stream.Check(read_ec);
+    // The head, parsed from the bytes already read, reading more only while the parser needs
+    // them (Beast's async_read_header costs a trip through the executor even when the whole
+    // head is already here, as it is for almost every request).
+    beast::error_code hec;
+    for (;;) {
+      buffer.consume(parser.put(buffer.data(), hec));
+      if (hec == bhttp::error::need_more) {
+        hec = {};
+      } else if (hec || parser.is_header_done()) {
+        break;
+      }
+      auto [rec, n] = co_await stream.socket.async_read_some(buffer.prepare(4096), kTuple);
+      if (rec == net::error::eof) {
+        // A head cut short is malformed; a connection closed between requests is not.
+        if (parser.got_some()) {
+          parser.put_eof(hec);
+        } else {
+          hec = bhttp::error::end_of_stream;
+        }
+        break;
+      }
+      hec = stream.Check(rec);
+      if (hec) break;
+      buffer.commit(n);
+    }
     if (hec) {
       bhttp::status status = bhttp::status::bad_request;
       std::string code = "bad_request";
@@ -840,12 +868,6 @@ std::string QueryValue(std::string_view query, std::string_view name) {
 
 net::awaitable<engine::Verdict> Worker::Decide(const engine::Engine::Request& request,
                                                std::span<core::Decision> decisions) {
-  if (gw.store_is_sync) {
-    // The memory store answers at once: no hop through the executor.
-    engine::Verdict v;
-    gw.engine->Decide(request, decisions, [&v](engine::Verdict r) { v = r; });
-    co_return v;
-  }
   co_return co_await Await<engine::Verdict>([this, &request, decisions](auto resume) {
     gw.engine->Decide(request, decisions, std::move(resume));
   });
@@ -985,7 +1007,9 @@ net::awaitable<bool> Worker::Handle(Conn& stream, beast::flat_buffer& buffer,
   const policy::Plan* plan = nullptr;
   const bool status_endpoint = !decision_service && method == "GET" && path == "/v1/rate-limit";
   const bool usage_endpoint = !decision_service && method == "GET" && path == "/v1/usage";
-  const std::string client = pol.ClientAddress(peer, req["X-Forwarded-For"]);
+  // `peer` is already in the form ClientAddress() gives (see Session()).
+  const std::string_view forwarded_for = req["X-Forwarded-For"];
+  const std::string client = forwarded_for.empty() ? peer : pol.ClientAddress(peer, forwarded_for);
   const bhttp::status deny_status = decision_service
                                         ? static_cast<bhttp::status>(gw.decision.deny_status)
                                         : bhttp::status::too_many_requests;
@@ -1002,7 +1026,12 @@ net::awaitable<bool> Worker::Handle(Conn& stream, beast::flat_buffer& buffer,
       const std::string bad_scope = "badkey:" + client;
       const engine::Engine::Request bad_request{
           .batch = {.scope = bad_scope, .checks = {&bad, 1}}, .fail_mode = engine::FailMode::kOpen};
-      const engine::Verdict v = co_await Decide(bad_request, {decisions.data(), 1});
+      engine::Verdict v;
+      if (gw.memory) {
+        v = DecideNow(bad_request, {decisions.data(), 1});
+      } else {
+        v = co_await Decide(bad_request, {decisions.data(), 1});
+      }
       if (v.kind == engine::Verdict::Kind::kRejected) {
         HeaderList h;
         h.Add("Retry-After", std::max<int64_t>(1, v.retry_after.CeilSeconds()));
@@ -1069,7 +1098,12 @@ net::awaitable<bool> Worker::Handle(Conn& stream, beast::flat_buffer& buffer,
                   .mode = status_endpoint ? store::Mode::kPeek : store::Mode::kConsume},
         .fail_mode = route.fail_mode == config::FailMode::kClosed ? engine::FailMode::kClosed
                                                                    : engine::FailMode::kOpen};
-    const engine::Verdict v = co_await Decide(request, {decisions.data(), n_checks});
+    engine::Verdict v;
+    if (gw.memory) {
+      v = DecideNow(request, {decisions.data(), n_checks});
+    } else {
+      v = co_await Decide(request, {decisions.data(), n_checks});
+    }
     gw.limiter_latency.Observe(SecondsSince(t0));
     const std::span<const store::Check> cs{checks.data(), n_checks};
     const std::span<const core::Decision> ds{decisions.data(), n_checks};
@@ -1154,8 +1188,9 @@ net::awaitable<bool> Worker::Handle(Conn& stream, beast::flat_buffer& buffer,
           // nginx drops an auth subrequest's body: the code travels in a header too.
           rate_headers.Add("X-Tollgate-Code", core::RejectCodeName(v.code));
         }
-        make(deny_status, RejectionBody(cs, ds, v, static_cast<int>(deny_status)), rate_headers.Rendered(),
-                   "application/problem+json");
+        scratch.body.clear();
+        AppendRejectionBody(scratch.body, cs, ds, v, static_cast<int>(deny_status));
+        make(deny_status, scratch.body, rate_headers.Rendered(), "application/problem+json");
         co_return co_await Write(stream, wbuf, reply_keep);
     }
   } else if (status_endpoint) {
@@ -1358,7 +1393,6 @@ Gateway::Impl::Impl(std::string path, config::Config config)
   } else {
     memory = std::make_unique<store::MemoryStore>(store::MemoryStoreOptions{.max_keys = sc.max_keys});
     store = memory.get();
-    store_is_sync = true;
     usage_backend = std::make_unique<store::MemoryUsageBackend>();
   }
   engine = std::make_unique<engine::Engine>(*store);

@@ -72,6 +72,11 @@ class Engine {
   void Decide(const Request& request, std::span<core::Decision> decisions,
               std::function<void(Verdict)> done);
 
+  // The verdict for the store's answer `result` to `request` (what Decide() passes on), for
+  // callers that apply the batch themselves on a store that answers at once.
+  Verdict Conclude(const Request& request, std::span<const core::Decision> decisions,
+                   const store::ApplyResult& result);
+
   const EngineStats& stats() const { return stats_; }
   store::Store& store() { return store_; }
 

@@ -13,6 +13,7 @@
 #include <tollgate/core/decision.hpp>
 #include <tollgate/engine/engine.hpp>
 #include <tollgate/store/store.hpp>
+#include <tollgate/util/text.hpp>
 
 namespace tollgate::http {
 
@@ -21,8 +22,33 @@ namespace tollgate::http {
 // embedding API). Names and values are ours, never client bytes.
 class HeaderList {
  public:
-  void Add(std::string_view name, std::string_view value);
-  void Add(std::string_view name, int64_t value);
+  // Adds headers through one buffer (see util::StringAppender); they are in the list once the
+  // writer is gone.
+  class Writer {
+   public:
+    explicit Writer(HeaderList& list) : list_(list), out_(list.text_) {}
+
+    void Add(std::string_view name, std::string_view value) { Start(name) << value << "\r\n"; }
+    void Add(std::string_view name, int64_t value) { Start(name) << value << "\r\n"; }
+    // Adds a header whose value `write(util::StringAppender&)` writes in place.
+    template <typename Write>
+    void AddWith(std::string_view name, Write&& write) {
+      write(Start(name));
+      out_ << "\r\n";
+    }
+
+   private:
+    util::StringAppender& Start(std::string_view name) {
+      list_.names_.push_back({static_cast<uint32_t>(out_.size()), static_cast<uint32_t>(name.size())});
+      return out_ << name << ": ";
+    }
+
+    HeaderList& list_;
+    util::StringAppender out_;
+  };
+
+  void Add(std::string_view name, std::string_view value) { Writer(*this).Add(name, value); }
+  void Add(std::string_view name, int64_t value) { Writer(*this).Add(name, value); }
   const std::string& Rendered() const { return text_; }
   bool empty() const { return text_.empty(); }
   void Clear() {  // keeps the capacity
@@ -57,6 +83,9 @@ void AppendRateLimitHeaders(const config::HeadersConfig& sets,
 
 // application/problem+json body of a 429 (or 503 limiter_unavailable). `status` is the HTTP
 // status it is sent with (the decision service may deny with 403 for nginx auth_request).
+void AppendRejectionBody(std::string& out, std::span<const store::Check> checks,
+                         std::span<const core::Decision> decisions,
+                         const engine::Verdict& verdict, int status = 429);
 std::string RejectionBody(std::span<const store::Check> checks,
                           std::span<const core::Decision> decisions,
                           const engine::Verdict& verdict, int status = 429);
@@ -66,5 +95,6 @@ std::string ErrorBody(std::string_view code, std::string_view message);
 
 // Escapes a string for a JSON string literal (without the quotes).
 std::string JsonEscape(std::string_view s);
+void AppendJsonEscaped(std::string& out, std::string_view s);
 
 }  // namespace tollgate::http

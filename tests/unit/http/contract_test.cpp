@@ -125,4 +125,40 @@ TEST(HeaderListTest, RendersAnHttpHeaderBlockAndReadsBack) {
   EXPECT_FALSE(HeaderList().Has("x"));
 }
 
+// Names are found where they are even when the writer's buffer filled up between headers.
+TEST(HeaderListTest, WriterKeepsNamesAcrossBufferFlushes) {
+  HeaderList h;
+  h.Add("First", "1");
+  const std::string long_value(3000, 'v');
+  {
+    HeaderList::Writer w(h);
+    w.Add("Long", long_value);
+    w.Add("After-Long", int64_t{42});
+    w.AddWith("Built", [](util::StringAppender& out) { out << "a=" << -7 << ";b=" << uint64_t{18446744073709551615u}; });
+  }
+  EXPECT_EQ(h.Rendered(), "First: 1\r\nLong: " + long_value +
+                              "\r\nAfter-Long: 42\r\nBuilt: a=-7;b=18446744073709551615\r\n");
+  EXPECT_TRUE(h.Has("after-long"));
+  EXPECT_TRUE(h.Has("BUILT"));
+  EXPECT_FALSE(h.Has("v"));
+  ASSERT_EQ(h.Pairs().size(), 4u);
+  EXPECT_EQ(h.Pairs()[2].first, "After-Long");
+}
+
+TEST(StringAppenderTest, GivesTheConcatenationWhateverThePieceSizes) {
+  std::string out = "prefix:";
+  std::string expected = out;
+  {
+    util::StringAppender a(out);
+    for (int i = 0; i < 400; ++i) {
+      const std::string piece(static_cast<size_t>(i * 7 % 1500), static_cast<char>('a' + i % 26));
+      a << piece << i << INT64_MIN;
+      expected += piece + std::to_string(i) + std::to_string(INT64_MIN);
+      EXPECT_EQ(a.size(), expected.size());
+    }
+  }
+  EXPECT_EQ(out, expected);
+}
+
 }  // namespace tollgate::http
+
