@@ -111,22 +111,37 @@ using util::AppendDecimal;
 
 // Fields that describe one connection (RFC 9110 7.6.1), and the framing fields, which the relay
 // writes itself for the body it sends.
-bool IsHopByHopOrFraming(std::string_view name) {
-  using namespace std::literals;
-  static constexpr std::array kFields = {"Connection"sv, "Keep-Alive"sv, "Proxy-Authenticate"sv,
-                                         "Proxy-Authorization"sv, "Proxy-Connection"sv, "TE"sv,
-                                         "Trailer"sv, "Upgrade"sv, "Content-Length"sv,
-                                         "Transfer-Encoding"sv};
-  for (std::string_view f : kFields) {
-    if (policy::Policy::EqualsIgnoreCase(name, f)) return true;
+enum class FieldKind { kEndToEnd, kConnection, kContentLength, kTransferEncoding, kOtherHopByHop };
+
+FieldKind Classify(std::string_view name) {
+  // By length first: this runs for every field of every proxied request and response, and
+  // most fields have a length none of these has.
+  using policy::Policy;
+  auto is = [name](std::string_view f) { return Policy::EqualsIgnoreCase(name, f); };
+  bool hop = false;
+  switch (name.size()) {
+    case 2: hop = is("TE"); break;
+    case 7: hop = is("Trailer") || is("Upgrade"); break;
+    case 10:
+      if (is("Connection")) return FieldKind::kConnection;
+      hop = is("Keep-Alive");
+      break;
+    case 14: return is("Content-Length") ? FieldKind::kContentLength : FieldKind::kEndToEnd;
+    case 16: hop = is("Proxy-Connection"); break;
+    case 17: return is("Transfer-Encoding") ? FieldKind::kTransferEncoding : FieldKind::kEndToEnd;
+    case 18: hop = is("Proxy-Authenticate"); break;
+    case 19: hop = is("Proxy-Authorization"); break;
+    default: break;
   }
-  return false;
+  return hop ? FieldKind::kOtherHopByHop : FieldKind::kEndToEnd;
 }
+
+bool IsHopByHopOrFraming(std::string_view name) { return Classify(name) != FieldKind::kEndToEnd; }
 
 // Appends the end-to-end fields of `f` as "Name: value\r\n" lines. Dropped: hop-by-hop and
 // framing fields, those named in Connection, and those `skip` says the gateway sets itself.
 template <class Skip>
-void AppendEndToEnd(const bhttp::fields& f, std::string& out, Skip skip) {
+void AppendEndToEnd(const bhttp::fields& f, util::StringAppender& out, Skip skip) {
   std::vector<std::string_view> named;
   for (auto it = f.find(bhttp::field::connection); it != f.end() && it->name() == bhttp::field::connection; ++it) {
     std::string_view v = it->value();
@@ -148,7 +163,7 @@ void AppendEndToEnd(const bhttp::fields& f, std::string& out, Skip skip) {
                     [name](std::string_view n) { return policy::Policy::EqualsIgnoreCase(n, name); })) {
       continue;
     }
-    out.append(name).append(": ").append(field.value()).append("\r\n");
+    out << name << ": " << field.value() << "\r\n";
   }
 }
 
@@ -543,11 +558,19 @@ net::awaitable<beast::error_code> Relay(bhttp::parser<isRequest, bhttp::buffer_b
 // An upstream response head of the common shape, read in place from the connection's buffer:
 // a final status, a Content-Length (or no body), no transfer coding, no folded lines, no
 // fields named in Connection. Such a response is relayed without Beast's parser; anything
-// else is left to it (ParseSimpleHead returns nullopt).
+// else is left to it (ParseSimpleHead returns false).
 struct SimpleHead {
   unsigned status = 0;
   std::string_view reason;
-  std::string_view fields;  // the field lines, each ending in CRLF
+  // The end-to-end field lines (not hop-by-hop or framing), without their CRLF, and the length
+  // of each one's name: the relay writes them without parsing the head again.
+  struct Line {
+    std::string_view text;
+    size_t name_size;
+  };
+  static constexpr size_t kMaxLines = 48;  // more: left to Beast's parser
+  std::array<Line, kMaxLines> lines;
+  size_t line_count = 0;
   std::optional<uint64_t> content_length;
   bool keep_alive = true;
   size_t size = 0;  // of the head, through its blank line
@@ -557,11 +580,13 @@ struct SimpleHead {
 // that shape.
 template <class Fn>
 bool ForEachField(std::string_view fields, Fn fn) {
-  while (!fields.empty()) {
-    const size_t eol = fields.find("\r\n");
-    if (eol == std::string_view::npos) return false;
-    const std::string_view line = fields.substr(0, eol);
-    fields.remove_prefix(eol + 2);
+  const char* p = fields.data();
+  const char* const end = p + fields.size();
+  while (p < end) {
+    const auto* nl = static_cast<const char*>(std::memchr(p, '\n', static_cast<size_t>(end - p)));
+    if (!nl || nl == p || nl[-1] != '\r') return false;  // a bare LF: left to Beast's parser
+    const std::string_view line(p, static_cast<size_t>(nl - 1 - p));
+    p = nl + 1;
     const size_t colon = line.find(':');
     if (colon == 0 || colon == std::string_view::npos || line[0] == ' ' || line[0] == '\t' ||
         line[colon - 1] == ' ' || line[colon - 1] == '\t') {
@@ -572,48 +597,73 @@ bool ForEachField(std::string_view fields, Fn fn) {
   return true;
 }
 
-std::optional<SimpleHead> ParseSimpleHead(std::string_view data, bool is_head) {
-  const size_t end = data.find("\r\n\r\n");
-  if (end == std::string_view::npos) return std::nullopt;
+// Where the head at the start of `data` ends (just after its blank line), or npos if `data`
+// does not hold all of it yet. One memchr per line.
+size_t HeadEnd(std::string_view data) {
+  const char* const begin = data.data();
+  const char* const end = begin + data.size();
+  for (const char* p = begin; p < end; ++p) {
+    p = static_cast<const char*>(std::memchr(p, '\n', static_cast<size_t>(end - p)));
+    if (!p) break;
+    if (end - p >= 3 && p > begin && p[-1] == '\r' && p[1] == '\r' && p[2] == '\n') {
+      return static_cast<size_t>(p + 3 - begin);
+    }
+  }
+  return std::string_view::npos;
+}
+
+bool ParseSimpleHead(std::string_view data, bool is_head, SimpleHead& h) {
+  const size_t size = HeadEnd(data);
+  if (size == std::string_view::npos) return false;
   const std::string_view line = data.substr(0, data.find("\r\n"));
   auto digit = [&line](size_t i) { return line[i] >= '0' && line[i] <= '9'; };
   if (line.size() < 12 || line.substr(0, 7) != "HTTP/1." || (line[7] != '0' && line[7] != '1') ||
       line[8] != ' ' || !digit(9) || !digit(10) || !digit(11) || (line.size() > 12 && line[12] != ' ')) {
-    return std::nullopt;
+    return false;
   }
-  SimpleHead h;
-  h.size = end + 4;
+  h.size = size;
   h.status = static_cast<unsigned>((line[9] - '0') * 100 + (line[10] - '0') * 10 + (line[11] - '0'));
-  if (h.status < 200) return std::nullopt;  // interim responses: the parser skips them
+  if (h.status < 200) return false;  // interim responses: the parser skips them
   h.reason = line.size() > 13 ? line.substr(13) : std::string_view();
   h.keep_alive = line[7] == '1';
-  h.fields = data.substr(line.size() + 2, end + 2 - (line.size() + 2));
   bool simple = true;
-  const bool parsed = ForEachField(h.fields, [&](std::string_view name, std::string_view value, std::string_view) {
-    if (policy::Policy::EqualsIgnoreCase(name, "Transfer-Encoding")) {
-      simple = false;
-    } else if (policy::Policy::EqualsIgnoreCase(name, "Content-Length")) {
-      uint64_t n = 0;
-      const auto r = std::from_chars(value.data(), value.data() + value.size(), n);
-      if (r.ec != std::errc() || r.ptr != value.data() + value.size() || value.empty() ||
-          (h.content_length && *h.content_length != n)) {
-        simple = false;
+  const std::string_view fields = data.substr(line.size() + 2, size - 2 - (line.size() + 2));
+  const bool parsed = ForEachField(fields, [&](std::string_view name, std::string_view value, std::string_view text) {
+    switch (Classify(name)) {
+      case FieldKind::kEndToEnd:
+        if (h.line_count == h.lines.size()) {
+          simple = false;
+        } else {
+          h.lines[h.line_count++] = {text, name.size()};
+        }
+        break;
+      case FieldKind::kTransferEncoding: simple = false; break;
+      case FieldKind::kContentLength: {
+        uint64_t n = 0;
+        const auto r = std::from_chars(value.data(), value.data() + value.size(), n);
+        if (r.ec != std::errc() || r.ptr != value.data() + value.size() || value.empty() ||
+            (h.content_length && *h.content_length != n)) {
+          simple = false;
+        }
+        h.content_length = n;
+        break;
       }
-      h.content_length = n;
-    } else if (policy::Policy::EqualsIgnoreCase(name, "Connection")) {
-      if (policy::Policy::EqualsIgnoreCase(value, "close")) {
-        h.keep_alive = false;
-      } else if (policy::Policy::EqualsIgnoreCase(value, "keep-alive")) {
-        h.keep_alive = true;
-      } else {
-        simple = false;  // names hop-by-hop fields
-      }
+      case FieldKind::kConnection:
+        if (policy::Policy::EqualsIgnoreCase(value, "close")) {
+          h.keep_alive = false;
+        } else if (policy::Policy::EqualsIgnoreCase(value, "keep-alive")) {
+          h.keep_alive = true;
+        } else {
+          simple = false;  // names hop-by-hop fields
+        }
+        break;
+      case FieldKind::kOtherHopByHop: break;
     }
   });
   const bool no_body = is_head || h.status == 204 || h.status == 304;
-  if (!parsed || !simple || (!h.content_length && !no_body)) return std::nullopt;
+  if (!parsed || !simple || (!h.content_length && !no_body)) return false;
   if (no_body && !is_head) h.content_length.reset();
-  return h;
+  return true;
 }
 
 std::string_view View(const beast::flat_buffer& b) {
@@ -623,7 +673,7 @@ std::string_view View(const beast::flat_buffer& b) {
 // Reads from `c` into `buf` until `buf` holds a whole head, through its blank line.
 net::awaitable<beast::error_code> ReadHead(Conn& c, beast::flat_buffer& buf, milliseconds timeout) {
   for (;;) {
-    if (View(buf).find("\r\n\r\n") != std::string_view::npos) co_return beast::error_code{};
+    if (HeadEnd(View(buf)) != std::string_view::npos) co_return beast::error_code{};
     if (buf.size() >= kMaxUpstreamHead) co_return beast::error_code(bhttp::error::header_limit);
     c.ExpiresAfter(timeout);
     auto [ec, n] = co_await c.socket.async_read_some(buf.prepare(4096), kTuple);
@@ -1212,29 +1262,25 @@ net::awaitable<bool> Worker::Handle(Conn& stream, beast::flat_buffer& buffer,
   // Forward to the upstream: the request's head, rendered apart from the request (which stays
   // as it was read), then its body.
   wbuf.clear();
-  wbuf.append(req.method_string()).append(" ").append(gw.upstream.base_path).append(req.target());
-  wbuf.append(" HTTP/1.1\r\n");
-  const std::string_view xff = req["X-Forwarded-For"];
-  AppendEndToEnd(req, wbuf, [](std::string_view name) {
-    return policy::Policy::EqualsIgnoreCase(name, "X-Forwarded-For") ||
-           policy::Policy::EqualsIgnoreCase(name, "X-Tollgate-Key-Id") ||
-           policy::Policy::EqualsIgnoreCase(name, "X-Tollgate-Plan") ||
-           policy::Policy::EqualsIgnoreCase(name, "Expect");
-  });
-  wbuf.append("X-Forwarded-For: ").append(xff).append(xff.empty() ? "" : ", ").append(peer).append("\r\n");
-  if (key) {
-    wbuf.append("X-Tollgate-Key-Id: ").append(key->id).append("\r\n");
-    wbuf.append("X-Tollgate-Plan: ").append(plan->name).append("\r\n");
-  }
   const bool request_chunked = parser.chunked();
-  if (request_chunked) {
-    wbuf.append("Transfer-Encoding: chunked\r\n");
-  } else if (const auto length = parser.content_length()) {
-    wbuf.append("Content-Length: ");
-    AppendDecimal(wbuf, *length);
-    wbuf.append("\r\n");
+  {
+    util::StringAppender head(wbuf);
+    head << req.method_string() << " " << gw.upstream.base_path << req.target() << " HTTP/1.1\r\n";
+    AppendEndToEnd(req, head, [](std::string_view name) {
+      return policy::Policy::EqualsIgnoreCase(name, "X-Forwarded-For") ||
+             policy::Policy::EqualsIgnoreCase(name, "X-Tollgate-Key-Id") ||
+             policy::Policy::EqualsIgnoreCase(name, "X-Tollgate-Plan") ||
+             policy::Policy::EqualsIgnoreCase(name, "Expect");
+    });
+    head << "X-Forwarded-For: " << forwarded_for << (forwarded_for.empty() ? "" : ", ") << peer << "\r\n";
+    if (key) head << "X-Tollgate-Key-Id: " << key->id << "\r\nX-Tollgate-Plan: " << plan->name << "\r\n";
+    if (request_chunked) {
+      head << "Transfer-Encoding: chunked\r\n";
+    } else if (const auto length = parser.content_length()) {
+      head << "Content-Length: " << *length << "\r\n";
+    }
+    head << "\r\n";
   }
-  wbuf.append("\r\n");
   const bool request_has_body = !parser.is_done();
   if (request_has_body && policy::Policy::EqualsIgnoreCase(req[bhttp::field::expect], "100-continue")) {
     // The client waits for our go-ahead before its body: given now that the limits let the
@@ -1278,7 +1324,8 @@ net::awaitable<bool> Worker::Handle(Conn& stream, beast::flat_buffer& buffer,
     if (!(pooled && !request_has_body && ec != beast::error::timeout)) break;
   }
   if (up && !ec) {
-    simple = ParseSimpleHead(View(up->buffer), is_head);
+    // Parsed in place: a SimpleHead is a kilobyte of line views, not worth copying.
+    if (!ParseSimpleHead(View(up->buffer), is_head, simple.emplace())) simple.reset();
     // Interim responses (1xx) are dropped: the client gets the final one.
     while (!simple && !ec && (!rp || rp->get().result_int() / 100 == 1)) {
       rp.emplace();
@@ -1323,30 +1370,31 @@ net::awaitable<bool> Worker::Handle(Conn& stream, beast::flat_buffer& buffer,
                     !(unframed && !response_chunked);
   rlog.upstream_status = static_cast<int>(status);
   wbuf.clear();
-  wbuf.append("HTTP/1.1 ");
-  AppendDecimal(wbuf, status);
-  wbuf.append(" ").append(simple ? simple->reason : std::string_view(rp->get().reason())).append("\r\n");
-  if (simple) {
-    ForEachField(simple->fields, [&](std::string_view name, std::string_view, std::string_view line) {
-      if (!IsHopByHopOrFraming(name) && !skip(name)) wbuf.append(line).append("\r\n");
-    });
-  } else {
-    AppendEndToEnd(rp->get(), wbuf, skip);
+  {
+    util::StringAppender head(wbuf);
+    head << "HTTP/1.1 " << status << " " << (simple ? simple->reason : std::string_view(rp->get().reason()))
+         << "\r\n";
+    if (simple) {
+      for (size_t i = 0; i < simple->line_count; ++i) {
+        const SimpleHead::Line& l = simple->lines[i];
+        if (!skip(l.text.substr(0, l.name_size))) head << l.text << "\r\n";
+      }
+    } else {
+      AppendEndToEnd(rp->get(), head, skip);
+    }
+    head << rate_headers.Rendered();
+    if (length) {
+      head << "Content-Length: " << *length << "\r\n";
+    } else if (response_chunked) {
+      head << "Transfer-Encoding: chunked\r\n";
+    }
+    if (!keep) {
+      head << "Connection: close\r\n";
+    } else if (req.version() < 11) {
+      head << "Connection: keep-alive\r\n";
+    }
+    head << "\r\n";
   }
-  wbuf.append(rate_headers.Rendered());
-  if (length) {
-    wbuf.append("Content-Length: ");
-    AppendDecimal(wbuf, *length);
-    wbuf.append("\r\n");
-  } else if (response_chunked) {
-    wbuf.append("Transfer-Encoding: chunked\r\n");
-  }
-  if (!keep) {
-    wbuf.append("Connection: close\r\n");
-  } else if (req.version() < 11) {
-    wbuf.append("Connection: keep-alive\r\n");
-  }
-  wbuf.append("\r\n");
   bool upstream_failed = false;
   if (simple) {
     up->buffer.consume(simple->size);

@@ -95,22 +95,6 @@ core::Result<Cidr> ParseCidr(std::string_view text) {
   return Cidr{*addr, v4 ? len + 96 : len};
 }
 
-bool Policy::EqualsIgnoreCase(std::string_view a, std::string_view b) {
-  if (a.size() != b.size()) return false;
-  // ASCII only (header names, tokens): std::tolower is a call per character.
-  auto lower = [](char c) { return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c; };
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (lower(a[i]) != lower(b[i])) return false;
-  }
-  return true;
-}
-
-std::string_view Policy::Trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
-  return s;
-}
-
 core::Result<std::shared_ptr<const Policy>> Policy::Build(config::Config config) {
   std::shared_ptr<Policy> p(new Policy());
   for (const auto& pc : config.plans) {

@@ -107,8 +107,21 @@ class Policy {
   const Plan& strictest() const { return plans_[strictest_]; }
   const config::Config& config() const { return config_; }
 
-  static bool EqualsIgnoreCase(std::string_view a, std::string_view b);
-  static std::string_view Trim(std::string_view s);
+  // ASCII only (header names, tokens); inline, since header names are compared by the dozen
+  // on every proxied request and most differ in length.
+  static bool EqualsIgnoreCase(std::string_view a, std::string_view b) {
+    if (a.size() != b.size()) return false;
+    auto lower = [](char c) { return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c; };
+    for (size_t i = 0; i < a.size(); ++i) {
+      if (lower(a[i]) != lower(b[i])) return false;
+    }
+    return true;
+  }
+  static std::string_view Trim(std::string_view s) {
+    while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+    while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+    return s;
+  }
 
  private:
   Policy() = default;
