@@ -775,6 +775,21 @@ class ProxyTests(GatewayTestCase):
         self.assertIn(b"\r\nx-upstream: yes\r\n", head)
         self.assertNotIn(b"x-upstream-hop", head)
 
+    def test_every_upstream_header_is_relayed_however_many(self):
+        # Heads of up to 48 end-to-end fields are relayed from the lines found while scanning
+        # them; longer ones go through Beast's parser. Both must relay every field, in order.
+        gw = self.start(config())
+        for count in (45, 46, 47, 60):  # the upstream adds Server and Date
+            query = "&".join("X-H-%d=v%d" % (i, i) for i in range(count))
+            data, _, _ = raw_exchange(
+                gw.port, b"GET /headers?" + query.encode() + b" HTTP/1.1\r\nHost: x\r\n"
+                b"Connection: close\r\nX-API-Key: " + FREE_KEY.encode() + b"\r\n\r\n")
+            head = data.partition(b"\r\n\r\n")[0].decode()
+            self.assertEqual(status_of(data), 200, head[:300])
+            relayed = re.findall(r"\r\nX-H-(\d+): v(\d+)", head, re.IGNORECASE)
+            self.assertEqual(relayed, [(str(i), str(i)) for i in range(count)], count)
+            self.assertEqual(len(re.findall(r"\r\nratelimit-limit: ", head, re.IGNORECASE)), 1, count)
+
     def test_http10_client_gets_an_unframed_body_then_close(self):
         gw = self.start(config())
         # The upstream answers chunked; an HTTP/1.0 client cannot read chunked encoding.
