@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <memory_resource>
 #include <mutex>
 #include <optional>
 #include <stdexcept>
@@ -140,8 +141,8 @@ bool IsHopByHopOrFraming(std::string_view name) { return Classify(name) != Field
 
 // Appends the end-to-end fields of `f` as "Name: value\r\n" lines. Dropped: hop-by-hop and
 // framing fields, those named in Connection, and those `skip` says the gateway sets itself.
-template <class Skip>
-void AppendEndToEnd(const bhttp::fields& f, util::StringAppender& out, Skip skip) {
+template <class Fields, class Skip>
+void AppendEndToEnd(const Fields& f, util::StringAppender& out, Skip skip) {
   std::vector<std::string_view> named;
   for (auto it = f.find(bhttp::field::connection); it != f.end() && it->name() == bhttp::field::connection; ++it) {
     std::string_view v = it->value();
@@ -305,8 +306,14 @@ struct UpstreamConnection {
 
 struct Worker;
 
+// A request's fields come from an arena of its connection, emptied between requests: Beast's
+// fields otherwise cost a malloc and a free per field.
+using RequestAllocator = std::pmr::polymorphic_allocator<char>;
+using RequestParser = bhttp::request_parser<bhttp::buffer_body, RequestAllocator>;
+
 // A connection's buffers, reused from one request to the next.
 struct Scratch {
+  alignas(std::max_align_t) std::array<std::byte, 2048> arena;  // most requests' fields fit
   std::string out;  // what the gateway writes of its own: a response, a forwarded head
   std::string body;  // the body of a response of ours, before `out` is rendered around it
   HeaderList rate_headers;
@@ -473,7 +480,7 @@ struct Worker {
   net::awaitable<void> Session(tcp::socket socket, Listener listener);
   net::awaitable<void> SweepDeadlines();
   net::awaitable<bool> Handle(Conn& stream, beast::flat_buffer& buffer, Scratch& scratch,
-                              bhttp::request_parser<bhttp::buffer_body>& parser,
+                              RequestParser& parser,
                               const std::string& peer, Listener listener);
   // The memory store answers at once: no coroutine, no hop through the executor, no callback.
   // REQUIRES: gw.memory.
@@ -506,8 +513,8 @@ net::awaitable<bool> Write(Conn& stream, const std::string& data, bool keep_aliv
 // Writes `head`, then the body `p` reads from `in`, to `out`, a chunk at a time (a large export
 // never sits in memory whole): in chunked encoding when `chunked`, else as it comes. The head
 // goes out with the first chunk, a small message in one write.
-template <bool isRequest>
-net::awaitable<beast::error_code> Relay(bhttp::parser<isRequest, bhttp::buffer_body>& p,
+template <bool isRequest, class Allocator>
+net::awaitable<beast::error_code> Relay(bhttp::parser<isRequest, bhttp::buffer_body, Allocator>& p,
                                         Conn& in, beast::flat_buffer& in_buf,
                                         Conn& out, std::string_view head, bool chunked,
                                         milliseconds timeout, bool* in_failed) {
@@ -794,6 +801,8 @@ net::awaitable<void> Worker::Session(tcp::socket socket, Listener listener) {
   const std::string peer = ec ? "" : Policy()->ClientAddress(remote.address().to_string(), {});
   beast::flat_buffer buffer;
   Scratch scratch;
+  std::pmr::monotonic_buffer_resource fields_arena(scratch.arena.data(), scratch.arena.size(),
+                                                   std::pmr::new_delete_resource());
   for (;;) {
     if (buffer.size() == 0) {
       // Keep-alive: wait for the next request's first bytes.
@@ -802,7 +811,9 @@ net::awaitable<void> Worker::Session(tcp::socket socket, Listener listener) {
       if (rec) break;
       buffer.commit(n);
     }
-    bhttp::request_parser<bhttp::buffer_body> parser;
+    fields_arena.release();  // the last request's parser is gone
+    RequestParser parser(std::piecewise_construct, std::make_tuple(),
+                         std::make_tuple(RequestAllocator(&fields_arena)));
     parser.header_limit(static_cast<uint32_t>(gw.server.max_header_bytes));
     parser.body_limit(gw.server.max_body_bytes);
     stream.ExpiresAfter(milliseconds(gw.server.header_timeout_ms));
@@ -924,7 +935,7 @@ net::awaitable<engine::Verdict> Worker::Decide(const engine::Engine::Request& re
 }
 
 net::awaitable<bool> Worker::Handle(Conn& stream, beast::flat_buffer& buffer,
-                                    Scratch& scratch, bhttp::request_parser<bhttp::buffer_body>& parser,
+                                    Scratch& scratch, RequestParser& parser,
                                     const std::string& peer, Listener listener) {
   const auto start = Clock::now();
   std::string& wbuf = scratch.out;
