@@ -11,6 +11,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <memory>
 #include <memory_resource>
 #include <mutex>
@@ -206,17 +207,24 @@ class Log {
   std::mutex mu_;
 };
 
-std::string NowIso() {
+// Appends the time now as 2026-11-29T21:59:56.123Z. The part to the second is formatted once a
+// second per thread: every access-log line starts with it.
+void AppendIsoNow(std::string& out) {
   const auto now = std::chrono::system_clock::now();
   const auto t = std::chrono::system_clock::to_time_t(now);
   const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count() % 1000;
-  std::tm tm;
-  gmtime_r(&t, &tm);
-  char buf[80];
-  std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%03lldZ", tm.tm_year + 1900,
-                tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
-                static_cast<long long>(ms));
-  return buf;
+  thread_local std::time_t formatted = -1;
+  thread_local char seconds[20];  // 2026-11-29T21:59:56
+  if (t != formatted) {
+    std::tm tm;
+    gmtime_r(&t, &tm);
+    std::snprintf(seconds, sizeof seconds, "%04d-%02d-%02dT%02d:%02d:%02d", tm.tm_year + 1900,
+                  tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec);
+    formatted = t;
+  }
+  const char millis[] = {'.', static_cast<char>('0' + ms / 100), static_cast<char>('0' + ms / 10 % 10),
+                         static_cast<char>('0' + ms % 10), 'Z'};
+  out.append(seconds, 19).append(millis, sizeof millis);
 }
 
 }  // namespace
@@ -316,6 +324,7 @@ struct Scratch {
   alignas(std::max_align_t) std::array<std::byte, 2048> arena;  // most requests' fields fit
   std::string out;  // what the gateway writes of its own: a response, a forwarded head
   std::string body;  // the body of a response of ours, before `out` is rendered around it
+  std::string log_line;
   HeaderList rate_headers;
 };
 
@@ -495,11 +504,13 @@ struct Worker {
 
 namespace {
 
+// Views into the policy the request holds (and string literals): the log line, if any, is
+// written before the request lets go of it.
 struct RequestLog {
   bool metered = false;  // counted in usage (a limited request of a known key)
-  std::string key_id;
-  std::string plan;
-  std::string decision = "none";
+  std::string_view key_id;
+  std::string_view plan;
+  std::string_view decision = "none";
   int64_t cost = 0;
   int upstream_status = 0;
 };
@@ -981,13 +992,33 @@ net::awaitable<bool> Worker::Handle(Conn& stream, beast::flat_buffer& buffer,
                        rlog.cost, util::SystemClock::Instance().Now());
     }
     if (!gw.server.access_log) return;
-    std::string line = "{\"ts\":\"" + NowIso() + "\",\"method\":\"" + JsonEscape(method) +
-                       "\",\"path\":\"" + JsonEscape(path) + "\",\"status\":" + std::to_string(status) +
-                       ",\"client\":\"" + JsonEscape(peer) + "\",\"key_id\":\"" + JsonEscape(rlog.key_id) +
-                       "\",\"plan\":\"" + JsonEscape(rlog.plan) + "\",\"decision\":\"" + rlog.decision +
-                       "\",\"cost\":" + std::to_string(rlog.cost) +
-                       ",\"upstream_status\":" + std::to_string(rlog.upstream_status) +
-                       ",\"latency_ms\":" + std::to_string(SecondsSince(start) * 1000) + "}\n";
+    // Built in a buffer of the connection; JSON-escaped: paths and addresses are client bytes.
+    std::string& line = scratch.log_line;
+    line.assign("{\"ts\":\"");
+    AppendIsoNow(line);
+    line.append("\",\"method\":\"");
+    AppendJsonEscaped(line, method);
+    line.append("\",\"path\":\"");
+    AppendJsonEscaped(line, path);
+    line.append("\",\"status\":");
+    AppendDecimal(line, status);
+    line.append(",\"client\":\"");
+    AppendJsonEscaped(line, peer);
+    line.append("\",\"key_id\":\"");
+    AppendJsonEscaped(line, rlog.key_id);
+    line.append("\",\"plan\":\"");
+    AppendJsonEscaped(line, rlog.plan);
+    line.append("\",\"decision\":\"").append(rlog.decision).append("\",\"cost\":");
+    AppendDecimal(line, rlog.cost);
+    line.append(",\"upstream_status\":");
+    AppendDecimal(line, rlog.upstream_status);
+    // Milliseconds to the microsecond, without printf's floating-point formatting.
+    const auto us = std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - start).count();
+    const char frac[] = {'.', static_cast<char>('0' + us / 100 % 10), static_cast<char>('0' + us / 10 % 10),
+                         static_cast<char>('0' + us % 10)};
+    line.append(",\"latency_ms\":");
+    AppendDecimal(line, us / 1000);
+    line.append(frac, sizeof frac).append("}\n");
     gw.log.Access(line);
   };
   // Renders a response of ours (not the upstream's) into wbuf; Write() sends it. (Responses

@@ -8,6 +8,7 @@ Each test starts its own upstream and gateway on free loopback ports with its ow
 temp dir (harness.GatewayTestCase), and stops them by PID afterwards. The tests are grouped
 in classes that CTest runs as separate entries (tests/integration/CMakeLists.txt).
 """
+import datetime
 import http.client
 import json
 import os
@@ -524,7 +525,14 @@ class IdentityTests(GatewayTestCase):
         self.assertEqual(echo[0]["decision"], "allowed")
         self.assertEqual(echo[0]["cost"], 1)
         self.assertEqual(echo[0]["upstream_status"], 200)
-        self.assertIn("latency_ms", echo[0])
+        for e in echo:
+            self.assertIsInstance(e["latency_ms"], (int, float))
+            self.assertTrue(0 < e["latency_ms"] < 5000, e)
+            self.assertRegex(e["ts"], r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
+            logged = datetime.datetime.strptime(e["ts"], "%Y-%m-%dT%H:%M:%S.%fZ").replace(
+                tzinfo=datetime.timezone.utc)
+            age = (datetime.datetime.now(datetime.timezone.utc) - logged).total_seconds()
+            self.assertTrue(-2 < age < 60, e)
         everything = gw.process.read_stdout() + gw.process.read_stderr()
         for secret in (FREE_KEY, "sk-wrong-secret"):
             self.assertNotIn(secret.encode(), everything)
