@@ -36,6 +36,7 @@ class StringAppender {
     if (static_cast<size_t>(std::end(buf_) - p_) < s.size()) [[unlikely]] {
       return AppendLarge(s);
     }
+    if (s.empty()) return *this;  // memcpy from a null pointer (an empty view's) is undefined
     std::memcpy(p_, s.data(), s.size());
     p_ += s.size();
     return *this;
