@@ -3,7 +3,8 @@
 # an nginx upstream on loopback: proxied (high limit) and 429 (low limit), one hot key and 10,000
 # keys. A deterministic measure of the gateway's own cost, unlike throughput on a shared machine
 # (the kernel's share, about half of every request, is not counted). Needs valgrind, nginx, wrk.
-# Usage: bench/gateway/instructions.sh   (TOLLGATE_BIN: default build/tollgate)
+# Usage: bench/gateway/instructions.sh   (TOLLGATE_BIN: default build/tollgate; ACCESS_LOG=true
+# to count the access log too, off by default as in the throughput benchmarks)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 bin=${TOLLGATE_BIN:-$PWD/build/tollgate}
@@ -23,7 +24,7 @@ http { access_log off; client_body_temp_path $dir/tmp; proxy_temp_path $dir/tmp;
 CONF
 taskset -c 1 nginx -c "$dir/up.conf" & pids+=($!)
 config() { # capacity
-  echo "server: {listen: 127.0.0.1:$port, admin_listen: 127.0.0.1:$admin, threads: 1, access_log: false}"
+  echo "server: {listen: 127.0.0.1:$port, admin_listen: 127.0.0.1:$admin, threads: 1, access_log: ${ACCESS_LOG:-false}}"
   echo "upstream: {url: http://127.0.0.1:$up, max_connections: 64}"
   echo "identity: {api_key_headers: [X-API-Key]}"
   echo "plans: {bench: {limits: [{name: burst, capacity: $1, refill_per_second: $1}]}}"
