@@ -632,22 +632,21 @@ size_t HeadEnd(std::string_view data) {
   return std::string_view::npos;
 }
 
-bool ParseSimpleHead(std::string_view data, bool is_head, SimpleHead& h) {
-  const size_t size = HeadEnd(data);
-  if (size == std::string_view::npos) return false;
-  const std::string_view line = data.substr(0, data.find("\r\n"));
+// `head`: a whole head through its blank line, as ReadHead() found it.
+bool ParseSimpleHead(std::string_view head, bool is_head, SimpleHead& h) {
+  const std::string_view line = head.substr(0, head.find("\r\n"));
   auto digit = [&line](size_t i) { return line[i] >= '0' && line[i] <= '9'; };
   if (line.size() < 12 || line.substr(0, 7) != "HTTP/1." || (line[7] != '0' && line[7] != '1') ||
       line[8] != ' ' || !digit(9) || !digit(10) || !digit(11) || (line.size() > 12 && line[12] != ' ')) {
     return false;
   }
-  h.size = size;
+  h.size = head.size();
   h.status = static_cast<unsigned>((line[9] - '0') * 100 + (line[10] - '0') * 10 + (line[11] - '0'));
   if (h.status < 200) return false;  // interim responses: the parser skips them
   h.reason = line.size() > 13 ? line.substr(13) : std::string_view();
   h.keep_alive = line[7] == '1';
   bool simple = true;
-  const std::string_view fields = data.substr(line.size() + 2, size - 2 - (line.size() + 2));
+  const std::string_view fields = head.substr(line.size() + 2, head.size() - 2 - (line.size() + 2));
   const bool parsed = ForEachField(fields, [&](std::string_view name, std::string_view value, std::string_view text) {
     switch (Classify(name)) {
       case FieldKind::kEndToEnd:
@@ -690,10 +689,13 @@ std::string_view View(const beast::flat_buffer& b) {
   return {static_cast<const char*>(b.data().data()), b.size()};
 }
 
-// Reads from `c` into `buf` until `buf` holds a whole head, through its blank line.
-net::awaitable<beast::error_code> ReadHead(Conn& c, beast::flat_buffer& buf, milliseconds timeout) {
+// Reads from `c` into `buf` until `buf` holds a whole head, through its blank line, whose size
+// goes to `*head_size`.
+net::awaitable<beast::error_code> ReadHead(Conn& c, beast::flat_buffer& buf, milliseconds timeout,
+                                           size_t* head_size) {
   for (;;) {
-    if (HeadEnd(View(buf)) != std::string_view::npos) co_return beast::error_code{};
+    *head_size = HeadEnd(View(buf));
+    if (*head_size != std::string_view::npos) co_return beast::error_code{};
     if (buf.size() >= kMaxUpstreamHead) co_return beast::error_code(bhttp::error::header_limit);
     c.ExpiresAfter(timeout);
     auto [ec, n] = co_await c.socket.async_read_some(buf.prepare(4096), kTuple);
@@ -1341,6 +1343,7 @@ net::awaitable<bool> Worker::Handle(Conn& stream, beast::flat_buffer& buffer,
   std::optional<bhttp::response_parser<bhttp::buffer_body>> rp;
   std::optional<SimpleHead> simple;
   bool reached_upstream = false;
+  size_t head_size = 0;  // of the upstream response's head, once ReadHead() found it
   const auto t_up = Clock::now();
   // One retry on a fresh connection when a pooled one turns out closed before any response
   // byte and no request body was sent.
@@ -1361,7 +1364,7 @@ net::awaitable<bool> Worker::Handle(Conn& stream, beast::flat_buffer& buffer,
       co_return false;  // the client went away mid-body, or sent too much
     }
     reached_upstream = true;
-    if (!ec) ec = co_await ReadHead(up->conn, up->buffer, milliseconds(gw.upstream_config.timeout_ms));
+    if (!ec) ec = co_await ReadHead(up->conn, up->buffer, milliseconds(gw.upstream_config.timeout_ms), &head_size);
     if (!ec) break;
     --upstream_open;
     up.reset();
@@ -1369,7 +1372,7 @@ net::awaitable<bool> Worker::Handle(Conn& stream, beast::flat_buffer& buffer,
   }
   if (up && !ec) {
     // Parsed in place: a SimpleHead is a kilobyte of line views, not worth copying.
-    if (!ParseSimpleHead(View(up->buffer), is_head, simple.emplace())) simple.reset();
+    if (!ParseSimpleHead(View(up->buffer).substr(0, head_size), is_head, simple.emplace())) simple.reset();
     // Interim responses (1xx) are dropped: the client gets the final one.
     while (!simple && !ec && (!rp || rp->get().result_int() / 100 == 1)) {
       rp.emplace();
