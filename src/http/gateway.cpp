@@ -29,6 +29,7 @@
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
+#include <boost/beast/core/buffers_suffix.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/core/error.hpp>
 #include <boost/beast/http.hpp>
@@ -401,7 +402,8 @@ struct Worker {
   size_t index;
   Conn* conns = nullptr;  // this thread's connections (before ioc: they may outlive its run)
   size_t redis_lane = 0;  // with a Redis store: this thread's lane of it
-  net::io_context ioc{1};
+  // Only this thread touches its sockets: the reactor needs no lock around their operations.
+  net::io_context ioc{BOOST_ASIO_CONCURRENCY_HINT_UNSAFE_IO};
   std::optional<tcp::acceptor> acceptor;
   std::optional<tcp::acceptor> admin;
   std::optional<tcp::acceptor> decision;  // the decision service (worker 0 only)
@@ -517,9 +519,25 @@ struct RequestLog {
   int upstream_status = 0;
 };
 
+// Writes `bufs` to `c`: as much as the socket takes at once (sockets are non-blocking), then
+// the rest, if any, asynchronously. A response almost always fits the socket's buffer whole,
+// and written at once it takes no operation through the reactor and the executor.
+template <class Buffers>
+net::awaitable<beast::error_code> WriteAll(Conn& c, const Buffers& bufs, milliseconds timeout) {
+  beast::buffers_suffix<Buffers> rest(bufs);
+  beast::error_code ec;
+  rest.consume(c.socket.write_some(rest, ec));
+  if (ec == net::error::would_block || ec == net::error::try_again) ec = {};
+  if (!ec && beast::buffer_bytes(rest) > 0) {
+    c.ExpiresAfter(timeout);
+    auto [wec, n] = co_await net::async_write(c.socket, rest, kTuple);
+    ec = c.Check(wec);
+  }
+  co_return ec;
+}
+
 net::awaitable<bool> Write(Conn& stream, const std::string& data, bool keep_alive) {
-  stream.ExpiresAfter(std::chrono::seconds(30));
-  auto [ec, n] = co_await net::async_write(stream.socket, net::buffer(data), kTuple);
+  const beast::error_code ec = co_await WriteAll(stream, net::buffer(data), std::chrono::seconds(30));
   co_return !ec && keep_alive;
 }
 
@@ -568,9 +586,7 @@ net::awaitable<beast::error_code> Relay(bhttp::parser<isRequest, bhttp::buffer_b
     }
     if (last && chunked) bufs[4] = net::buffer(kLastChunk.data(), kLastChunk.size());
     if (net::buffer_size(bufs) == 0) continue;
-    out.ExpiresAfter(timeout);
-    auto [ec, w] = co_await net::async_write(out.socket, bufs, kTuple);
-    if (ec) co_return out.Check(ec);
+    if (auto ec = co_await WriteAll(out, bufs, timeout)) co_return ec;
   } while (!last);
   co_return beast::error_code{};
 }
@@ -715,9 +731,7 @@ net::awaitable<beast::error_code> RelayLength(Conn& in, beast::flat_buffer& in_b
                                                    net::buffer(in_buf.data().data(), n)};
     head = {};
     if (net::buffer_size(bufs) > 0) {
-      out.ExpiresAfter(timeout);
-      auto [ec, w] = co_await net::async_write(out.socket, bufs, kTuple);
-      if (ec) co_return out.Check(ec);
+      if (auto ec = co_await WriteAll(out, bufs, timeout)) co_return ec;
     }
     in_buf.consume(n);
     length -= n;
@@ -761,7 +775,9 @@ net::awaitable<std::unique_ptr<UpstreamConnection>> Worker::AcquireUpstream(beas
     ec = c->conn.Check(cec);
     co_return nullptr;
   }
-  c->conn.socket.set_option(tcp::no_delay(true));
+  beast::error_code ignored;
+  c->conn.socket.set_option(tcp::no_delay(true), ignored);
+  c->conn.socket.non_blocking(true, ignored);  // for WriteAll's first attempt
   ++upstream_open;
   co_return c;
 }
@@ -778,7 +794,9 @@ net::awaitable<void> Worker::Accept(tcp::acceptor& a, Listener listener) {
       socket.close(ignored);
       continue;
     }
-    socket.set_option(tcp::no_delay(true));
+    beast::error_code ignored;
+    socket.set_option(tcp::no_delay(true), ignored);
+    socket.non_blocking(true, ignored);  // for WriteAll's first attempt
     net::co_spawn(ioc, Session(std::move(socket), listener),
                   [this](std::exception_ptr e) {
                     if (!e) return;
@@ -1332,9 +1350,10 @@ net::awaitable<bool> Worker::Handle(Conn& stream, beast::flat_buffer& buffer,
     // The client waits for our go-ahead before its body: given now that the limits let the
     // request through, so a rejected request never uploads its body. The upstream sees no Expect.
     static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
-    stream.ExpiresAfter(milliseconds(gw.upstream_config.timeout_ms));
-    auto [cec, cn] = co_await net::async_write(stream.socket, net::buffer(kContinue.data(), kContinue.size()), kTuple);
-    if (cec) co_return false;
+    if (co_await WriteAll(stream, net::buffer(kContinue.data(), kContinue.size()),
+                          milliseconds(gw.upstream_config.timeout_ms))) {
+      co_return false;
+    }
   }
   const bool is_head = req.method() == bhttp::verb::head;
 

@@ -703,6 +703,35 @@ class ProxyTests(GatewayTestCase):
         sys.stderr.write("[peak RSS %d kB before, grew by %d kB] " % (before_kb, grown_kb))
         self.assertLess(grown_kb, 5 * 1024, "peak RSS grew by %d kB for a 10 MB response" % grown_kb)
 
+    def test_response_to_a_slow_reader_arrives_whole(self):
+        # A client with a small receive buffer that waits before reading: the gateway's first,
+        # non-blocking write takes only part of a chunk and the rest must follow as the client
+        # drains its socket, in order and complete.
+        gw = self.start(config(plans={"free": {"limits": [burst(100)]}}))
+        size = 3 * 1024 * 1024
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        s.settimeout(30)
+        s.connect(("127.0.0.1", gw.port))
+        conn = http.client.HTTPConnection("127.0.0.1", gw.port, timeout=30)
+        conn.sock = s
+        try:
+            conn.request("GET", "/big?bytes=%d" % size, headers={"X-API-Key": FREE_KEY})
+            time.sleep(0.5)
+            resp = conn.getresponse()
+            self.assertEqual(resp.status, 200)
+            body = b""
+            while True:
+                chunk = resp.read(8192)
+                if not chunk:
+                    break
+                body += chunk
+                time.sleep(0.0002)
+        finally:
+            conn.close()
+        self.assertEqual(len(body), size)
+        self.assertEqual(body.count(b"x"), size)
+
     def test_request_body_is_forwarded(self):
         gw = self.start(config())
         body = b"y" * 200_000
