@@ -322,13 +322,15 @@ struct Worker;
 using RequestAllocator = std::pmr::polymorphic_allocator<char>;
 using RequestParser = bhttp::request_parser<bhttp::buffer_body, RequestAllocator>;
 
-// A connection's buffers, reused from one request to the next.
-struct Scratch {
-  alignas(std::max_align_t) std::array<std::byte, 2048> arena;  // most requests' fields fit
-  std::string out;  // what the gateway writes of its own: a response, a forwarded head
-  std::string body;  // the body of a response of ours, before `out` is rendered around it
-  std::string log_line;
-  HeaderList rate_headers;
+struct Scratch;  // a connection's buffers, below
+struct Exchange;  // a request's state from one step to the next, below
+// What is left to do for a request after one step of it.
+enum class Step {
+  kReply,       // send scratch.out, a response of ours
+  kDecide,      // decide ex.request, then Conclude()
+  kAdminUsage,  // GET /admin/usage
+  kKeyUsage,    // GET /v1/usage
+  kForward,     // to the upstream
 };
 
 struct Gateway::Impl {
@@ -492,9 +494,16 @@ struct Worker {
   net::awaitable<void> Accept(tcp::acceptor& acceptor, Listener listener);
   net::awaitable<void> Session(tcp::socket socket, Listener listener);
   net::awaitable<void> SweepDeadlines();
-  net::awaitable<bool> Handle(Conn& stream, beast::flat_buffer& buffer, Scratch& scratch,
-                              RequestParser& parser,
-                              const std::string& peer, Listener listener);
+  // A request is handled in steps (see Session()): those that need no waiting are plain
+  // functions, which render our own responses (Reply) into scratch.out; only waiting on the
+  // store, the usage meter or the upstream takes a coroutine.
+  Step Begin(Exchange& ex, Scratch& scratch, RequestParser& parser, std::string_view peer, Listener listener);
+  Step Conclude(Exchange& ex, Scratch& scratch);  // after the decision, in ex.verdict
+  Step Pass(Exchange& ex, Scratch& scratch);  // allowed: forwarded, or the decision service's 200
+  Step Reply(Exchange& ex, Scratch& scratch, bhttp::status status, std::string_view body,
+             std::string_view headers = {}, std::string_view type = "application/json");
+  void Finish(Exchange& ex, Scratch& scratch, int status);  // counts, meters and logs the request
+  net::awaitable<bool> Forward(Conn& stream, beast::flat_buffer& buffer, Scratch& scratch);
   // The memory store answers at once: no coroutine, no hop through the executor, no callback.
   // REQUIRES: gw.memory.
   engine::Verdict DecideNow(const engine::Engine::Request& request, std::span<core::Decision> decisions) {
@@ -504,6 +513,9 @@ struct Worker {
   net::awaitable<engine::Verdict> Decide(const engine::Engine::Request& request,
                                          std::span<core::Decision> decisions);
   net::awaitable<std::unique_ptr<UpstreamConnection>> AcquireUpstream(beast::error_code& ec);
+  // GET /admin/usage and GET /v1/usage: the status, the body into `body` (and its type).
+  net::awaitable<bhttp::status> UsageExport(std::string_view query, std::string& body, std::string_view& type);
+  net::awaitable<bhttp::status> KeyUsage(const policy::Key& key, core::Instant now, std::string& body);
 };
 
 namespace {
@@ -523,11 +535,17 @@ struct RequestLog {
 // the rest, if any, asynchronously. A response almost always fits the socket's buffer whole,
 // and written at once it takes no operation through the reactor and the executor.
 template <class Buffers>
+beast::error_code WriteNow(tcp::socket& socket, beast::buffers_suffix<Buffers>& rest) {
+  beast::error_code ec;
+  rest.consume(socket.write_some(rest, ec));
+  if (ec == net::error::would_block || ec == net::error::try_again) ec = {};
+  return ec;
+}
+
+template <class Buffers>
 net::awaitable<beast::error_code> WriteAll(Conn& c, const Buffers& bufs, milliseconds timeout) {
   beast::buffers_suffix<Buffers> rest(bufs);
-  beast::error_code ec;
-  rest.consume(c.socket.write_some(rest, ec));
-  if (ec == net::error::would_block || ec == net::error::try_again) ec = {};
+  beast::error_code ec = WriteNow(c.socket, rest);
   if (!ec && beast::buffer_bytes(rest) > 0) {
     c.ExpiresAfter(timeout);
     auto [wec, n] = co_await net::async_write(c.socket, rest, kTuple);
@@ -648,7 +666,8 @@ size_t HeadEnd(std::string_view data) {
   return std::string_view::npos;
 }
 
-// `head`: a whole head through its blank line, as ReadHead() found it.
+// `head`: a whole head through its blank line, as ReadHead() found it. `h` is filled afresh
+// (it is reused from one response to the next).
 bool ParseSimpleHead(std::string_view head, bool is_head, SimpleHead& h) {
   const std::string_view line = head.substr(0, head.find("\r\n"));
   auto digit = [&line](size_t i) { return line[i] >= '0' && line[i] <= '9'; };
@@ -661,6 +680,8 @@ bool ParseSimpleHead(std::string_view head, bool is_head, SimpleHead& h) {
   if (h.status < 200) return false;  // interim responses: the parser skips them
   h.reason = line.size() > 13 ? line.substr(13) : std::string_view();
   h.keep_alive = line[7] == '1';
+  h.line_count = 0;
+  h.content_length.reset();
   bool simple = true;
   const std::string_view fields = head.substr(line.size() + 2, head.size() - 2 - (line.size() + 2));
   const bool parsed = ForEachField(fields, [&](std::string_view name, std::string_view value, std::string_view text) {
@@ -748,6 +769,51 @@ net::awaitable<beast::error_code> RelayLength(Conn& in, beast::flat_buffer& in_b
 }
 
 }  // namespace
+
+// What a request carries from one step to the next (see Worker::Begin). Lives in its
+// connection's Scratch, reset by Begin().
+struct Exchange {
+  Clock::time_point start;
+  // Held for the whole request: a reload while it waits must not free what its checks point
+  // into. Dropped after it.
+  std::shared_ptr<const policy::Policy> policy;
+  uint64_t generation = 0;  // the policy's
+  RequestParser* parser = nullptr;
+  std::string_view peer;
+  bool decision_service = false;
+  // Views into the request, which stays as it was read.
+  std::string_view method, path, query, forwarded_for, presented;
+  bool client_keep_alive = false;
+  bool reply_keep = false;  // after Reply()
+  RequestLog log;
+  const policy::Key* key = nullptr;
+  const policy::Plan* plan = nullptr;
+  bool status_endpoint = false;
+  bool invalid_key = false;  // deciding on the invalid-key limit of the client's address
+  bhttp::status deny_status = bhttp::status::too_many_requests;
+  std::string client;
+  std::string scope;
+  core::Instant now;
+  size_t n_checks = 0;
+  std::array<store::Check, kMaxChecks> checks;
+  std::array<core::Decision, kMaxChecks> decisions;
+  engine::Engine::Request request;
+  Clock::time_point decide_start;
+  engine::Verdict verdict;
+};
+
+// A connection's buffers, reused from one request to the next. What a request needs beyond a
+// few words lives here, not in Handle()'s coroutine frame: a frame small enough is recycled by
+// Asio's per-thread cache, a large one is a malloc and a free per request.
+struct Scratch {
+  alignas(std::max_align_t) std::array<std::byte, 2048> arena;  // most requests' fields fit
+  std::string out;  // what the gateway writes of its own: a response, a forwarded head
+  std::string body;  // the body of a response of ours, before `out` is rendered around it
+  std::string log_line;
+  HeaderList rate_headers;
+  SimpleHead upstream_head;
+  Exchange exchange;
+};
 
 net::awaitable<std::unique_ptr<UpstreamConnection>> Worker::AcquireUpstream(beast::error_code& ec) {
   while (!idle.empty()) {
@@ -900,7 +966,33 @@ net::awaitable<void> Worker::Session(tcp::socket socket, Listener listener) {
     gw.in_flight.fetch_add(1);
     bool keep = false;
     try {
-      keep = co_await Handle(stream, buffer, scratch, parser, peer, listener);
+      // The request, in steps (see Worker::Begin), here rather than in a coroutine of its own:
+      // a request answered by us with the memory store allocates no coroutine frame.
+      Exchange& ex = scratch.exchange;
+      Step step = Begin(ex, scratch, parser, peer, listener);
+      if (step == Step::kAdminUsage || step == Step::kKeyUsage) {
+        std::string_view type = "application/json";
+        const bhttp::status status = step == Step::kAdminUsage ? co_await UsageExport(ex.query, scratch.body, type)
+                                                               : co_await KeyUsage(*ex.key, ex.now, scratch.body);
+        step = Reply(ex, scratch, status, scratch.body, {}, type);
+      } else if (step == Step::kDecide) {
+        const std::span<core::Decision> decisions{ex.decisions.data(), ex.n_checks};
+        if (gw.memory) {
+          ex.verdict = DecideNow(ex.request, decisions);
+        } else {
+          ex.verdict = co_await Decide(ex.request, decisions);
+        }
+        step = Conclude(ex, scratch);
+      }
+      if (step == Step::kForward) {
+        keep = co_await Forward(stream, buffer, scratch);
+      } else {
+        beast::buffers_suffix<net::const_buffer> rest(net::buffer(scratch.out));
+        beast::error_code wec = WriteNow(stream.socket, rest);
+        if (!wec && beast::buffer_bytes(rest) > 0) wec = co_await WriteAll(stream, rest, std::chrono::seconds(30));
+        keep = !wec && ex.reply_keep;
+      }
+      ex.policy.reset();
     } catch (...) {
       gw.in_flight.fetch_sub(1);
       throw;
@@ -958,6 +1050,75 @@ std::string QueryValue(std::string_view query, std::string_view name) {
   return {};
 }
 
+// GET /admin/keys/ID.
+std::string AdminKeyBody(const policy::Key& k) {
+  std::string body = "{\"id\":\"" + JsonEscape(k.id) + "\",\"account\":\"" + JsonEscape(k.account) +
+                     "\",\"plan\":\"" + JsonEscape(k.plan->name) + "\",\"configured_plan\":\"" +
+                     JsonEscape(k.plan_name) + "\",\"enforced\":" + (k.plan->enforced ? "true" : "false") +
+                     ",\"overrides\":[";
+  for (size_t i = 0; i < k.overrides.size(); ++i) {
+    const auto& o = k.overrides[i];
+    body += (i ? "," : "") + std::string("{\"limit\":\"") + JsonEscape(k.plan->limits[o.limit_index].name) +
+            "\",\"quota\":" + std::to_string(o.limit.PolicyQuota()) + ",\"expires_unix\":" +
+            (o.expires ? std::to_string(o.expires->unix_micros() / 1'000'000) : "null") + "}";
+  }
+  return body + "]}";
+}
+
+// GET /v1/rate-limit: the caller's limits and usage.
+std::string RateLimitStatusBody(const policy::Key& key, const policy::Plan& plan,
+                                std::span<const store::Check> cs, std::span<const core::Decision> ds,
+                                const engine::Verdict& v) {
+  const int p = v.primary;
+  std::string body = "{\"key_id\":\"" + JsonEscape(key.id) + "\",\"plan\":\"" + JsonEscape(plan.name) +
+                     "\",\"mode\":\"" + (plan.enforced ? "enforce" : "shadow") + "\"";
+  if (p >= 0) {
+    body += ",\"limit\":" + std::to_string(ds[p].limit) + ",\"remaining\":" + std::to_string(ds[p].remaining) +
+            ",\"resetSeconds\":" + std::to_string(ds[p].reset.CeilSeconds());
+  }
+  body += ",\"policies\":[";
+  std::string burst, quota;
+  for (size_t i = 0; i < cs.size(); ++i) {
+    const auto& d = ds[i];
+    const auto alg = cs[i].limit->algorithm();
+    std::string item = "{\"name\":\"" + JsonEscape(cs[i].name) + "\",\"algorithm\":\"" +
+                       std::string(core::AlgorithmName(alg)) + "\",\"limit\":" + std::to_string(d.limit) +
+                       ",\"remaining\":" + std::to_string(d.remaining) + ",\"resetSeconds\":" +
+                       std::to_string(d.reset.CeilSeconds()) + ",\"windowSeconds\":" +
+                       std::to_string(cs[i].limit->PolicyWindowSeconds(v.now));
+    if (alg == core::Algorithm::kQuota) {
+      const auto& q = std::get<core::Quota>(cs[i].limit->impl());
+      item += ",\"period\":\"" + std::string(q.period() == core::Period::kDay ? "day" : "month") +
+              "\",\"used\":" + std::to_string(d.used) + ",\"allowance\":" +
+              (q.allowance() ? std::to_string(*q.allowance()) : "null") + ",\"ceiling\":" +
+              (q.ceiling() ? std::to_string(*q.ceiling()) : "null") + ",\"overAllowance\":" +
+              (d.over_allowance ? "true" : "false");
+      if (quota.empty()) quota = item + "}";
+    } else if (burst.empty()) {
+      burst = item + "}";
+    }
+    body += (i ? "," : "") + item + "}";
+  }
+  body += "]";
+  if (!burst.empty()) body += ",\"burst\":" + burst;
+  if (!quota.empty()) body += ",\"quota\":" + quota;
+  return body + "}";
+}
+
+// One period's part of GET /v1/usage: the key's counts among the account's records.
+void AppendUsagePeriod(std::string& body, std::string_view name, const std::string& period,
+                       std::string_view key_id, const std::vector<engine::UsageRecord>& records) {
+  store::UsageCounts counts;
+  for (const auto& r : records) {
+    if (r.key_id == key_id) counts = r.counts;
+  }
+  body += ",\"" + std::string(name) + "\":{\"period\":\"" + period + "\",\"usage\":" + CountsJson(counts) + "}";
+}
+
+std::string UsageHead(const policy::Key& key) {
+  return "{\"key_id\":\"" + JsonEscape(key.id) + "\",\"account\":\"" + JsonEscape(key.account) + "\"";
+}
+
 }  // namespace
 
 net::awaitable<engine::Verdict> Worker::Decide(const engine::Engine::Request& request,
@@ -967,24 +1128,114 @@ net::awaitable<engine::Verdict> Worker::Decide(const engine::Engine::Request& re
   });
 }
 
-net::awaitable<bool> Worker::Handle(Conn& stream, beast::flat_buffer& buffer,
-                                    Scratch& scratch, RequestParser& parser,
-                                    const std::string& peer, Listener listener) {
-  const auto start = Clock::now();
-  std::string& wbuf = scratch.out;
-  HeaderList& rate_headers = scratch.rate_headers;
-  rate_headers.Clear();
-  const std::shared_ptr<const policy::Policy> policy_ref = Policy();
-  const uint64_t policy_generation = generation;
-  const policy::Policy& pol = *policy_ref;
+// Billing export: tollgate usage --period 2026-11 [--account ID] --format csv|json.
+net::awaitable<bhttp::status> Worker::UsageExport(std::string_view query, std::string& body,
+                                                  std::string_view& type) {
+  const std::string period = QueryValue(query, "period");
+  const std::string format = QueryValue(query, "format");
+  const std::string account = QueryValue(query, "account");
+  auto records = co_await Await<core::Result<std::vector<engine::UsageRecord>>>(
+      [this, &period, &account](auto resume) { gw.meter->Query(period, account, std::move(resume)); });
+  if (!records) {
+    body = ErrorBody("invalid_period", records.error());
+    co_return bhttp::status::bad_request;
+  }
+  if (format == "json") {
+    body = engine::UsageJson(*records);
+  } else {
+    body = engine::UsageCsv(*records);
+    type = "text/csv";
+  }
+  co_return bhttp::status::ok;
+}
+
+// The caller's metered usage today and this month (UTC).
+net::awaitable<bhttp::status> Worker::KeyUsage(const policy::Key& key, core::Instant now, std::string& body) {
+  const std::string day = core::PeriodLabel(core::Period::kDay, now);
+  const std::string month = core::PeriodLabel(core::Period::kMonth, now);
+  body = UsageHead(key);
+  for (const std::string& period : {day, month}) {
+    auto records = co_await Await<core::Result<std::vector<engine::UsageRecord>>>(
+        [this, &period, &key](auto resume) { gw.meter->Query(period, key.account, std::move(resume)); });
+    if (!records) {
+      body = ErrorBody("usage_unavailable", records.error());
+      co_return bhttp::status::service_unavailable;
+    }
+    AppendUsagePeriod(body, period == day ? "day" : "month", period, key.id, *records);
+  }
+  body += "}";
+  co_return bhttp::status::ok;
+}
+
+void Worker::Finish(Exchange& ex, Scratch& scratch, int status) {
+  gw.requests_by_class[static_cast<size_t>(std::clamp(status / 100, 2, 5) - 2)]->fetch_add(
+      1, std::memory_order_relaxed);
+  const RequestLog& rlog = ex.log;
+  if (ex.key && rlog.metered) {
+    gw.meter->Record(ex.key->account, ex.key->id, OutcomeOf(status, rlog.decision == "rejected"), rlog.cost,
+                     util::SystemClock::Instance().Now());
+  }
+  if (!gw.server.access_log) return;
+  // Built in a buffer of the connection; JSON-escaped: paths and addresses are client bytes.
+  std::string& line = scratch.log_line;
+  line.assign("{\"ts\":\"");
+  AppendIsoNow(line);
+  line.append("\",\"method\":\"");
+  AppendJsonEscaped(line, ex.method);
+  line.append("\",\"path\":\"");
+  AppendJsonEscaped(line, ex.path);
+  line.append("\",\"status\":");
+  AppendDecimal(line, status);
+  line.append(",\"client\":\"");
+  AppendJsonEscaped(line, ex.peer);
+  line.append("\",\"key_id\":\"");
+  AppendJsonEscaped(line, rlog.key_id);
+  line.append("\",\"plan\":\"");
+  AppendJsonEscaped(line, rlog.plan);
+  line.append("\",\"decision\":\"").append(rlog.decision).append("\",\"cost\":");
+  AppendDecimal(line, rlog.cost);
+  line.append(",\"upstream_status\":");
+  AppendDecimal(line, rlog.upstream_status);
+  // Milliseconds to the microsecond, without printf's floating-point formatting.
+  const auto us = std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - ex.start).count();
+  const char frac[] = {'.', static_cast<char>('0' + us / 100 % 10), static_cast<char>('0' + us / 10 % 10),
+                       static_cast<char>('0' + us % 10)};
+  line.append(",\"latency_ms\":");
+  AppendDecimal(line, us / 1000);
+  line.append(frac, sizeof frac).append("}\n");
+  gw.log.Access(line);
+}
+
+Step Worker::Reply(Exchange& ex, Scratch& scratch, bhttp::status status, std::string_view body,
+                   std::string_view headers, std::string_view type) {
+  ex.reply_keep = ex.client_keep_alive && ex.parser->is_done() && !gw.draining.load();
+  RenderResponse(scratch.out, status, ex.reply_keep, ex.parser->get().version(), type, headers, body);
+  Finish(ex, scratch, static_cast<int>(status));
+  return Step::kReply;
+}
+
+Step Worker::Begin(Exchange& ex, Scratch& scratch, RequestParser& parser, std::string_view peer,
+                   Listener listener) {
+  ex.start = Clock::now();
+  ex.policy = Policy();
+  ex.generation = generation;
+  ex.parser = &parser;
+  ex.peer = peer;
+  ex.log = {};
+  ex.key = nullptr;
+  ex.plan = nullptr;
+  ex.n_checks = 0;
+  ex.invalid_key = false;
+  scratch.rate_headers.Clear();
+  const policy::Policy& pol = *ex.policy;
   auto& req = parser.get();
-  const bool decision_service = listener == Listener::kDecision;
-  // The request stays as it was read for the whole call (the forwarded head is rendered
+  ex.decision_service = listener == Listener::kDecision;
+  // The request stays as it was read for the whole exchange (the forwarded head is rendered
   // apart), so views into it stay valid. The decision service decides about the original
   // request, which the proxy in front describes in headers.
   std::string_view target = req.target();
-  std::string_view method = req.method_string();
-  if (decision_service) {
+  ex.method = req.method_string();
+  if (ex.decision_service) {
     for (const char* h : {"X-Original-URI", "X-Forwarded-Uri"}) {
       if (!req[h].empty()) {
         target = req[h];
@@ -993,342 +1244,199 @@ net::awaitable<bool> Worker::Handle(Conn& stream, beast::flat_buffer& buffer,
     }
     for (const char* h : {"X-Original-Method", "X-Forwarded-Method"}) {
       if (!req[h].empty()) {
-        method = req[h];
+        ex.method = req[h];
         break;
       }
     }
   }
   // Read before anything is sent: only a request read in full leaves the connection usable.
-  const bool client_keep_alive = req.keep_alive();
+  ex.client_keep_alive = req.keep_alive();
   const size_t qmark = target.find('?');
-  const std::string_view path = target.substr(0, qmark);
-  const std::string_view query = qmark == std::string_view::npos ? std::string_view() : target.substr(qmark + 1);
-  RequestLog rlog;
-  const policy::Key* key = nullptr;
-
-  auto finish = [&](int status) {
-    gw.requests_by_class[static_cast<size_t>(std::clamp(status / 100, 2, 5) - 2)]->fetch_add(
-        1, std::memory_order_relaxed);
-    if (key && rlog.metered) {
-      gw.meter->Record(key->account, key->id, OutcomeOf(status, rlog.decision == "rejected"),
-                       rlog.cost, util::SystemClock::Instance().Now());
-    }
-    if (!gw.server.access_log) return;
-    // Built in a buffer of the connection; JSON-escaped: paths and addresses are client bytes.
-    std::string& line = scratch.log_line;
-    line.assign("{\"ts\":\"");
-    AppendIsoNow(line);
-    line.append("\",\"method\":\"");
-    AppendJsonEscaped(line, method);
-    line.append("\",\"path\":\"");
-    AppendJsonEscaped(line, path);
-    line.append("\",\"status\":");
-    AppendDecimal(line, status);
-    line.append(",\"client\":\"");
-    AppendJsonEscaped(line, peer);
-    line.append("\",\"key_id\":\"");
-    AppendJsonEscaped(line, rlog.key_id);
-    line.append("\",\"plan\":\"");
-    AppendJsonEscaped(line, rlog.plan);
-    line.append("\",\"decision\":\"").append(rlog.decision).append("\",\"cost\":");
-    AppendDecimal(line, rlog.cost);
-    line.append(",\"upstream_status\":");
-    AppendDecimal(line, rlog.upstream_status);
-    // Milliseconds to the microsecond, without printf's floating-point formatting.
-    const auto us = std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - start).count();
-    const char frac[] = {'.', static_cast<char>('0' + us / 100 % 10), static_cast<char>('0' + us / 10 % 10),
-                         static_cast<char>('0' + us % 10)};
-    line.append(",\"latency_ms\":");
-    AppendDecimal(line, us / 1000);
-    line.append(frac, sizeof frac).append("}\n");
-    gw.log.Access(line);
-  };
-  // Renders a response of ours (not the upstream's) into wbuf; Write() sends it. (Responses
-  // are built in statements of their own: string literals inside a co_await expression trip
-  // GCC 12.) `headers` is a rendered header block, HeaderList::Rendered().
-  bool reply_keep = false;
-  auto make = [&](bhttp::status status, std::string_view body, std::string_view headers = {},
-                  std::string_view type = "application/json") {
-    reply_keep = client_keep_alive && parser.is_done() && !gw.draining.load();
-    RenderResponse(wbuf, status, reply_keep, req.version(), type, headers, body);
-    finish(static_cast<int>(status));
-  };
+  ex.path = target.substr(0, qmark);
+  ex.query = qmark == std::string_view::npos ? std::string_view() : target.substr(qmark + 1);
+  const std::string_view method = ex.method, path = ex.path;
 
   // Built-in endpoints, on every listener.
-  if (method == "GET" && (path == "/healthz" || path == "/readyz") && !decision_service) {
-    make(bhttp::status::ok, gw.draining.load() && path == "/readyz" ? "{\"status\":\"draining\"}" : "{\"status\":\"ok\"}");
-    co_return co_await Write(stream, wbuf, reply_keep);
+  if (method == "GET" && (path == "/healthz" || path == "/readyz") && !ex.decision_service) {
+    return Reply(ex, scratch, bhttp::status::ok,
+                 gw.draining.load() && path == "/readyz" ? "{\"status\":\"draining\"}" : "{\"status\":\"ok\"}");
   }
-  if (method == "GET" && path == "/metrics" && !decision_service) {
-    make(bhttp::status::ok, gw.metrics.Render(), {}, "text/plain; version=0.0.4");
-    co_return co_await Write(stream, wbuf, reply_keep);
+  if (method == "GET" && path == "/metrics" && !ex.decision_service) {
+    return Reply(ex, scratch, bhttp::status::ok, gw.metrics.Render(), {}, "text/plain; version=0.0.4");
   }
   if (listener == Listener::kAdmin) {
     if (method == "POST" && path == "/admin/reload") {
       auto r = gw.Reload();
-      r ? make(bhttp::status::ok, "{\"status\":\"reloaded\"}")
-              : make(bhttp::status::bad_request, ErrorBody("invalid_config", r.error()));
-      co_return co_await Write(stream, wbuf, reply_keep);
+      return r ? Reply(ex, scratch, bhttp::status::ok, "{\"status\":\"reloaded\"}")
+               : Reply(ex, scratch, bhttp::status::bad_request, ErrorBody("invalid_config", r.error()));
     }
     if (method == "GET" && path.substr(0, 12) == "/admin/keys/") {
       const policy::Key* k = pol.FindById(path.substr(12));
-      if (!k) {
-        make(bhttp::status::not_found, ErrorBody("unknown_key", "no key with this id"));
-        co_return co_await Write(stream, wbuf, reply_keep);
-      }
-      std::string body = "{\"id\":\"" + JsonEscape(k->id) + "\",\"account\":\"" + JsonEscape(k->account) +
-                         "\",\"plan\":\"" + JsonEscape(k->plan->name) + "\",\"configured_plan\":\"" +
-                         JsonEscape(k->plan_name) + "\",\"enforced\":" + (k->plan->enforced ? "true" : "false") +
-                         ",\"overrides\":[";
-      for (size_t i = 0; i < k->overrides.size(); ++i) {
-        const auto& o = k->overrides[i];
-        body += (i ? "," : "") + std::string("{\"limit\":\"") + JsonEscape(k->plan->limits[o.limit_index].name) +
-                "\",\"quota\":" + std::to_string(o.limit.PolicyQuota()) + ",\"expires_unix\":" +
-                (o.expires ? std::to_string(o.expires->unix_micros() / 1'000'000) : "null") + "}";
-      }
-      make(bhttp::status::ok, body + "]}");
-      co_return co_await Write(stream, wbuf, reply_keep);
+      if (!k) return Reply(ex, scratch, bhttp::status::not_found, ErrorBody("unknown_key", "no key with this id"));
+      return Reply(ex, scratch, bhttp::status::ok, AdminKeyBody(*k));
     }
-    if (method == "GET" && path == "/admin/usage") {
-      // Billing export: tollgate usage --period 2026-11 [--account ID] --format csv|json.
-      const std::string period = QueryValue(query, "period");
-      const std::string format = QueryValue(query, "format");
-      const std::string account = QueryValue(query, "account");
-      auto records = co_await Await<core::Result<std::vector<engine::UsageRecord>>>(
-          [this, &period, &account](auto resume) {
-            gw.meter->Query(period, account, std::move(resume));
-          });
-      if (!records) {
-        make(bhttp::status::bad_request, ErrorBody("invalid_period", records.error()));
-      } else if (format == "json") {
-        make(bhttp::status::ok, engine::UsageJson(*records));
-      } else {
-        make(bhttp::status::ok, engine::UsageCsv(*records), {}, "text/csv");
-      }
-      co_return co_await Write(stream, wbuf, reply_keep);
-    }
-    make(bhttp::status::not_found, ErrorBody("not_found", "unknown admin endpoint"));
-    co_return co_await Write(stream, wbuf, reply_keep);
+    if (method == "GET" && path == "/admin/usage") return Step::kAdminUsage;
+    return Reply(ex, scratch, bhttp::status::not_found, ErrorBody("not_found", "unknown admin endpoint"));
   }
 
   // Identity and checks.
   const policy::Route& route = pol.Match(method, path);
-  const core::Instant now = util::SystemClock::Instance().Now();
-  std::array<store::Check, kMaxChecks> checks;
-  std::array<core::Decision, kMaxChecks> decisions;
-  size_t n_checks = 0;
-  std::string scope;
-  const policy::Plan* plan = nullptr;
-  const bool status_endpoint = !decision_service && method == "GET" && path == "/v1/rate-limit";
-  const bool usage_endpoint = !decision_service && method == "GET" && path == "/v1/usage";
+  ex.now = util::SystemClock::Instance().Now();
+  ex.status_endpoint = !ex.decision_service && method == "GET" && path == "/v1/rate-limit";
+  const bool usage_endpoint = !ex.decision_service && method == "GET" && path == "/v1/usage";
   // `peer` is already in the form ClientAddress() gives (see Session()).
-  const std::string_view forwarded_for = req["X-Forwarded-For"];
-  const std::string client = forwarded_for.empty() ? peer : pol.ClientAddress(peer, forwarded_for);
-  const bhttp::status deny_status = decision_service
-                                        ? static_cast<bhttp::status>(gw.decision.deny_status)
-                                        : bhttp::status::too_many_requests;
+  ex.forwarded_for = req["X-Forwarded-For"];
+  if (ex.forwarded_for.empty()) {
+    ex.client.assign(peer);
+  } else {
+    ex.client = pol.ClientAddress(peer, ex.forwarded_for);
+  }
+  ex.deny_status = ex.decision_service ? static_cast<bhttp::status>(gw.decision.deny_status)
+                                       : bhttp::status::too_many_requests;
 
   auto header = [&](const std::string& name) { return std::string_view(req[name]); };
-  if (route.identity == config::RouteIdentity::kKey || status_endpoint || usage_endpoint) {
-    const std::string_view presented = pol.PresentedKey(header);
-    if (!presented.empty()) key = FindByKey(pol, presented);
-    if (!key) {
+  if (route.identity == config::RouteIdentity::kKey || ex.status_endpoint || usage_endpoint) {
+    ex.presented = pol.PresentedKey(header);
+    if (!ex.presented.empty()) ex.key = FindByKey(pol, ex.presented);
+    if (!ex.key) {
+      // Decided below (Conclude): repeated invalid keys from one address are limited per address.
       gw.invalid_keys.fetch_add(1, std::memory_order_relaxed);
-      rlog.decision = "invalid_key";
-      // Repeated invalid keys from one address are limited per address.
-      const store::Check bad{"invalid_key", &pol.invalid_key_limit(), 1, true};
-      const std::string bad_scope = "badkey:" + client;
-      const engine::Engine::Request bad_request{
-          .batch = {.scope = bad_scope, .checks = {&bad, 1}}, .fail_mode = engine::FailMode::kOpen};
-      engine::Verdict v;
-      if (gw.memory) {
-        v = DecideNow(bad_request, {decisions.data(), 1});
-      } else {
-        v = co_await Decide(bad_request, {decisions.data(), 1});
-      }
-      if (v.kind == engine::Verdict::Kind::kRejected) {
-        HeaderList h;
-        h.Add("Retry-After", std::max<int64_t>(1, v.retry_after.CeilSeconds()));
-        make(deny_status, RejectionBody({&bad, 1}, {decisions.data(), 1}, v, static_cast<int>(deny_status)),
-             h.Rendered(), "application/problem+json");
-        co_return co_await Write(stream, wbuf, reply_keep);
-      }
-      make(bhttp::status::unauthorized,
-                 ErrorBody(presented.empty() ? "missing_api_key" : "invalid_api_key",
-                           presented.empty() ? "an API key is required" : "the API key is not valid"),
-                 "WWW-Authenticate: Bearer\r\n");
-      co_return co_await Write(stream, wbuf, reply_keep);
+      ex.log.decision = "invalid_key";
+      ex.invalid_key = true;
+      ex.checks[0] = store::Check{"invalid_key", &pol.invalid_key_limit(), 1, true};
+      ex.n_checks = 1;
+      ex.scope.assign("badkey:").append(ex.client);
+      ex.request = {.batch = {.scope = ex.scope, .checks = {ex.checks.data(), 1}},
+                    .fail_mode = engine::FailMode::kOpen};
+      return Step::kDecide;
     }
-    plan = key->plan;
-    rlog.key_id = key->id;
-    scope = engine::ScopeFor(*plan, key, client);
+    ex.plan = ex.key->plan;
+    ex.log.key_id = ex.key->id;
+    ex.scope = engine::ScopeFor(*ex.plan, ex.key, ex.client);
   } else if (route.identity == config::RouteIdentity::kIp) {
-    plan = &pol.anonymous();
-    scope = engine::ScopeFor(*plan, nullptr, client);
+    ex.plan = &pol.anonymous();
+    ex.scope = engine::ScopeFor(*ex.plan, nullptr, ex.client);
   }
+  if (usage_endpoint) return Step::kKeyUsage;
 
-  if (usage_endpoint) {
-    // GET /v1/usage: the caller's metered usage today and this month (UTC).
-    const std::string day = core::PeriodLabel(core::Period::kDay, now);
-    const std::string month = core::PeriodLabel(core::Period::kMonth, now);
-    std::string body = "{\"key_id\":\"" + JsonEscape(key->id) + "\",\"account\":\"" + JsonEscape(key->account) + "\"";
-    for (const std::string& period : {day, month}) {
-      auto records = co_await Await<core::Result<std::vector<engine::UsageRecord>>>(
-          [this, &period, key](auto resume) { gw.meter->Query(period, key->account, std::move(resume)); });
-      if (!records) {
-        make(bhttp::status::service_unavailable, ErrorBody("usage_unavailable", records.error()));
-        co_return co_await Write(stream, wbuf, reply_keep);
-      }
-      store::UsageCounts counts;
-      for (const auto& r : *records) {
-        if (r.key_id == key->id) counts = r.counts;
-      }
-      body += ",\"" + std::string(period == day ? "day" : "month") + "\":{\"period\":\"" + period +
-              "\",\"usage\":" + CountsJson(counts) + "}";
-    }
-    make(bhttp::status::ok, body + "}");
-    co_return co_await Write(stream, wbuf, reply_keep);
+  if (ex.plan) {
+    ex.log.plan = ex.plan->name;
+    auto c = pol.Cost(route, ex.query);
+    if (!c) return Reply(ex, scratch, bhttp::status::bad_request, ErrorBody("invalid_cost", c.error()));
+    ex.log.cost = ex.status_endpoint ? 0 : *c;
+    ex.log.metered = !ex.status_endpoint;
+    ex.n_checks = engine::ChecksFor(*ex.plan, ex.key, ex.log.cost, ex.now, ex.checks);
   }
-
-  int64_t cost = 0;
-  if (plan) {
-    rlog.plan = plan->name;
-    auto c = pol.Cost(route, query);
-    if (!c) {
-      make(bhttp::status::bad_request, ErrorBody("invalid_cost", c.error()));
-      co_return co_await Write(stream, wbuf, reply_keep);
-    }
-    cost = status_endpoint ? 0 : *c;
-    rlog.cost = cost;
-    rlog.metered = !status_endpoint;
-    n_checks = engine::ChecksFor(*plan, key, cost, now, checks);
+  if (ex.n_checks > 0) {
+    ex.request = {.batch = {.scope = ex.scope,
+                            .checks = {ex.checks.data(), ex.n_checks},
+                            .mode = ex.status_endpoint ? store::Mode::kPeek : store::Mode::kConsume},
+                  .fail_mode = route.fail_mode == config::FailMode::kClosed ? engine::FailMode::kClosed
+                                                                             : engine::FailMode::kOpen};
+    ex.decide_start = Clock::now();
+    return Step::kDecide;
   }
+  if (ex.status_endpoint) return Reply(ex, scratch, bhttp::status::not_found, ErrorBody("not_found", "no limits apply"));
+  return Pass(ex, scratch);
+}
 
-  if (n_checks > 0) {
-    const auto t0 = Clock::now();
-    const engine::Engine::Request request{
-        .batch = {.scope = scope,
-                  .checks = {checks.data(), n_checks},
-                  .mode = status_endpoint ? store::Mode::kPeek : store::Mode::kConsume},
-        .fail_mode = route.fail_mode == config::FailMode::kClosed ? engine::FailMode::kClosed
-                                                                   : engine::FailMode::kOpen};
-    engine::Verdict v;
-    if (gw.memory) {
-      v = DecideNow(request, {decisions.data(), n_checks});
-    } else {
-      v = co_await Decide(request, {decisions.data(), n_checks});
+Step Worker::Conclude(Exchange& ex, Scratch& scratch) {
+  const policy::Policy& pol = *ex.policy;
+  const engine::Verdict& v = ex.verdict;
+  HeaderList& rate_headers = scratch.rate_headers;
+  const std::span<const store::Check> cs{ex.checks.data(), ex.n_checks};
+  const std::span<const core::Decision> ds{ex.decisions.data(), ex.n_checks};
+  if (ex.invalid_key) {
+    if (v.kind == engine::Verdict::Kind::kRejected) {
+      rate_headers.Add("Retry-After", std::max<int64_t>(1, v.retry_after.CeilSeconds()));
+      return Reply(ex, scratch, ex.deny_status, RejectionBody(cs, ds, v, static_cast<int>(ex.deny_status)),
+                   rate_headers.Rendered(), "application/problem+json");
     }
-    gw.limiter_latency.Observe(SecondsSince(t0));
-    const std::span<const store::Check> cs{checks.data(), n_checks};
-    const std::span<const core::Decision> ds{decisions.data(), n_checks};
+    return Reply(ex, scratch, bhttp::status::unauthorized,
+                 ErrorBody(ex.presented.empty() ? "missing_api_key" : "invalid_api_key",
+                           ex.presented.empty() ? "an API key is required" : "the API key is not valid"),
+                 "WWW-Authenticate: Bearer\r\n");
+  }
+  gw.limiter_latency.Observe(SecondsSince(ex.decide_start));
+  const policy::Plan& plan = *ex.plan;
 
-    if (status_endpoint) {
-      // GET /v1/rate-limit: the caller's limits and usage; consumes nothing.
-      if (v.kind == engine::Verdict::Kind::kDegraded || v.kind == engine::Verdict::Kind::kUnavailable) {
-        make(bhttp::status::service_unavailable, RejectionBody(cs, ds, engine::Verdict{.kind = engine::Verdict::Kind::kUnavailable}),
+  if (ex.status_endpoint) {
+    // GET /v1/rate-limit: the caller's limits and usage; consumes nothing.
+    if (v.kind == engine::Verdict::Kind::kDegraded || v.kind == engine::Verdict::Kind::kUnavailable) {
+      return Reply(ex, scratch, bhttp::status::service_unavailable,
+                   RejectionBody(cs, ds, engine::Verdict{.kind = engine::Verdict::Kind::kUnavailable}),
                    "Retry-After: 1\r\n", "application/problem+json");
-        co_return co_await Write(stream, wbuf, reply_keep);
-      }
+    }
+    AppendRateLimitHeaders(pol.config().headers, cs, ds, v, rate_headers);
+    ex.log.decision = "status";
+    return Reply(ex, scratch, bhttp::status::ok, RateLimitStatusBody(*ex.key, plan, cs, ds, v),
+                 plan.enforced ? std::string_view(rate_headers.Rendered()) : "");
+  }
+
+  for (size_t i = 0; i < cs.size(); ++i) {
+    const int result = ds[i].allowed ? 0 : (cs[i].enforced ? 1 : 2);
+    DecisionCounter(ex.generation, plan, i, result).fetch_add(1, std::memory_order_relaxed);
+  }
+  if (v.shadow_rejections > 0) {
+    ShadowRejectionCounter(ex.generation, plan).fetch_add(1, std::memory_order_relaxed);
+    ex.log.decision = "shadow_rejected";
+  }
+  switch (v.kind) {
+    case engine::Verdict::Kind::kAllowed:
+      if (ex.log.decision == "none") ex.log.decision = "allowed";
+      if (plan.enforced) AppendRateLimitHeaders(pol.config().headers, cs, ds, v, rate_headers);
+      break;
+    case engine::Verdict::Kind::kDegraded:
+      ex.log.decision = "degraded";
+      gw.metrics.Counter("tollgate_degraded_total").fetch_add(1, std::memory_order_relaxed);
+      gw.LogStoreFailure(v.store_error);
+      break;
+    case engine::Verdict::Kind::kUnavailable:
+      ex.log.decision = "unavailable";
+      gw.metrics.Counter("tollgate_limiter_unavailable_total").fetch_add(1, std::memory_order_relaxed);
+      gw.LogStoreFailure(v.store_error);
       AppendRateLimitHeaders(pol.config().headers, cs, ds, v, rate_headers);
-      const int p = v.primary;
-      std::string body = "{\"key_id\":\"" + JsonEscape(key->id) + "\",\"plan\":\"" + JsonEscape(plan->name) +
-                         "\",\"mode\":\"" + (plan->enforced ? "enforce" : "shadow") + "\"";
-      if (p >= 0) {
-        body += ",\"limit\":" + std::to_string(ds[p].limit) + ",\"remaining\":" + std::to_string(ds[p].remaining) +
-                ",\"resetSeconds\":" + std::to_string(ds[p].reset.CeilSeconds());
-      }
-      body += ",\"policies\":[";
-      std::string burst, quota;
-      for (size_t i = 0; i < n_checks; ++i) {
-        const auto& d = ds[i];
-        const auto alg = cs[i].limit->algorithm();
-        std::string item = "{\"name\":\"" + JsonEscape(cs[i].name) + "\",\"algorithm\":\"" +
-                           std::string(core::AlgorithmName(alg)) + "\",\"limit\":" + std::to_string(d.limit) +
-                           ",\"remaining\":" + std::to_string(d.remaining) + ",\"resetSeconds\":" +
-                           std::to_string(d.reset.CeilSeconds()) + ",\"windowSeconds\":" +
-                           std::to_string(cs[i].limit->PolicyWindowSeconds(v.now));
-        if (alg == core::Algorithm::kQuota) {
-          const auto& q = std::get<core::Quota>(cs[i].limit->impl());
-          item += ",\"period\":\"" + std::string(q.period() == core::Period::kDay ? "day" : "month") +
-                  "\",\"used\":" + std::to_string(d.used) + ",\"allowance\":" +
-                  (q.allowance() ? std::to_string(*q.allowance()) : "null") + ",\"ceiling\":" +
-                  (q.ceiling() ? std::to_string(*q.ceiling()) : "null") + ",\"overAllowance\":" +
-                  (d.over_allowance ? "true" : "false");
-          if (quota.empty()) quota = item + "}";
-        } else if (burst.empty()) {
-          burst = item + "}";
-        }
-        body += (i ? "," : "") + item + "}";
-      }
-      body += "]";
-      if (!burst.empty()) body += ",\"burst\":" + burst;
-      if (!quota.empty()) body += ",\"quota\":" + quota;
-      rlog.decision = "status";
-      make(bhttp::status::ok, body + "}", plan->enforced ? std::string_view(rate_headers.Rendered()) : "");
-      co_return co_await Write(stream, wbuf, reply_keep);
-    }
-
-    for (size_t i = 0; i < n_checks; ++i) {
-      const int result = ds[i].allowed ? 0 : (cs[i].enforced ? 1 : 2);
-      DecisionCounter(policy_generation, *plan, i, result).fetch_add(1, std::memory_order_relaxed);
-    }
-    if (v.shadow_rejections > 0) {
-      ShadowRejectionCounter(policy_generation, *plan).fetch_add(1, std::memory_order_relaxed);
-      rlog.decision = "shadow_rejected";
-    }
-    switch (v.kind) {
-      case engine::Verdict::Kind::kAllowed:
-        if (rlog.decision == "none") rlog.decision = "allowed";
-        if (plan->enforced) AppendRateLimitHeaders(pol.config().headers, cs, ds, v, rate_headers);
-        break;
-      case engine::Verdict::Kind::kDegraded:
-        rlog.decision = "degraded";
-        gw.metrics.Counter("tollgate_degraded_total").fetch_add(1, std::memory_order_relaxed);
-        gw.LogStoreFailure(v.store_error);
-        break;
-      case engine::Verdict::Kind::kUnavailable:
-        rlog.decision = "unavailable";
-        gw.metrics.Counter("tollgate_limiter_unavailable_total").fetch_add(1, std::memory_order_relaxed);
-        gw.LogStoreFailure(v.store_error);
-        AppendRateLimitHeaders(pol.config().headers, cs, ds, v, rate_headers);
-        make(decision_service ? deny_status : bhttp::status::service_unavailable,
+      return Reply(ex, scratch, ex.decision_service ? ex.deny_status : bhttp::status::service_unavailable,
                    RejectionBody(cs, ds, v), rate_headers.Rendered(), "application/problem+json");
-        co_return co_await Write(stream, wbuf, reply_keep);
-      case engine::Verdict::Kind::kRejected:
-        rlog.decision = "rejected";
-        RejectionCounter(policy_generation, *plan, v.code).fetch_add(1, std::memory_order_relaxed);
-        AppendRateLimitHeaders(pol.config().headers, cs, ds, v, rate_headers);
-        if (decision_service) {
-          // nginx drops an auth subrequest's body: the code travels in a header too.
-          rate_headers.Add("X-Tollgate-Code", core::RejectCodeName(v.code));
-        }
-        scratch.body.clear();
-        AppendRejectionBody(scratch.body, cs, ds, v, static_cast<int>(deny_status));
-        make(deny_status, scratch.body, rate_headers.Rendered(), "application/problem+json");
-        co_return co_await Write(stream, wbuf, reply_keep);
-    }
-  } else if (status_endpoint) {
-    make(bhttp::status::not_found, ErrorBody("not_found", "no limits apply"));
-    co_return co_await Write(stream, wbuf, reply_keep);
+    case engine::Verdict::Kind::kRejected:
+      ex.log.decision = "rejected";
+      RejectionCounter(ex.generation, plan, v.code).fetch_add(1, std::memory_order_relaxed);
+      AppendRateLimitHeaders(pol.config().headers, cs, ds, v, rate_headers);
+      if (ex.decision_service) {
+        // nginx drops an auth subrequest's body: the code travels in a header too.
+        rate_headers.Add("X-Tollgate-Code", core::RejectCodeName(v.code));
+      }
+      scratch.body.clear();
+      AppendRejectionBody(scratch.body, cs, ds, v, static_cast<int>(ex.deny_status));
+      return Reply(ex, scratch, ex.deny_status, scratch.body, rate_headers.Rendered(), "application/problem+json");
   }
+  return Pass(ex, scratch);
+}
 
-  if (decision_service) {
-    // Allowed: the proxy in front forwards the request itself. The key id and plan go back in
-    // headers the proxy may pass upstream (nginx: auth_request_set).
-    if (key) {
-      rate_headers.Add("X-Tollgate-Key-Id", key->id);
-      rate_headers.Add("X-Tollgate-Plan", plan->name);
-    }
-    make(bhttp::status::ok, "", rate_headers.Rendered(), "text/plain");
-    co_return co_await Write(stream, wbuf, reply_keep);
+Step Worker::Pass(Exchange& ex, Scratch& scratch) {
+  if (!ex.decision_service) return Step::kForward;
+  // Allowed: the proxy in front forwards the request itself. The key id and plan go back in
+  // headers the proxy may pass upstream (nginx: auth_request_set).
+  if (ex.key) {
+    scratch.rate_headers.Add("X-Tollgate-Key-Id", ex.key->id);
+    scratch.rate_headers.Add("X-Tollgate-Plan", ex.plan->name);
   }
+  return Reply(ex, scratch, bhttp::status::ok, "", scratch.rate_headers.Rendered(), "text/plain");
+}
 
+// Forwards the request to the upstream and relays its response (Step::kForward).
+net::awaitable<bool> Worker::Forward(Conn& stream, beast::flat_buffer& buffer, Scratch& scratch) {
+  Exchange& ex = scratch.exchange;
+  RequestParser& parser = *ex.parser;
+  auto& req = parser.get();
   // Forward to the upstream: the request's head, rendered apart from the request (which stays
   // as it was read), then its body.
-  wbuf.clear();
+  scratch.out.clear();
   const bool request_chunked = parser.chunked();
-  {
-    util::StringAppender head(wbuf);
+  // In a lambda: its locals (the appender's kilobyte of buffer) live on the stack, not in
+  // this coroutine's frame, which is allocated per request.
+  [&] {
+    util::StringAppender head(scratch.out);
     head << req.method_string() << " " << gw.upstream.base_path << req.target() << " HTTP/1.1\r\n";
     AppendEndToEnd(req, head, [](std::string_view name) {
       return policy::Policy::EqualsIgnoreCase(name, "X-Forwarded-For") ||
@@ -1336,15 +1444,15 @@ net::awaitable<bool> Worker::Handle(Conn& stream, beast::flat_buffer& buffer,
              policy::Policy::EqualsIgnoreCase(name, "X-Tollgate-Plan") ||
              policy::Policy::EqualsIgnoreCase(name, "Expect");
     });
-    head << "X-Forwarded-For: " << forwarded_for << (forwarded_for.empty() ? "" : ", ") << peer << "\r\n";
-    if (key) head << "X-Tollgate-Key-Id: " << key->id << "\r\nX-Tollgate-Plan: " << plan->name << "\r\n";
+    head << "X-Forwarded-For: " << ex.forwarded_for << (ex.forwarded_for.empty() ? "" : ", ") << ex.peer << "\r\n";
+    if (ex.key) head << "X-Tollgate-Key-Id: " << ex.key->id << "\r\nX-Tollgate-Plan: " << ex.plan->name << "\r\n";
     if (request_chunked) {
       head << "Transfer-Encoding: chunked\r\n";
     } else if (const auto length = parser.content_length()) {
       head << "Content-Length: " << *length << "\r\n";
     }
     head << "\r\n";
-  }
+  }();
   const bool request_has_body = !parser.is_done();
   if (request_has_body && policy::Policy::EqualsIgnoreCase(req[bhttp::field::expect], "100-continue")) {
     // The client waits for our go-ahead before its body: given now that the limits let the
@@ -1359,8 +1467,8 @@ net::awaitable<bool> Worker::Handle(Conn& stream, beast::flat_buffer& buffer,
 
   beast::error_code ec;
   std::unique_ptr<UpstreamConnection> up;
-  std::optional<bhttp::response_parser<bhttp::buffer_body>> rp;
-  std::optional<SimpleHead> simple;
+  std::unique_ptr<bhttp::response_parser<bhttp::buffer_body>> rp;  // heads of other shapes
+  const SimpleHead* simple = nullptr;
   bool reached_upstream = false;
   size_t head_size = 0;  // of the upstream response's head, once ReadHead() found it
   const auto t_up = Clock::now();
@@ -1371,14 +1479,14 @@ net::awaitable<bool> Worker::Handle(Conn& stream, beast::flat_buffer& buffer,
     up = co_await AcquireUpstream(ec);
     if (!up) break;
     bool client_failed = false;
-    ec = co_await Relay(parser, stream, buffer, up->conn, wbuf, request_chunked,
+    ec = co_await Relay(parser, stream, buffer, up->conn, scratch.out, request_chunked,
                         milliseconds(gw.upstream_config.timeout_ms), &client_failed);
     if (client_failed) {
       --upstream_open;
       if (ec == bhttp::error::body_limit) {
         // A chunked body grew past server.max_body_bytes; nothing was sent to the client yet.
-        make(bhttp::status::payload_too_large, ErrorBody("body_too_large", ec.message()));
-        co_await Write(stream, wbuf, reply_keep);
+        [&] { Reply(ex, scratch, bhttp::status::payload_too_large, ErrorBody("body_too_large", ec.message())); }();
+        co_await Write(stream, scratch.out, ex.reply_keep);
       }
       co_return false;  // the client went away mid-body, or sent too much
     }
@@ -1390,11 +1498,12 @@ net::awaitable<bool> Worker::Handle(Conn& stream, beast::flat_buffer& buffer,
     if (!(pooled && !request_has_body && ec != beast::error::timeout)) break;
   }
   if (up && !ec) {
-    // Parsed in place: a SimpleHead is a kilobyte of line views, not worth copying.
-    if (!ParseSimpleHead(View(up->buffer).substr(0, head_size), is_head, simple.emplace())) simple.reset();
+    if (ParseSimpleHead(View(up->buffer).substr(0, head_size), is_head, scratch.upstream_head)) {
+      simple = &scratch.upstream_head;
+    }
     // Interim responses (1xx) are dropped: the client gets the final one.
     while (!simple && !ec && (!rp || rp->get().result_int() / 100 == 1)) {
-      rp.emplace();
+      rp = std::make_unique<bhttp::response_parser<bhttp::buffer_body>>();
       rp->header_limit(kMaxUpstreamHead);
       rp->body_limit(boost::none);
       if (is_head) rp->skip(true);
@@ -1410,34 +1519,35 @@ net::awaitable<bool> Worker::Handle(Conn& stream, beast::flat_buffer& buffer,
   if (!up || ec) {
     const bool timeout = ec == beast::error::timeout;
     const char* kind = timeout ? "timeout" : reached_upstream ? "protocol" : "connect";
-    gw.metrics.Counter("tollgate_upstream_errors_total", std::string("kind=\"") + kind + "\"")
-        .fetch_add(1, std::memory_order_relaxed);
-    {
-      make(timeout ? bhttp::status::gateway_timeout : bhttp::status::bad_gateway,
-                             ErrorBody(timeout ? "upstream_timeout" : "upstream_unavailable",
-                                       ec ? ec.message() : "no upstream connection"),
-                             rate_headers.Rendered());
-      co_return co_await Write(stream, wbuf, reply_keep);
-    }
+    [&] {  // in a lambda: its temporaries stay out of the coroutine's frame
+      gw.metrics.Counter("tollgate_upstream_errors_total", std::string("kind=\"") + kind + "\"")
+          .fetch_add(1, std::memory_order_relaxed);
+      Reply(ex, scratch, timeout ? bhttp::status::gateway_timeout : bhttp::status::bad_gateway,
+            ErrorBody(timeout ? "upstream_timeout" : "upstream_unavailable",
+                      ec ? ec.message() : "no upstream connection"),
+            scratch.rate_headers.Rendered());
+    }();
+    co_return co_await Write(stream, scratch.out, ex.reply_keep);
   }
   gw.upstream_latency.Observe(SecondsSince(t_up));
 
   // The response's head, with our rate-limit headers in place of any of the same name, and
   // framing for the body we send: the upstream's length, else chunked (HTTP/1.0 clients: the
   // body runs to the connection's close).
-  const auto skip = [&rate_headers](std::string_view name) { return rate_headers.Has(name); };
+  const auto skip = [&scratch](std::string_view name) { return scratch.rate_headers.Has(name); };
   const unsigned status = simple ? simple->status : rp->get().result_int();
   const bool upstream_keep_alive = simple ? simple->keep_alive : rp->get().keep_alive();
   std::optional<uint64_t> length = simple ? simple->content_length : std::nullopt;
   if (!simple && rp->content_length()) length = *rp->content_length();
   const bool unframed = !simple && !length && !rp->is_done();
   const bool response_chunked = unframed && req.version() >= 11;
-  const bool keep = client_keep_alive && parser.is_done() && !gw.draining.load() &&
+  const bool keep = ex.client_keep_alive && parser.is_done() && !gw.draining.load() &&
                     !(unframed && !response_chunked);
-  rlog.upstream_status = static_cast<int>(status);
-  wbuf.clear();
-  {
-    util::StringAppender head(wbuf);
+  ex.log.upstream_status = static_cast<int>(status);
+  scratch.out.clear();
+  // In a lambda, as the forwarded head above.
+  [&] {
+    util::StringAppender head(scratch.out);
     head << "HTTP/1.1 " << status << " " << (simple ? simple->reason : std::string_view(rp->get().reason()))
          << "\r\n";
     if (simple) {
@@ -1448,7 +1558,7 @@ net::awaitable<bool> Worker::Handle(Conn& stream, beast::flat_buffer& buffer,
     } else {
       AppendEndToEnd(rp->get(), head, skip);
     }
-    head << rate_headers.Rendered();
+    head << scratch.rate_headers.Rendered();
     if (length) {
       head << "Content-Length: " << *length << "\r\n";
     } else if (response_chunked) {
@@ -1460,17 +1570,17 @@ net::awaitable<bool> Worker::Handle(Conn& stream, beast::flat_buffer& buffer,
       head << "Connection: keep-alive\r\n";
     }
     head << "\r\n";
-  }
+  }();
   bool upstream_failed = false;
   if (simple) {
     up->buffer.consume(simple->size);
-    ec = co_await RelayLength(up->conn, up->buffer, stream, wbuf, is_head ? 0 : length.value_or(0),
+    ec = co_await RelayLength(up->conn, up->buffer, stream, scratch.out, is_head ? 0 : length.value_or(0),
                               milliseconds(gw.upstream_config.timeout_ms), &upstream_failed);
   } else {
-    ec = co_await Relay(*rp, up->conn, up->buffer, stream, wbuf, response_chunked,
+    ec = co_await Relay(*rp, up->conn, up->buffer, stream, scratch.out, response_chunked,
                         milliseconds(gw.upstream_config.timeout_ms), &upstream_failed);
   }
-  finish(rlog.upstream_status);
+  Finish(ex, scratch, ex.log.upstream_status);
   // Bytes past the response would be read as the next one's: such a connection is not reused.
   if (!ec && upstream_keep_alive && (simple || rp->is_done()) && up->buffer.size() == 0) {
     idle.push_back(std::move(up));

@@ -732,6 +732,32 @@ class ProxyTests(GatewayTestCase):
         self.assertEqual(len(body), size)
         self.assertEqual(body.count(b"x"), size)
 
+    def test_each_upstream_response_head_is_read_afresh(self):
+        # One client connection, responses of different shapes one after another: nothing of
+        # one response's head (its fields, its length) carries over to the next.
+        gw = self.start(config(plans={"free": {"limits": [burst(100)]}}))
+        conn = http.client.HTTPConnection("127.0.0.1", gw.port, timeout=10)
+        try:
+            def get(path):
+                conn.request("GET", path, headers={"X-API-Key": FREE_KEY})
+                resp = conn.getresponse()
+                return resp, resp.read()
+            resp, body = get("/headers?X-One=1&X-Two=2&X-Three=3")
+            self.assertEqual((resp.status, body, resp.getheader("X-Two")), (200, b"ok", "2"))
+            resp, body = get("/headers?X-Four=4")
+            self.assertEqual((resp.status, body, resp.getheader("X-Four")), (200, b"ok", "4"))
+            for name in ("X-One", "X-Two", "X-Three"):
+                self.assertIsNone(resp.getheader(name), name)
+            self.assertEqual(resp.getheader("Content-Length"), "2")
+            # No length after one with a length: relayed whole, chunked.
+            resp, body = get("/unframed?bytes=1000")
+            self.assertEqual(resp.status, 200)
+            self.assertEqual(body, b"u" * 1000)
+            self.assertIsNone(resp.getheader("Content-Length"))
+            self.assertEqual(resp.getheader("Transfer-Encoding"), "chunked")
+        finally:
+            conn.close()
+
     def test_request_body_is_forwarded(self):
         gw = self.start(config())
         body = b"y" * 200_000

@@ -86,6 +86,14 @@ class Handler(BaseHTTPRequestHandler):
             self.end_headers()
             self.wfile.write(b"ok")
             return
+        if url.path == "/unframed":
+            # Neither a length nor chunks: the body runs to the connection's close.
+            self.send_response(200)
+            self.send_header("Connection", "close")
+            self.end_headers()
+            self.wfile.write(b"u" * int(query.get("bytes", ["10"])[0]))
+            self.close_connection = True
+            return
         if url.path == "/big":
             n = int(query.get("bytes", ["0"])[0])
             self.send_response(200)
