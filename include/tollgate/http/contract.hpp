@@ -28,8 +28,11 @@ class HeaderList {
    public:
     explicit Writer(HeaderList& list) : list_(list), out_(list.text_) {}
 
-    void Add(std::string_view name, std::string_view value) { Start(name) << value << "\r\n"; }
-    void Add(std::string_view name, int64_t value) { Start(name) << value << "\r\n"; }
+    // Inlined, so that a literal name is copied without a call.
+    [[gnu::always_inline]] void Add(std::string_view name, std::string_view value) {
+      Start(name) << value << "\r\n";
+    }
+    [[gnu::always_inline]] void Add(std::string_view name, int64_t value) { Start(name) << value << "\r\n"; }
     // Adds a header whose value `write(util::StringAppender&)` writes in place.
     template <typename Write>
     void AddWith(std::string_view name, Write&& write) {
@@ -38,8 +41,9 @@ class HeaderList {
     }
 
    private:
-    util::StringAppender& Start(std::string_view name) {
+    [[gnu::always_inline]] util::StringAppender& Start(std::string_view name) {
       list_.names_.push_back({static_cast<uint32_t>(out_.size()), static_cast<uint32_t>(name.size())});
+      list_.sizes_ |= name.size() < 64 ? uint64_t{1} << name.size() : 0;
       return out_ << name << ": ";
     }
 
@@ -54,9 +58,14 @@ class HeaderList {
   void Clear() {  // keeps the capacity
     text_.clear();
     names_.clear();
+    sizes_ = 0;
   }
-  // Whether a header of this name (any case) is in the list.
-  bool Has(std::string_view name) const;
+  // Whether a header of this name (any case) is in the list. Inline up to the size check: it
+  // runs for every field of every proxied response, which mostly has a size none of ours has.
+  bool Has(std::string_view name) const {
+    if (name.size() < 64 && !(sizes_ >> name.size() & 1)) return false;
+    return HasName(name);
+  }
   std::vector<std::pair<std::string, std::string>> Pairs() const;
 
  private:
@@ -64,8 +73,11 @@ class HeaderList {
     uint32_t at;
     uint32_t size;
   };
+  bool HasName(std::string_view name) const;
+
   std::string text_;
   std::vector<Name> names_;  // where each header's name is in text_
+  uint64_t sizes_ = 0;  // bit n set: a name of size n (below 64) is in names_
 };
 
 // Appends the configured header sets for the enforced checks (shadow checks are never

@@ -111,9 +111,13 @@ class Policy {
   // on every proxied request and most differ in length.
   static bool EqualsIgnoreCase(std::string_view a, std::string_view b) {
     if (a.size() != b.size()) return false;
-    auto lower = [](char c) { return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c; };
     for (size_t i = 0; i < a.size(); ++i) {
-      if (lower(a[i]) != lower(b[i])) return false;
+      // Bytes that differ are equal only as the two cases of one ASCII letter. (Most bytes
+      // compared are equal: names are usually written in their canonical case.)
+      const unsigned char x = static_cast<unsigned char>(a[i]) | 0x20;
+      if (a[i] != b[i] && (x != (static_cast<unsigned char>(b[i]) | 0x20) || static_cast<unsigned>(x - 'a') > 25u)) {
+        return false;
+      }
     }
     return true;
   }

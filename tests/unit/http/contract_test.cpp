@@ -145,6 +145,27 @@ TEST(HeaderListTest, WriterKeepsNamesAcrossBufferFlushes) {
   EXPECT_EQ(h.Pairs()[2].first, "After-Long");
 }
 
+// Has() first looks at a mask of the names' sizes: names of any size, the same size as
+// another, and a list cleared and reused.
+TEST(HeaderListTest, FindsNamesOfEverySizeAndForgetsThemWhenCleared) {
+  HeaderList h;
+  const std::string long_name(70, 'N');
+  h.Add(long_name, "1");
+  h.Add("Abc", "2");
+  EXPECT_TRUE(h.Has(std::string(70, 'n')));
+  EXPECT_FALSE(h.Has(std::string(69, 'N')));
+  EXPECT_FALSE(h.Has(std::string(71, 'N')));
+  EXPECT_TRUE(h.Has("aBC"));
+  EXPECT_FALSE(h.Has("Abd"));
+  EXPECT_FALSE(h.Has(""));
+  h.Clear();
+  EXPECT_FALSE(h.Has("Abc"));
+  EXPECT_FALSE(h.Has(long_name));
+  h.Add("Xyz", "3");
+  EXPECT_FALSE(h.Has("Abc"));
+  EXPECT_TRUE(h.Has("XYZ"));
+}
+
 TEST(StringAppenderTest, GivesTheConcatenationWhateverThePieceSizes) {
   std::string out = "prefix:";
   std::string expected = out;
