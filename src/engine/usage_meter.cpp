@@ -1,5 +1,6 @@
 #include <tollgate/engine/usage_meter.hpp>
 
+#include <algorithm>
 #include <charconv>
 #include <cstdio>
 #include <map>
@@ -81,18 +82,26 @@ size_t UsageMeter::KeyHash::operator()(const KeyView& k) const {
 }
 
 void UsageMeter::Flush() {
-  std::unordered_map<store::UsageKey, store::UsageCounts, KeyHash, KeyEq> pending;
+  // A row counted since the last flush is sent and zeroed, not erased: the key's next request
+  // finds it, where a new row would cost an allocation and its strings, once per key per
+  // second with many keys. A row left at zero for a whole interval is erased, so the buffer
+  // holds only the keys of the last two intervals.
+  store::UsageDeltas rows;
   {
     std::lock_guard lock(mu_);
-    pending.swap(pending_);
+    rows.reserve(pending_.size());
+    for (auto it = pending_.begin(); it != pending_.end();) {
+      store::UsageCounts& counts = it->second;
+      if (std::all_of(counts.requests.begin(), counts.requests.end(), [](int64_t n) { return n == 0; })) {
+        it = pending_.erase(it);
+        continue;
+      }
+      rows.emplace_back(it->first, counts);
+      counts = {};
+      ++it;
+    }
   }
   // Called even with nothing new: a backend may have counts to send again.
-  store::UsageDeltas rows;
-  rows.reserve(pending.size());
-  while (!pending.empty()) {
-    auto node = pending.extract(pending.begin());
-    rows.emplace_back(std::move(node.key()), node.mapped());
-  }
   backend_.Add(rows);
 }
 

@@ -512,7 +512,9 @@ struct Worker {
   // Any store (the Redis store answers on its own thread).
   net::awaitable<engine::Verdict> Decide(const engine::Engine::Request& request,
                                          std::span<core::Decision> decisions);
-  net::awaitable<std::unique_ptr<UpstreamConnection>> AcquireUpstream(beast::error_code& ec);
+  // An upstream connection: an idle one of the pool, else a new one (Connect).
+  std::unique_ptr<UpstreamConnection> TakeIdle();
+  net::awaitable<std::unique_ptr<UpstreamConnection>> Connect(beast::error_code& ec);
   // GET /admin/usage and GET /v1/usage: the status, the body into `body` (and its type).
   net::awaitable<bhttp::status> UsageExport(std::string_view query, std::string& body, std::string_view& type);
   net::awaitable<bhttp::status> KeyUsage(const policy::Key& key, core::Instant now, std::string& body);
@@ -531,9 +533,9 @@ struct RequestLog {
   int upstream_status = 0;
 };
 
-// Writes `bufs` to `c`: as much as the socket takes at once (sockets are non-blocking), then
-// the rest, if any, asynchronously. A response almost always fits the socket's buffer whole,
-// and written at once it takes no operation through the reactor and the executor.
+// Writes as much of `rest` as the socket takes at once (sockets are non-blocking) and consumes
+// it. A response almost always fits the socket's buffer whole, and written at once it takes no
+// operation through the reactor and the executor. Would-block is not an error.
 template <class Buffers>
 beast::error_code WriteNow(tcp::socket& socket, beast::buffers_suffix<Buffers>& rest) {
   beast::error_code ec;
@@ -542,15 +544,21 @@ beast::error_code WriteNow(tcp::socket& socket, beast::buffers_suffix<Buffers>& 
   return ec;
 }
 
+// What WriteNow() left, asynchronously. (Hot paths call this only when something is left: a
+// coroutine's frame costs an allocation.)
+template <class Buffers>
+net::awaitable<beast::error_code> WriteRest(Conn& c, beast::buffers_suffix<Buffers>& rest, milliseconds timeout) {
+  c.ExpiresAfter(timeout);
+  auto [ec, n] = co_await net::async_write(c.socket, rest, kTuple);
+  co_return c.Check(ec);
+}
+
+// All of `bufs`: WriteNow(), then WriteRest() (for responses off the hot paths).
 template <class Buffers>
 net::awaitable<beast::error_code> WriteAll(Conn& c, const Buffers& bufs, milliseconds timeout) {
   beast::buffers_suffix<Buffers> rest(bufs);
   beast::error_code ec = WriteNow(c.socket, rest);
-  if (!ec && beast::buffer_bytes(rest) > 0) {
-    c.ExpiresAfter(timeout);
-    auto [wec, n] = co_await net::async_write(c.socket, rest, kTuple);
-    ec = c.Check(wec);
-  }
+  if (!ec && beast::buffer_bytes(rest) > 0) ec = co_await WriteRest(c, rest, timeout);
   co_return ec;
 }
 
@@ -604,7 +612,10 @@ net::awaitable<beast::error_code> Relay(bhttp::parser<isRequest, bhttp::buffer_b
     }
     if (last && chunked) bufs[4] = net::buffer(kLastChunk.data(), kLastChunk.size());
     if (net::buffer_size(bufs) == 0) continue;
-    if (auto ec = co_await WriteAll(out, bufs, timeout)) co_return ec;
+    beast::buffers_suffix<decltype(bufs)> rest(bufs);
+    beast::error_code ec = WriteNow(out.socket, rest);
+    if (!ec && beast::buffer_bytes(rest) > 0) ec = co_await WriteRest(out, rest, timeout);
+    if (ec) co_return ec;
   } while (!last);
   co_return beast::error_code{};
 }
@@ -752,7 +763,10 @@ net::awaitable<beast::error_code> RelayLength(Conn& in, beast::flat_buffer& in_b
                                                    net::buffer(in_buf.data().data(), n)};
     head = {};
     if (net::buffer_size(bufs) > 0) {
-      if (auto ec = co_await WriteAll(out, bufs, timeout)) co_return ec;
+      beast::buffers_suffix<decltype(bufs)> rest(bufs);
+      beast::error_code ec = WriteNow(out.socket, rest);
+      if (!ec && beast::buffer_bytes(rest) > 0) ec = co_await WriteRest(out, rest, timeout);
+      if (ec) co_return ec;
     }
     in_buf.consume(n);
     length -= n;
@@ -815,13 +829,17 @@ struct Scratch {
   Exchange exchange;
 };
 
-net::awaitable<std::unique_ptr<UpstreamConnection>> Worker::AcquireUpstream(beast::error_code& ec) {
+std::unique_ptr<UpstreamConnection> Worker::TakeIdle() {
   while (!idle.empty()) {
     auto c = std::move(idle.back());
     idle.pop_back();
-    if (c->conn.socket.is_open()) co_return c;
+    if (c->conn.socket.is_open()) return c;
     --upstream_open;
   }
+  return nullptr;
+}
+
+net::awaitable<std::unique_ptr<UpstreamConnection>> Worker::Connect(beast::error_code& ec) {
   const size_t share = std::max<size_t>(1, gw.upstream_config.max_connections / gw.workers.size());
   if (upstream_open >= share) {
     ec = net::error::no_buffer_space;
@@ -989,7 +1007,7 @@ net::awaitable<void> Worker::Session(tcp::socket socket, Listener listener) {
       } else {
         beast::buffers_suffix<net::const_buffer> rest(net::buffer(scratch.out));
         beast::error_code wec = WriteNow(stream.socket, rest);
-        if (!wec && beast::buffer_bytes(rest) > 0) wec = co_await WriteAll(stream, rest, std::chrono::seconds(30));
+        if (!wec && beast::buffer_bytes(rest) > 0) wec = co_await WriteRest(stream, rest, std::chrono::seconds(30));
         keep = !wec && ex.reply_keep;
       }
       ex.policy.reset();
@@ -1475,12 +1493,22 @@ net::awaitable<bool> Worker::Forward(Conn& stream, beast::flat_buffer& buffer, S
   // One retry on a fresh connection when a pooled one turns out closed before any response
   // byte and no request body was sent.
   for (int attempt = 0; attempt < 2; ++attempt) {
-    const bool pooled = !idle.empty();
-    up = co_await AcquireUpstream(ec);
+    up = TakeIdle();
+    const bool pooled = up != nullptr;
+    if (!up) up = co_await Connect(ec);
     if (!up) break;
     bool client_failed = false;
-    ec = co_await Relay(parser, stream, buffer, up->conn, scratch.out, request_chunked,
-                        milliseconds(gw.upstream_config.timeout_ms), &client_failed);
+    if (request_has_body) {
+      ec = co_await Relay(parser, stream, buffer, up->conn, scratch.out, request_chunked,
+                          milliseconds(gw.upstream_config.timeout_ms), &client_failed);
+    } else {
+      // The head alone, most requests: written here, without Relay()'s coroutine.
+      beast::buffers_suffix<net::const_buffer> rest(net::buffer(scratch.out));
+      ec = WriteNow(up->conn.socket, rest);
+      if (!ec && beast::buffer_bytes(rest) > 0) {
+        ec = co_await WriteRest(up->conn, rest, milliseconds(gw.upstream_config.timeout_ms));
+      }
+    }
     if (client_failed) {
       --upstream_open;
       if (ec == bhttp::error::body_limit) {

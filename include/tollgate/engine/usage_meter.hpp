@@ -64,7 +64,8 @@ class UsageMeter {
 
   store::UsageBackend& backend_;
   std::mutex mu_;
-  // Hashed, not ordered: a lookup per request; handed to the backend as a list once per flush.
+  // Hashed, not ordered: a lookup per request; handed to the backend as a list once per flush
+  // (see Flush(): rows outlive a flush).
   std::unordered_map<store::UsageKey, store::UsageCounts, KeyHash, KeyEq> pending_;
 };
 

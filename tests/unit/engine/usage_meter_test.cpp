@@ -1,5 +1,7 @@
 #include <tollgate/engine/usage_meter.hpp>
 
+#include <algorithm>
+
 #include <gtest/gtest.h>
 
 #include <tollgate/core/calendar.hpp>
@@ -50,6 +52,57 @@ TEST(UsageMeter, CountsByOutcomeClassAndRollsOverAtMidnightUtc) {
   EXPECT_EQ(month[0].counts.cost[0], 5);
   EXPECT_EQ(month[0].period, "2026-11");
   EXPECT_TRUE(QuerySync(meter, "2026-12").empty());
+}
+
+// What a backend is handed, flush by flush.
+class RecordingBackend final : public store::UsageBackend {
+ public:
+  void Add(const store::UsageDeltas& deltas) override { adds.push_back(deltas); }
+  void Read(std::vector<std::string>, std::string, std::function<void(core::Result<store::UsageRows>)> done) override {
+    done(store::UsageRows{});
+  }
+  std::vector<store::UsageDeltas> adds;
+};
+
+// Rows are kept from one flush to the next (zeroed), and dropped after an idle interval: each
+// flush hands on exactly what was counted since the one before.
+TEST(UsageMeter, EachFlushHandsOnOnlyWhatWasCountedSinceTheLast) {
+  RecordingBackend backend;
+  UsageMeter meter(backend);
+  const core::Instant t = At(2026, 11, 29, 100);
+  meter.Record("acme", "k1", Outcome::kSuccess, 3, t);
+  meter.Record("acme", "k2", Outcome::kRejected, 1, t);
+  meter.Flush();
+  meter.Record("acme", "k1", Outcome::kSuccess, 2, t);
+  meter.Flush();
+  meter.Flush();  // nothing counted
+  meter.Record("acme", "k2", Outcome::kSuccess, 5, t);
+  meter.Record("acme", "k2", Outcome::kSuccess, 1, t);
+  meter.Flush();
+
+  ASSERT_EQ(backend.adds.size(), 4u);
+  auto sorted = [](store::UsageDeltas d) {
+    std::sort(d.begin(), d.end(), [](const auto& a, const auto& b) { return a.first.key_id < b.first.key_id; });
+    return d;
+  };
+  const auto first = sorted(backend.adds[0]);
+  ASSERT_EQ(first.size(), 2u);
+  EXPECT_EQ(first[0].first.key_id, "k1");
+  EXPECT_EQ(first[0].second.cost[0], 3);
+  EXPECT_EQ(first[1].first.key_id, "k2");
+  EXPECT_EQ(first[1].second.requests[static_cast<size_t>(Outcome::kRejected)], 1);
+  ASSERT_EQ(backend.adds[1].size(), 1u);  // k2 idle: not sent again
+  EXPECT_EQ(backend.adds[1][0].first.key_id, "k1");
+  EXPECT_EQ(backend.adds[1][0].second.requests[0], 1);
+  EXPECT_EQ(backend.adds[1][0].second.cost[0], 2);
+  EXPECT_TRUE(backend.adds[2].empty());
+  ASSERT_EQ(backend.adds[3].size(), 1u);  // k2 again after being dropped: counted from zero
+  EXPECT_EQ(backend.adds[3][0].first.key_id, "k2");
+  EXPECT_EQ(backend.adds[3][0].first.day, "2026-11-29");
+  EXPECT_EQ(backend.adds[3][0].first.account, "acme");
+  EXPECT_EQ(backend.adds[3][0].second.requests[0], 2);
+  EXPECT_EQ(backend.adds[3][0].second.cost[0], 6);
+  EXPECT_EQ(backend.adds[3][0].second.requests[static_cast<size_t>(Outcome::kRejected)], 0);
 }
 
 TEST(UsageMeter, CsvAndJsonExports) {
