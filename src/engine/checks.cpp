@@ -12,9 +12,20 @@ size_t ChecksFor(const policy::Plan& plan, const policy::Key* key, int64_t cost,
   return n;
 }
 
+void AssignScope(std::string& scope, const policy::Plan& plan, const policy::Key* key, std::string_view address) {
+  if (!key) {
+    scope.assign("ip:").append(address);
+  } else if (plan.per_account) {
+    scope.assign("account:").append(key->account);
+  } else {
+    scope.assign("key:").append(key->id);
+  }
+}
+
 std::string ScopeFor(const policy::Plan& plan, const policy::Key* key, std::string_view address) {
-  if (!key) return "ip:" + std::string(address);
-  return plan.per_account ? "account:" + key->account : "key:" + key->id;
+  std::string scope;
+  AssignScope(scope, plan, key, address);
+  return scope;
 }
 
 }  // namespace tollgate::engine

@@ -1330,10 +1330,10 @@ Step Worker::Begin(Exchange& ex, Scratch& scratch, RequestParser& parser, std::s
     }
     ex.plan = ex.key->plan;
     ex.log.key_id = ex.key->id;
-    ex.scope = engine::ScopeFor(*ex.plan, ex.key, ex.client);
+    engine::AssignScope(ex.scope, *ex.plan, ex.key, ex.client);
   } else if (route.identity == config::RouteIdentity::kIp) {
     ex.plan = &pol.anonymous();
-    ex.scope = engine::ScopeFor(*ex.plan, nullptr, ex.client);
+    engine::AssignScope(ex.scope, *ex.plan, nullptr, ex.client);
   }
   if (usage_endpoint) return Step::kKeyUsage;
 

@@ -20,5 +20,7 @@ size_t ChecksFor(const policy::Plan& plan, const policy::Key* key, int64_t cost,
 // The store scope of a request's checks: "key:<id>", "account:<id>" (plans counted per account)
 // or "ip:<address>".
 std::string ScopeFor(const policy::Plan& plan, const policy::Key* key, std::string_view address);
+// The same into `scope`, reusing its capacity (per request on the gateway's hot path).
+void AssignScope(std::string& scope, const policy::Plan& plan, const policy::Key* key, std::string_view address);
 
 }  // namespace tollgate::engine
