@@ -1,0 +1,49 @@
+// The head of a client's request as the gateway reads it: views into bytes that outlive it.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string_view>
+#include <vector>
+
+namespace tollgate::http {
+
+struct RequestHead {
+  struct Field {
+    std::string_view name, value;
+  };
+  // Beyond this many fields a head is left to the general parser (ParseRequestHead).
+  static constexpr size_t kMaxFields = 48;
+
+  RequestHead() { fields.reserve(kMaxFields); }
+
+  std::string_view method, target;
+  unsigned version = 11;  // 10 or 11
+  bool keep_alive = true;  // after the version's default and the Connection field
+  bool chunked = false;
+  std::optional<uint64_t> content_length;
+  std::vector<Field> fields;  // in order; cleared, not freed, between requests
+
+  // The value of the first field of this name (any case), empty if none.
+  std::string_view Get(std::string_view name) const;
+  void Clear();
+};
+
+enum class HeadParse {
+  kComplete,   // `out` holds the head; `*size` bytes of `data` are it, through its blank line
+  kNeedMore,   // no blank line yet, and not more than `max_size` bytes
+  kNotSimple,  // for the general parser: a body, an unusual or malformed shape, or too large
+};
+
+// Parses the head at the start of `data` when it has the shape of almost every API request,
+// and nothing looser: "METHOD SP target SP HTTP/1.x" with CRLF line ends, token field names,
+// no folded lines, at most kMaxFields fields, no Transfer-Encoding, no Content-Length but 0,
+// at most `max_size` bytes. Anything else is kNotSimple and goes to the general parser, which
+// accepts or refuses it (a malformed head is never accepted here).
+HeadParse ParseRequestHead(std::string_view data, size_t max_size, RequestHead& out, size_t* size);
+
+// Whether `value`, a comma-separated list (Connection), holds `token` (any case).
+bool HasToken(std::string_view value, std::string_view token);
+
+}  // namespace tollgate::http
