@@ -36,6 +36,7 @@
 
 #include <tollgate/engine/engine.hpp>
 #include <tollgate/http/contract.hpp>
+#include <tollgate/http/request_head.hpp>
 #include <tollgate/metrics/metrics.hpp>
 #include <tollgate/policy/policy.hpp>
 #include <tollgate/core/calendar.hpp>
@@ -141,13 +142,14 @@ FieldKind Classify(std::string_view name) {
 
 bool IsHopByHopOrFraming(std::string_view name) { return Classify(name) != FieldKind::kEndToEnd; }
 
-// Appends the end-to-end fields of `f` as "Name: value\r\n" lines. Dropped: hop-by-hop and
-// framing fields, those named in Connection, and those `skip` says the gateway sets itself.
-template <class Fields, class Skip>
-void AppendEndToEnd(const Fields& f, util::StringAppender& out, Skip skip) {
-  std::vector<std::string_view> named;
-  for (auto it = f.find(bhttp::field::connection); it != f.end() && it->name() == bhttp::field::connection; ++it) {
-    std::string_view v = it->value();
+// Appends the end-to-end fields as "Name: value\r\n" lines. Dropped: hop-by-hop and framing
+// fields, those named in Connection, and those `skip` says the gateway sets itself.
+// `for_each(fn)` calls fn(name, value) for each field, in order.
+template <class ForEach, class Skip>
+void AppendEndToEndFields(ForEach for_each, util::StringAppender& out, Skip skip) {
+  std::vector<std::string_view> named;  // by Connection, other than close and keep-alive
+  for_each([&named](std::string_view name, std::string_view v) {
+    if (!policy::Policy::EqualsIgnoreCase(name, "Connection")) return;
     while (!v.empty()) {
       const size_t comma = v.find(',');
       const std::string_view token = policy::Policy::Trim(v.substr(0, comma));
@@ -158,16 +160,35 @@ void AppendEndToEnd(const Fields& f, util::StringAppender& out, Skip skip) {
       if (comma == std::string_view::npos) break;
       v.remove_prefix(comma + 1);
     }
-  }
-  for (const auto& field : f) {
-    const std::string_view name = field.name_string();
-    if (IsHopByHopOrFraming(name) || skip(name)) continue;
+  });
+  for_each([&](std::string_view name, std::string_view value) {
+    if (IsHopByHopOrFraming(name) || skip(name)) return;
     if (std::any_of(named.begin(), named.end(),
                     [name](std::string_view n) { return policy::Policy::EqualsIgnoreCase(n, name); })) {
-      continue;
+      return;
     }
-    out << name << ": " << field.value() << "\r\n";
-  }
+    out << name << ": " << value << "\r\n";
+  });
+}
+
+// The upstream's response head, when Beast's parser read it.
+template <class Fields, class Skip>
+void AppendEndToEnd(const Fields& f, util::StringAppender& out, Skip skip) {
+  AppendEndToEndFields(
+      [&f](auto fn) {
+        for (const auto& field : f) fn(field.name_string(), field.value());
+      },
+      out, skip);
+}
+
+// The client's request head.
+template <class Skip>
+void AppendEndToEnd(const RequestHead& head, util::StringAppender& out, Skip skip) {
+  AppendEndToEndFields(
+      [&head](auto fn) {
+        for (const RequestHead::Field& field : head.fields) fn(field.name, field.value);
+      },
+      out, skip);
 }
 
 // Our own responses (not the upstream's) are rendered whole into one buffer and written with
@@ -497,7 +518,8 @@ struct Worker {
   // A request is handled in steps (see Session()): those that need no waiting are plain
   // functions, which render our own responses (Reply) into scratch.out; only waiting on the
   // store, the usage meter or the upstream takes a coroutine.
-  Step Begin(Exchange& ex, Scratch& scratch, RequestParser& parser, std::string_view peer, Listener listener);
+  Step Begin(Exchange& ex, Scratch& scratch, const RequestHead& head, RequestParser* body_parser,
+             std::string_view peer, Listener listener);
   Step Conclude(Exchange& ex, Scratch& scratch);  // after the decision, in ex.verdict
   Step Pass(Exchange& ex, Scratch& scratch);  // allowed: forwarded, or the decision service's 200
   Step Reply(Exchange& ex, Scratch& scratch, bhttp::status status, std::string_view body,
@@ -737,6 +759,19 @@ std::string_view View(const beast::flat_buffer& b) {
   return {static_cast<const char*>(b.data().data()), b.size()};
 }
 
+// A head Beast's parser read, as a RequestHead of views into its message.
+void HeadFromBeast(const RequestParser& p, RequestHead& head) {
+  const auto& m = p.get();
+  head.Clear();
+  head.method = m.method_string();
+  head.target = m.target();
+  head.version = m.version();
+  head.keep_alive = m.keep_alive();
+  head.chunked = p.chunked();
+  if (const auto n = p.content_length()) head.content_length = *n;
+  for (const auto& f : m) head.fields.push_back({f.name_string(), f.value()});
+}
+
 // Reads from `c` into `buf` until `buf` holds a whole head, through its blank line, whose size
 // goes to `*head_size`.
 net::awaitable<beast::error_code> ReadHead(Conn& c, beast::flat_buffer& buf, milliseconds timeout,
@@ -792,7 +827,8 @@ struct Exchange {
   // into. Dropped after it.
   std::shared_ptr<const policy::Policy> policy;
   uint64_t generation = 0;  // the policy's
-  RequestParser* parser = nullptr;
+  const RequestHead* head = nullptr;
+  RequestParser* body_parser = nullptr;  // Beast's, when it read the head (and for a body)
   std::string_view peer;
   bool decision_service = false;
   // Views into the request, which stays as it was read.
@@ -814,6 +850,9 @@ struct Exchange {
   engine::Engine::Request request;
   Clock::time_point decide_start;
   engine::Verdict verdict;
+
+  // Whether the request was read in full (its body too): only then is the connection reusable.
+  bool RequestRead() const { return !body_parser || body_parser->is_done(); }
 };
 
 // A connection's buffers, reused from one request to the next. What a request needs beyond a
@@ -826,6 +865,7 @@ struct Scratch {
   std::string log_line;
   HeaderList rate_headers;
   SimpleHead upstream_head;
+  RequestHead head;
   Exchange exchange;
 };
 
@@ -928,36 +968,46 @@ net::awaitable<void> Worker::Session(tcp::socket socket, Listener listener) {
       if (rec) break;
       buffer.commit(n);
     }
-    fields_arena.release();  // the last request's parser is gone
-    RequestParser parser(std::piecewise_construct, std::make_tuple(),
-                         std::make_tuple(RequestAllocator(&fields_arena)));
-    parser.header_limit(static_cast<uint32_t>(gw.server.max_header_bytes));
-    parser.body_limit(gw.server.max_body_bytes);
-    stream.ExpiresAfter(milliseconds(gw.server.header_timeout_ms));
-    // The head, parsed from the bytes already read, reading more only while the parser needs
-    // them (Beast's async_read_header costs a trip through the executor even when the whole
-    // head is already here, as it is for almost every request).
+    // Most heads arrive whole and have the common shape: they are parsed in place, in the
+    // buffer, which keeps them until the request is done. The others, and heads still arriving,
+    // go to Beast's parser, whose message then fills the same RequestHead.
+    RequestHead& head = scratch.head;
+    size_t fast_size = 0;
+    const bool fast = ParseRequestHead(View(buffer), gw.server.max_header_bytes, head, &fast_size) ==
+                      HeadParse::kComplete;
+    std::optional<RequestParser> parser;  // the general one, and a body's
     beast::error_code hec;
-    for (;;) {
-      buffer.consume(parser.put(buffer.data(), hec));
-      if (hec == bhttp::error::need_more) {
-        hec = {};
-      } else if (hec || parser.is_header_done()) {
-        break;
-      }
-      auto [rec, n] = co_await stream.socket.async_read_some(buffer.prepare(4096), kTuple);
-      if (rec == net::error::eof) {
-        // A head cut short is malformed; a connection closed between requests is not.
-        if (parser.got_some()) {
-          parser.put_eof(hec);
-        } else {
-          hec = bhttp::error::end_of_stream;
+    if (!fast) {
+      fields_arena.release();  // the last request's parser is gone
+      parser.emplace(std::piecewise_construct, std::make_tuple(), std::make_tuple(RequestAllocator(&fields_arena)));
+      parser->header_limit(static_cast<uint32_t>(gw.server.max_header_bytes));
+      parser->body_limit(gw.server.max_body_bytes);
+      stream.ExpiresAfter(milliseconds(gw.server.header_timeout_ms));
+      // The head, parsed from the bytes already read, reading more only while the parser needs
+      // them (Beast's async_read_header costs a trip through the executor even when the whole
+      // head is already here).
+      for (;;) {
+        buffer.consume(parser->put(buffer.data(), hec));
+        if (hec == bhttp::error::need_more) {
+          hec = {};
+        } else if (hec || parser->is_header_done()) {
+          break;
         }
-        break;
+        auto [rec, n] = co_await stream.socket.async_read_some(buffer.prepare(4096), kTuple);
+        if (rec == net::error::eof) {
+          // A head cut short is malformed; a connection closed between requests is not.
+          if (parser->got_some()) {
+            parser->put_eof(hec);
+          } else {
+            hec = bhttp::error::end_of_stream;
+          }
+          break;
+        }
+        hec = stream.Check(rec);
+        if (hec) break;
+        buffer.commit(n);
       }
-      hec = stream.Check(rec);
-      if (hec) break;
-      buffer.commit(n);
+      if (!hec) HeadFromBeast(*parser, head);
     }
     if (hec) {
       bhttp::status status = bhttp::status::bad_request;
@@ -987,7 +1037,7 @@ net::awaitable<void> Worker::Session(tcp::socket socket, Listener listener) {
       // The request, in steps (see Worker::Begin), here rather than in a coroutine of its own:
       // a request answered by us with the memory store allocates no coroutine frame.
       Exchange& ex = scratch.exchange;
-      Step step = Begin(ex, scratch, parser, peer, listener);
+      Step step = Begin(ex, scratch, head, parser ? &*parser : nullptr, peer, listener);
       if (step == Step::kAdminUsage || step == Step::kKeyUsage) {
         std::string_view type = "application/json";
         const bhttp::status status = step == Step::kAdminUsage ? co_await UsageExport(ex.query, scratch.body, type)
@@ -1011,6 +1061,7 @@ net::awaitable<void> Worker::Session(tcp::socket socket, Listener listener) {
         keep = !wec && ex.reply_keep;
       }
       ex.policy.reset();
+      if (fast) buffer.consume(fast_size);  // the head was read in place
     } catch (...) {
       gw.in_flight.fetch_sub(1);
       throw;
@@ -1226,18 +1277,19 @@ void Worker::Finish(Exchange& ex, Scratch& scratch, int status) {
 
 Step Worker::Reply(Exchange& ex, Scratch& scratch, bhttp::status status, std::string_view body,
                    std::string_view headers, std::string_view type) {
-  ex.reply_keep = ex.client_keep_alive && ex.parser->is_done() && !gw.draining.load();
-  RenderResponse(scratch.out, status, ex.reply_keep, ex.parser->get().version(), type, headers, body);
+  ex.reply_keep = ex.client_keep_alive && ex.RequestRead() && !gw.draining.load();
+  RenderResponse(scratch.out, status, ex.reply_keep, ex.head->version, type, headers, body);
   Finish(ex, scratch, static_cast<int>(status));
   return Step::kReply;
 }
 
-Step Worker::Begin(Exchange& ex, Scratch& scratch, RequestParser& parser, std::string_view peer,
-                   Listener listener) {
+Step Worker::Begin(Exchange& ex, Scratch& scratch, const RequestHead& head, RequestParser* body_parser,
+                   std::string_view peer, Listener listener) {
   ex.start = Clock::now();
   ex.policy = Policy();
   ex.generation = generation;
-  ex.parser = &parser;
+  ex.head = &head;
+  ex.body_parser = body_parser;
   ex.peer = peer;
   ex.log = {};
   ex.key = nullptr;
@@ -1246,29 +1298,27 @@ Step Worker::Begin(Exchange& ex, Scratch& scratch, RequestParser& parser, std::s
   ex.invalid_key = false;
   scratch.rate_headers.Clear();
   const policy::Policy& pol = *ex.policy;
-  auto& req = parser.get();
   ex.decision_service = listener == Listener::kDecision;
   // The request stays as it was read for the whole exchange (the forwarded head is rendered
   // apart), so views into it stay valid. The decision service decides about the original
   // request, which the proxy in front describes in headers.
-  std::string_view target = req.target();
-  ex.method = req.method_string();
+  std::string_view target = head.target;
+  ex.method = head.method;
   if (ex.decision_service) {
     for (const char* h : {"X-Original-URI", "X-Forwarded-Uri"}) {
-      if (!req[h].empty()) {
-        target = req[h];
+      if (!head.Get(h).empty()) {
+        target = head.Get(h);
         break;
       }
     }
     for (const char* h : {"X-Original-Method", "X-Forwarded-Method"}) {
-      if (!req[h].empty()) {
-        ex.method = req[h];
+      if (!head.Get(h).empty()) {
+        ex.method = head.Get(h);
         break;
       }
     }
   }
-  // Read before anything is sent: only a request read in full leaves the connection usable.
-  ex.client_keep_alive = req.keep_alive();
+  ex.client_keep_alive = head.keep_alive;
   const size_t qmark = target.find('?');
   ex.path = target.substr(0, qmark);
   ex.query = qmark == std::string_view::npos ? std::string_view() : target.substr(qmark + 1);
@@ -1303,7 +1353,7 @@ Step Worker::Begin(Exchange& ex, Scratch& scratch, RequestParser& parser, std::s
   ex.status_endpoint = !ex.decision_service && method == "GET" && path == "/v1/rate-limit";
   const bool usage_endpoint = !ex.decision_service && method == "GET" && path == "/v1/usage";
   // `peer` is already in the form ClientAddress() gives (see Session()).
-  ex.forwarded_for = req["X-Forwarded-For"];
+  ex.forwarded_for = head.Get("X-Forwarded-For");
   if (ex.forwarded_for.empty()) {
     ex.client.assign(peer);
   } else {
@@ -1312,7 +1362,7 @@ Step Worker::Begin(Exchange& ex, Scratch& scratch, RequestParser& parser, std::s
   ex.deny_status = ex.decision_service ? static_cast<bhttp::status>(gw.decision.deny_status)
                                        : bhttp::status::too_many_requests;
 
-  auto header = [&](const std::string& name) { return std::string_view(req[name]); };
+  auto header = [&head](const std::string& name) { return head.Get(name); };
   if (route.identity == config::RouteIdentity::kKey || ex.status_endpoint || usage_endpoint) {
     ex.presented = pol.PresentedKey(header);
     if (!ex.presented.empty()) ex.key = FindByKey(pol, ex.presented);
@@ -1445,17 +1495,16 @@ Step Worker::Pass(Exchange& ex, Scratch& scratch) {
 // Forwards the request to the upstream and relays its response (Step::kForward).
 net::awaitable<bool> Worker::Forward(Conn& stream, beast::flat_buffer& buffer, Scratch& scratch) {
   Exchange& ex = scratch.exchange;
-  RequestParser& parser = *ex.parser;
-  auto& req = parser.get();
+  const RequestHead& req = *ex.head;
   // Forward to the upstream: the request's head, rendered apart from the request (which stays
   // as it was read), then its body.
   scratch.out.clear();
-  const bool request_chunked = parser.chunked();
+  const bool request_chunked = req.chunked;
   // In a lambda: its locals (the appender's kilobyte of buffer) live on the stack, not in
   // this coroutine's frame, which is allocated per request.
   [&] {
     util::StringAppender head(scratch.out);
-    head << req.method_string() << " " << gw.upstream.base_path << req.target() << " HTTP/1.1\r\n";
+    head << req.method << " " << gw.upstream.base_path << req.target << " HTTP/1.1\r\n";
     AppendEndToEnd(req, head, [](std::string_view name) {
       return policy::Policy::EqualsIgnoreCase(name, "X-Forwarded-For") ||
              policy::Policy::EqualsIgnoreCase(name, "X-Tollgate-Key-Id") ||
@@ -1466,13 +1515,13 @@ net::awaitable<bool> Worker::Forward(Conn& stream, beast::flat_buffer& buffer, S
     if (ex.key) head << "X-Tollgate-Key-Id: " << ex.key->id << "\r\nX-Tollgate-Plan: " << ex.plan->name << "\r\n";
     if (request_chunked) {
       head << "Transfer-Encoding: chunked\r\n";
-    } else if (const auto length = parser.content_length()) {
-      head << "Content-Length: " << *length << "\r\n";
+    } else if (req.content_length) {
+      head << "Content-Length: " << *req.content_length << "\r\n";
     }
     head << "\r\n";
   }();
-  const bool request_has_body = !parser.is_done();
-  if (request_has_body && policy::Policy::EqualsIgnoreCase(req[bhttp::field::expect], "100-continue")) {
+  const bool request_has_body = !ex.RequestRead();
+  if (request_has_body && policy::Policy::EqualsIgnoreCase(req.Get("Expect"), "100-continue")) {
     // The client waits for our go-ahead before its body: given now that the limits let the
     // request through, so a rejected request never uploads its body. The upstream sees no Expect.
     static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
@@ -1481,7 +1530,7 @@ net::awaitable<bool> Worker::Forward(Conn& stream, beast::flat_buffer& buffer, S
       co_return false;
     }
   }
-  const bool is_head = req.method() == bhttp::verb::head;
+  const bool is_head = req.method == "HEAD";
 
   beast::error_code ec;
   std::unique_ptr<UpstreamConnection> up;
@@ -1499,7 +1548,7 @@ net::awaitable<bool> Worker::Forward(Conn& stream, beast::flat_buffer& buffer, S
     if (!up) break;
     bool client_failed = false;
     if (request_has_body) {
-      ec = co_await Relay(parser, stream, buffer, up->conn, scratch.out, request_chunked,
+      ec = co_await Relay(*ex.body_parser, stream, buffer, up->conn, scratch.out, request_chunked,
                           milliseconds(gw.upstream_config.timeout_ms), &client_failed);
     } else {
       // The head alone, most requests: written here, without Relay()'s coroutine.
@@ -1568,8 +1617,8 @@ net::awaitable<bool> Worker::Forward(Conn& stream, beast::flat_buffer& buffer, S
   std::optional<uint64_t> length = simple ? simple->content_length : std::nullopt;
   if (!simple && rp->content_length()) length = *rp->content_length();
   const bool unframed = !simple && !length && !rp->is_done();
-  const bool response_chunked = unframed && req.version() >= 11;
-  const bool keep = ex.client_keep_alive && parser.is_done() && !gw.draining.load() &&
+  const bool response_chunked = unframed && req.version >= 11;
+  const bool keep = ex.client_keep_alive && ex.RequestRead() && !gw.draining.load() &&
                     !(unframed && !response_chunked);
   ex.log.upstream_status = static_cast<int>(status);
   scratch.out.clear();
@@ -1594,7 +1643,7 @@ net::awaitable<bool> Worker::Forward(Conn& stream, beast::flat_buffer& buffer, S
     }
     if (!keep) {
       head << "Connection: close\r\n";
-    } else if (req.version() < 11) {
+    } else if (req.version < 11) {
       head << "Connection: keep-alive\r\n";
     }
     head << "\r\n";

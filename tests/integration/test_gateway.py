@@ -703,6 +703,53 @@ class ProxyTests(GatewayTestCase):
         sys.stderr.write("[peak RSS %d kB before, grew by %d kB] " % (before_kb, grown_kb))
         self.assertLess(grown_kb, 5 * 1024, "peak RSS grew by %d kB for a 10 MB response" % grown_kb)
 
+    def test_request_heads_of_every_shape_are_forwarded_alike(self):
+        # The common shape is parsed in place; a head split across reads, one with more fields
+        # than that parser takes, or an HTTP/1.0 one go to Beast's parser. The upstream sees
+        # the same request either way, and the client the same answer.
+        gw = self.start(config(plans={"free": {"limits": [burst(100)]}}))
+        key = FREE_KEY.encode()
+
+        def exchange(parts, pause=0.0, expect=1):
+            with socket.create_connection(("127.0.0.1", gw.port), timeout=5) as s:
+                for i, part in enumerate(parts):
+                    if i:
+                        time.sleep(pause)
+                    s.sendall(part)
+                data = b""
+                while data.count(b"HTTP/1.1 ") < expect or not data.rstrip().endswith(b"}"):
+                    chunk = s.recv(65536)
+                    self.assertTrue(chunk, data)
+                    data += chunk
+            responses = [b"HTTP/1.1 " + r for r in data.split(b"HTTP/1.1 ")[1:]]
+            self.assertEqual(len(responses), expect, data)
+            out = []
+            for r in responses:
+                self.assertEqual(status_of(r), 200, r)
+                head, _, body = r.partition(b"\r\n\r\n")
+                self.assertIn(b"\r\nRateLimit-Policy: ", head)
+                out.append((head, json.loads(body)))
+            return out
+
+        head = b"GET /echo?a=1 HTTP/1.1\r\nHost: x\r\nX-API-Key: " + key + b"\r\nX-Custom:  v 1 \r\n\r\n"
+        [(_, whole)] = exchange([head])
+        self.assertEqual(whole["path"], "/echo?a=1")
+        self.assertEqual(whole["headers"].get("X-Custom"), "v 1")
+        self.assertEqual(whole["headers"].get("X-Tollgate-Key-Id"), "k-free")
+        [(_, split)] = exchange([head[:30], head[30:]], pause=0.1)
+        self.assertEqual(split, whole)
+        # Two requests in one write: both answered, in order.
+        pipelined = exchange([head.replace(b"?a=1", b"?a=2") + head], expect=2)
+        self.assertEqual([e["path"] for _, e in pipelined], ["/echo?a=2", "/echo?a=1"])
+        # More fields than the in-place parser takes: every one reaches the upstream.
+        many = b"".join(b"X-F%d: %d\r\n" % (i, i) for i in range(60))
+        [(_, echo)] = exchange([head[:-2] + many + b"\r\n"])
+        self.assertEqual(sum(1 for h in echo["headers"] if re.fullmatch(r"X-F\d+", h)), 60)
+        self.assertEqual(echo["headers"].get("X-F59"), "59")
+        # HTTP/1.0 asking to be kept alive is kept alive, and told so.
+        [(h10, _)] = exchange([b"GET /echo HTTP/1.0\r\nX-API-Key: " + key + b"\r\nConnection: keep-alive\r\n\r\n"])
+        self.assertIn(b"\r\nConnection: keep-alive\r\n", h10 + b"\r\n")
+
     def test_response_to_a_slow_reader_arrives_whole(self):
         # A client with a small receive buffer that waits before reading: the gateway's first,
         # non-blocking write takes only part of a chunk and the rest must follow as the client
