@@ -263,13 +263,14 @@ enum class Listener {
 };
 
 // Awaits a callback-style operation: `start(resume)` calls resume(T) once, on any thread; the
-// coroutine resumes on its own executor.
+// coroutine resumes on its own executor. Not a coroutine itself (one frame fewer per await):
+// what `start` refers to must live until the result is awaited.
 template <class T, class Start>
 net::awaitable<T> Await(Start start) {
   // GCC 12 miscompiles a lambda that owns a std::string moved through a coroutine frame (an
   // invalid free; found by the usage tests): capture references and pointers only.
   static_assert(std::is_trivially_copyable_v<Start>, "capture references or pointers only");
-  co_return co_await net::async_initiate<decltype(net::use_awaitable), void(T)>(
+  return net::async_initiate<decltype(net::use_awaitable), void(T)>(
       [start = std::move(start)](auto handler) mutable {
         auto h = std::make_shared<decltype(handler)>(std::move(handler));
         start([h](T value) {
@@ -531,7 +532,8 @@ struct Worker {
   engine::Verdict DecideNow(const engine::Engine::Request& request, std::span<core::Decision> decisions) {
     return gw.engine->Conclude(request, decisions, gw.memory->ApplyNow(request.batch, decisions));
   }
-  // Any store (the Redis store answers on its own thread).
+  // Any store (the Redis store answers on its own thread). `request` and `decisions` must
+  // live until the result is awaited.
   net::awaitable<engine::Verdict> Decide(const engine::Engine::Request& request,
                                          std::span<core::Decision> decisions);
   // An upstream connection: an idle one of the pool, else a new one (Connect).
@@ -855,11 +857,11 @@ struct Exchange {
   bool RequestRead() const { return !body_parser || body_parser->is_done(); }
 };
 
-// A connection's buffers, reused from one request to the next. What a request needs beyond a
-// few words lives here, not in Handle()'s coroutine frame: a frame small enough is recycled by
-// Asio's per-thread cache, a large one is a malloc and a free per request.
+// A connection's buffers and its request's state, reused from one request to the next, in
+// Session()'s frame: nothing of a request lives in a coroutine frame of its own, which would be
+// allocated per request.
 struct Scratch {
-  alignas(std::max_align_t) std::array<std::byte, 2048> arena;  // most requests' fields fit
+  alignas(std::max_align_t) std::array<std::byte, 2048> arena;  // Beast's fields, for most heads
   std::string out;  // what the gateway writes of its own: a response, a forwarded head
   std::string body;  // the body of a response of ours, before `out` is rendered around it
   std::string log_line;
@@ -1192,7 +1194,7 @@ std::string UsageHead(const policy::Key& key) {
 
 net::awaitable<engine::Verdict> Worker::Decide(const engine::Engine::Request& request,
                                                std::span<core::Decision> decisions) {
-  co_return co_await Await<engine::Verdict>([this, &request, decisions](auto resume) {
+  return Await<engine::Verdict>([this, &request, decisions](auto resume) {
     gw.engine->Decide(request, decisions, std::move(resume));
   });
 }
