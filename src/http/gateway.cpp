@@ -861,7 +861,7 @@ struct Exchange {
 // Session()'s frame: nothing of a request lives in a coroutine frame of its own, which would be
 // allocated per request.
 struct Scratch {
-  alignas(std::max_align_t) std::array<std::byte, 2048> arena;  // Beast's fields, for most heads
+  alignas(std::max_align_t) std::array<std::byte, 2048> arena;  // Beast's fields, when it reads the head
   std::string out;  // what the gateway writes of its own: a response, a forwarded head
   std::string body;  // the body of a response of ours, before `out` is rendered around it
   std::string log_line;
@@ -1298,6 +1298,8 @@ Step Worker::Begin(Exchange& ex, Scratch& scratch, const RequestHead& head, Requ
   ex.plan = nullptr;
   ex.n_checks = 0;
   ex.invalid_key = false;
+  ex.status_endpoint = false;
+  ex.presented = ex.forwarded_for = {};
   scratch.rate_headers.Clear();
   const policy::Policy& pol = *ex.policy;
   ex.decision_service = listener == Listener::kDecision;
