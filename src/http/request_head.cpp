@@ -26,24 +26,6 @@ bool IsToken(std::string_view s) {
   return true;
 }
 
-// A request target: visible ASCII, no spaces or controls.
-bool IsTarget(std::string_view s) {
-  if (s.empty()) return false;
-  for (char c : s) {
-    if (c <= 0x20 || c >= 0x7f) return false;
-  }
-  return true;
-}
-
-// A field value (already trimmed): visible characters, obs-text, spaces and tabs.
-bool IsFieldValue(std::string_view s) {
-  for (char c : s) {
-    const auto u = static_cast<unsigned char>(c);
-    if ((u < 0x20 && u != '\t') || u == 0x7f) return false;
-  }
-  return true;
-}
-
 // A comma-separated list of tokens, empty elements allowed (what Beast's parser requires of
 // Connection).
 bool IsTokenList(std::string_view value) {
@@ -86,58 +68,64 @@ bool HasToken(std::string_view value, std::string_view token) {
 
 HeadParse ParseRequestHead(std::string_view data, size_t max_size, RequestHead& out, size_t* size) {
   out.Clear();
-  const char* const begin = data.data();
-  const char* const end = begin + std::min(data.size(), max_size);
-  const char* p = begin;
-  // The next line, without its CRLF; false at the end of what may be read (or a bare LF).
-  std::string_view line;
-  bool bare_lf = false;
-  auto next_line = [&]() {
-    const auto* nl = static_cast<const char*>(std::memchr(p, '\n', static_cast<size_t>(end - p)));
-    if (!nl) return false;
-    if (nl == p || nl[-1] != '\r') {
-      bare_lf = true;
-      return false;
-    }
-    line = std::string_view(p, static_cast<size_t>(nl - 1 - p));
-    p = nl + 1;
-    return true;
+  // One pass over the bytes, each checked once as it is scanned (a head is read per request).
+  using Byte = unsigned char;
+  const auto* const begin = reinterpret_cast<const Byte*>(data.data());
+  const auto* const end = begin + std::min(data.size(), max_size);
+  const Byte* p = begin;
+  auto view = [](const Byte* from, const Byte* to) {
+    return std::string_view(reinterpret_cast<const char*>(from), static_cast<size_t>(to - from));
   };
-  auto incomplete = [&] {
-    return bare_lf || data.size() >= max_size ? HeadParse::kNotSimple : HeadParse::kNeedMore;
-  };
+  // The bytes ran out before the head did: more may come, unless the limit is reached.
+  auto out_of_bytes = [&] { return data.size() >= max_size ? HeadParse::kNotSimple : HeadParse::kNeedMore; };
 
-  if (!next_line()) return incomplete();
-  const size_t sp1 = line.find(' ');
-  if (sp1 == std::string_view::npos) return HeadParse::kNotSimple;
-  out.method = line.substr(0, sp1);
-  const std::string_view rest = line.substr(sp1 + 1);
-  const size_t sp2 = rest.find(' ');
-  if (sp2 == std::string_view::npos) return HeadParse::kNotSimple;
-  out.target = rest.substr(0, sp2);
-  const std::string_view version = rest.substr(sp2 + 1);
-  if (version == "HTTP/1.1") {
-    out.version = 11;
-  } else if (version == "HTTP/1.0") {
-    out.version = 10;
-  } else {
+  // "METHOD SP target SP HTTP/1.x CRLF"
+  const Byte* const method = p;
+  while (p < end && kTokenChars[*p]) ++p;
+  if (p == end) return out_of_bytes();
+  if (p == method || *p != ' ') return HeadParse::kNotSimple;
+  out.method = view(method, p++);
+  const Byte* const target = p;
+  while (p < end && *p > 0x20 && *p < 0x7f) ++p;  // visible ASCII
+  if (p == end) return out_of_bytes();
+  if (p == target || *p != ' ') return HeadParse::kNotSimple;
+  out.target = view(target, p++);
+  static constexpr std::string_view kVersion = "HTTP/1.";
+  if (end - p < static_cast<std::ptrdiff_t>(kVersion.size() + 3)) return out_of_bytes();
+  if (view(p, p + kVersion.size()) != kVersion || (p[7] != '0' && p[7] != '1') || p[8] != '\r' || p[9] != '\n') {
     return HeadParse::kNotSimple;
   }
-  if (!IsToken(out.method) || !IsTarget(out.target)) return HeadParse::kNotSimple;
+  out.version = p[7] == '1' ? 11 : 10;
+  p += kVersion.size() + 3;
 
   std::string_view connection;
   bool has_connection = false;
   for (;;) {
-    if (!next_line()) return incomplete();
-    if (line.empty()) break;  // the blank line
-    if (line[0] == ' ' || line[0] == '\t') return HeadParse::kNotSimple;  // a folded line
-    const size_t colon = line.find(':');
-    if (colon == std::string_view::npos) return HeadParse::kNotSimple;
-    const std::string_view name = line.substr(0, colon);
-    const std::string_view value = Policy::Trim(line.substr(colon + 1));
-    if (!IsToken(name) || !IsFieldValue(value) || out.fields.size() == RequestHead::kMaxFields) {
-      return HeadParse::kNotSimple;
+    if (end - p < 2) return out_of_bytes();
+    if (*p == '\r') {  // the blank line
+      if (p[1] != '\n') return HeadParse::kNotSimple;
+      p += 2;
+      break;
     }
+    // "name:" with a token name; a folded line starts with a space, which is not a token byte.
+    const Byte* const name_begin = p;
+    while (p < end && kTokenChars[*p]) ++p;
+    if (p == end) return out_of_bytes();
+    if (p == name_begin || *p != ':') return HeadParse::kNotSimple;
+    const std::string_view name = view(name_begin, p++);
+    // The value, without optional whitespace around it: visible bytes, obs-text, spaces and
+    // tabs, up to CRLF (a bare LF or any other control byte is not this shape).
+    while (p < end && (*p == ' ' || *p == '\t')) ++p;
+    const Byte* const value_begin = p;
+    while (p < end && (*p >= 0x20 ? *p != 0x7f : *p == '\t')) ++p;
+    if (end - p < 2) return out_of_bytes();
+    if (p[0] != '\r' || p[1] != '\n') return HeadParse::kNotSimple;
+    const Byte* value_end = p;
+    while (value_end > value_begin && (value_end[-1] == ' ' || value_end[-1] == '\t')) --value_end;
+    const std::string_view value = view(value_begin, value_end);
+    p += 2;
+
+    if (out.fields.size() == RequestHead::kMaxFields) return HeadParse::kNotSimple;
     if (Policy::EqualsIgnoreCase(name, "Transfer-Encoding") || Policy::EqualsIgnoreCase(name, "Proxy-Connection")) {
       return HeadParse::kNotSimple;
     }
