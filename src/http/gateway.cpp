@@ -150,16 +150,13 @@ void AppendEndToEndFields(ForEach for_each, util::StringAppender& out, Skip skip
   std::vector<std::string_view> named;  // by Connection, other than close and keep-alive
   for_each([&named](std::string_view name, std::string_view v) {
     if (!policy::Policy::EqualsIgnoreCase(name, "Connection")) return;
-    while (!v.empty()) {
-      const size_t comma = v.find(',');
-      const std::string_view token = policy::Policy::Trim(v.substr(0, comma));
+    policy::Policy::AnyListElement(v, [&named](std::string_view token) {
       if (!token.empty() && !policy::Policy::EqualsIgnoreCase(token, "close") &&
           !policy::Policy::EqualsIgnoreCase(token, "keep-alive")) {
         named.push_back(token);
       }
-      if (comma == std::string_view::npos) break;
-      v.remove_prefix(comma + 1);
-    }
+      return false;  // every element
+    });
   });
   for_each([&](std::string_view name, std::string_view value) {
     if (IsHopByHopOrFraming(name) || skip(name)) return;
@@ -1310,14 +1307,14 @@ Step Worker::Begin(Exchange& ex, Scratch& scratch, const RequestHead& head, Requ
   ex.method = head.method;
   if (ex.decision_service) {
     for (const char* h : {"X-Original-URI", "X-Forwarded-Uri"}) {
-      if (!head.Get(h).empty()) {
-        target = head.Get(h);
+      if (const std::string_view v = head.Get(h); !v.empty()) {
+        target = v;
         break;
       }
     }
     for (const char* h : {"X-Original-Method", "X-Forwarded-Method"}) {
-      if (!head.Get(h).empty()) {
-        ex.method = head.Get(h);
+      if (const std::string_view v = head.Get(h); !v.empty()) {
+        ex.method = v;
         break;
       }
     }

@@ -29,13 +29,7 @@ bool IsToken(std::string_view s) {
 // A comma-separated list of tokens, empty elements allowed (what Beast's parser requires of
 // Connection).
 bool IsTokenList(std::string_view value) {
-  for (;;) {
-    const size_t comma = value.find(',');
-    const std::string_view element = Policy::Trim(value.substr(0, comma));
-    if (!element.empty() && !IsToken(element)) return false;
-    if (comma == std::string_view::npos) return true;
-    value.remove_prefix(comma + 1);
-  }
+  return !Policy::AnyListElement(value, [](std::string_view e) { return !e.empty() && !IsToken(e); });
 }
 
 }  // namespace
@@ -57,13 +51,7 @@ void RequestHead::Clear() {
 }
 
 bool HasToken(std::string_view value, std::string_view token) {
-  while (!value.empty()) {
-    const size_t comma = value.find(',');
-    if (Policy::EqualsIgnoreCase(Policy::Trim(value.substr(0, comma)), token)) return true;
-    if (comma == std::string_view::npos) break;
-    value.remove_prefix(comma + 1);
-  }
-  return false;
+  return Policy::AnyListElement(value, [token](std::string_view e) { return Policy::EqualsIgnoreCase(e, token); });
 }
 
 HeadParse ParseRequestHead(std::string_view data, size_t max_size, RequestHead& out, size_t* size) {

@@ -121,6 +121,17 @@ class Policy {
     }
     return true;
   }
+  // Whether `pred` holds for an element of a comma-separated list (each trimmed, empty ones
+  // included); stops at the first that does.
+  template <class Pred>
+  static bool AnyListElement(std::string_view list, Pred pred) {
+    for (;;) {
+      const size_t comma = list.find(',');
+      if (pred(Trim(list.substr(0, comma)))) return true;
+      if (comma == std::string_view::npos) return false;
+      list.remove_prefix(comma + 1);
+    }
+  }
   static std::string_view Trim(std::string_view s) {
     while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
     while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
