@@ -1,6 +1,7 @@
 #include <tollgate/http/request_head.hpp>
 
-#include <cstring>
+#include <algorithm>
+#include <array>
 
 #include <tollgate/policy/policy.hpp>
 
