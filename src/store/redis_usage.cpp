@@ -103,14 +103,15 @@ void RedisUsageBackend::Add(const UsageDeltas& fresh) {
     const auto& [k, v] = f->rows[row];
     const std::string key = HashKey(prefix_, k.account, k.day);
     const int slot = RedisStore::KeySlot(key);
-    // Every HINCRBY of the row, in one go.
+    // Every HINCRBY of the row, in one go. A request usually costs 1, so the cost is kept as
+    // what it adds to the request count: one HINCRBY per outcome, not two.
     RedisStore::Fire counts{{}, slot, [f, row](RedisStore::FireResult r) { f->OnCounts(row, r); }, 0};
     counts.command.reserve(128);
     for (size_t i = 0; i < kOutcomes; ++i) {
-      for (const bool cost : {false, true}) {
-        const int64_t n = cost ? v.cost[i] : v.requests[i];
+      for (const bool extra : {false, true}) {
+        const int64_t n = extra ? v.cost[i] - v.requests[i] : v.requests[i];
         if (n == 0) continue;
-        field.assign(k.key_id).append("|").append(kOutcomeNames[i]).append(cost ? "|cost" : "|requests");
+        field.assign(k.key_id).append("|").append(kOutcomeNames[i]).append(extra ? "|extra_cost" : "|requests");
         RedisStore::EncodeCommand(counts.command, {"HINCRBY", key, field, std::to_string(n)});
         ++counts.replies;
       }
@@ -152,15 +153,20 @@ void RedisUsageBackend::Read(std::vector<std::string> days, std::string account,
             const auto* field = std::get_if<std::string>(&(*items)[i].v);
             const auto* value = std::get_if<std::string>(&(*items)[i + 1].v);
             if (!field || !value) continue;
-            // "<key_id>|<outcome>|<requests|cost>"; key ids may not contain '|'.
+            // "<key_id>|<outcome>|<requests|extra_cost>"; key ids may not contain '|'. The
+            // cost is the requests plus the extra cost.
             const size_t b = field->rfind('|');
             const size_t a = b == std::string::npos ? b : field->rfind('|', b - 1);
             if (a == std::string::npos) continue;
             const std::string outcome = field->substr(a + 1, b - a - 1);
+            const std::string what = field->substr(b + 1);
+            if (what != "requests" && what != "extra_cost") continue;
             for (size_t o = 0; o < kOutcomes; ++o) {
               if (outcome != kOutcomeNames[o]) continue;
               UsageCounts& c = g->rows[UsageKey{day, acct, field->substr(0, a)}];
-              (field->substr(b + 1) == "cost" ? c.cost : c.requests)[o] += std::stoll(*value);
+              const int64_t n = std::stoll(*value);
+              c.cost[o] += n;
+              if (what == "requests") c.requests[o] += n;
             }
           }
         }

@@ -252,9 +252,44 @@ TEST(RedisUsage, CountsSurviveTheProcessAndAddUpAcrossReplicas) {
   ASSERT_TRUE(rows.ok()) << rows.error();
   ASSERT_EQ(rows->size(), 2u);
   EXPECT_EQ((rows->at(UsageKey{"2026-11-29", "acme", "k1"}).cost[0]), 12);
+  EXPECT_EQ((rows->at(UsageKey{"2026-11-29", "acme", "k1"}).requests[0]), 4);
   EXPECT_EQ((rows->at(UsageKey{"2026-11-29", "beta", "k2"}).requests[3]), 2);
+  EXPECT_EQ((rows->at(UsageKey{"2026-11-29", "beta", "k2"}).cost[3]), 0);
   const std::string ttl = server.Cli("TTL 'u:{usage:acme}:2026-11-29'");
   EXPECT_GT(std::stoll(ttl), 86'400 * 300);
+}
+
+// Requests that cost 1 each (the usual route) take one HINCRBY per key and outcome, not two: the
+// cost is stored as what it adds to the request count, and read back as their sum.
+TEST(RedisUsage, RequestsOfCostOneTakeOneCounterPerOutcome) {
+  testing::RedisServer server;
+  auto store = Make(server, 2000);
+  RedisUsageBackend backend(*store, "u");
+  auto hincrby_calls = [&] {
+    const std::string info = server.Cli("INFO commandstats");
+    const size_t at = info.find("cmdstat_hincrby:calls=");
+    return at == std::string::npos ? 0 : std::stoll(info.substr(at + 22));
+  };
+  UsageDeltas rows(2);
+  rows[0].first = UsageKey{"2026-11-29", "acme", "k1"};
+  rows[0].second.requests = {5, 0, 0, 2};
+  rows[0].second.cost = {5, 0, 0, 2};
+  rows[1].first = UsageKey{"2026-11-29", "acme", "k2"};
+  rows[1].second.requests = {3, 0, 0, 0};
+  rows[1].second.cost = {12, 0, 0, 0};  // an export: cost above the request count
+  backend.Add(rows);
+  for (int i = 0; i < 200 && hincrby_calls() < 4; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // nothing more arrives
+  EXPECT_EQ(hincrby_calls(), 4);  // k1: success, rejected; k2: success and its extra cost
+  std::promise<core::Result<UsageRows>> p;
+  backend.Read({"2026-11-29"}, "acme", [&](core::Result<UsageRows> r) { p.set_value(std::move(r)); });
+  auto got = p.get_future().get();
+  ASSERT_TRUE(got.ok()) << got.error();
+  ASSERT_EQ(got->size(), 2u);
+  for (const auto& [key, counts] : rows) {
+    EXPECT_EQ(got->at(key).requests, counts.requests) << key.key_id;
+    EXPECT_EQ(got->at(key).cost, counts.cost) << key.key_id;
+  }
 }
 
 // A flush sends HINCRBYs; the hash's TTL and the day's index entry go along until Redis has
