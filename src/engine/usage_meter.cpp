@@ -71,27 +71,31 @@ void UsageMeter::Record(std::string_view account, std::string_view key_id, store
   auto it = pending_.find(view);
   if (it == pending_.end()) {
     it = pending_.emplace(store::UsageKey{cached_label, std::string(account), std::string(key_id)},
-                          store::UsageCounts{}).first;
+                          Row{.slice = rows_created_++}).first;
   }
-  it->second.requests[o] += 1;
-  it->second.cost[o] += cost;
+  it->second.counts.requests[o] += 1;
+  it->second.counts.cost[o] += cost;
 }
 
 size_t UsageMeter::KeyHash::operator()(const KeyView& k) const {
   return store::HashUsageKey(k.day, k.account, k.key_id);
 }
 
-void UsageMeter::Flush() {
-  // A row counted since the last flush is sent and zeroed, not erased: the key's next request
+void UsageMeter::Flush(size_t slice, size_t slices) {
+  // A row counted since its last flush is sent and zeroed, not erased: the key's next request
   // finds it, where a new row would cost an allocation and its strings, once per key per
   // second with many keys. A row left at zero for a whole interval is erased, so the buffer
   // holds only the keys of the last two intervals.
   store::UsageDeltas rows;
   {
     std::lock_guard lock(mu_);
-    rows.reserve(pending_.size());
+    rows.reserve(pending_.size() / slices + 1);
     for (auto it = pending_.begin(); it != pending_.end();) {
-      store::UsageCounts& counts = it->second;
+      if (it->second.slice % slices != slice) {
+        ++it;
+        continue;
+      }
+      store::UsageCounts& counts = it->second.counts;
       if (std::all_of(counts.requests.begin(), counts.requests.end(), [](int64_t n) { return n == 0; })) {
         it = pending_.erase(it);
         continue;

@@ -27,14 +27,20 @@ struct UsageRecord {
 };
 
 // Thread-safe. Record() only adds to an in-process buffer (no I/O on the request path); Flush()
-// hands the buffer to the backend, which the gateway calls every second and at shutdown.
+// hands the buffer to the backend: the gateway flushes a slice every 100 ms, and everything
+// before a query and at shutdown.
 class UsageMeter {
  public:
   explicit UsageMeter(store::UsageBackend& backend) : backend_(backend) {}
 
   void Record(std::string_view account, std::string_view key_id, store::Outcome outcome,
               int64_t cost, core::Instant now);
-  void Flush();
+  // Every row.
+  void Flush() { Flush(0, 1); }
+  // The rows of one slice of `slices` (a row's slice is fixed when it is created, round robin):
+  // called with slice 0, 1, ... in turn, each row goes once every `slices` calls, so a second's
+  // counts of a key go in one write while the keys are spread over the calls.
+  void Flush(size_t slice, size_t slices);
 
   // Usage over `period` ("2026-11" or "2026-11-29"), for one account or all (empty), one
   // record per account and key, sorted. Flushes first. `done` may run on another thread.
@@ -62,11 +68,17 @@ class UsageMeter {
     }
   };
 
+  struct Row {
+    store::UsageCounts counts;
+    size_t slice = 0;
+  };
+
   store::UsageBackend& backend_;
   std::mutex mu_;
   // Hashed, not ordered: a lookup per request; handed to the backend as a list once per flush
   // (see Flush(): rows outlive a flush).
-  std::unordered_map<store::UsageKey, store::UsageCounts, KeyHash, KeyEq> pending_;
+  std::unordered_map<store::UsageKey, Row, KeyHash, KeyEq> pending_;
+  size_t rows_created_ = 0;
 };
 
 // CSV with a header line: period,account,key_id,<outcome>_requests...,<outcome>_cost...

@@ -1,6 +1,8 @@
 #include <tollgate/engine/usage_meter.hpp>
 
 #include <algorithm>
+#include <map>
+#include <string>
 
 #include <gtest/gtest.h>
 
@@ -103,6 +105,37 @@ TEST(UsageMeter, EachFlushHandsOnOnlyWhatWasCountedSinceTheLast) {
   EXPECT_EQ(backend.adds[3][0].second.requests[0], 2);
   EXPECT_EQ(backend.adds[3][0].second.cost[0], 6);
   EXPECT_EQ(backend.adds[3][0].second.requests[static_cast<size_t>(Outcome::kRejected)], 0);
+}
+
+// Flushed in slices (the gateway: one of ten per 100 ms tick), each key goes once per round with
+// all it counted since, the keys are spread evenly over the slices, and a full flush takes every
+// slice.
+TEST(UsageMeter, FlushedInSlicesEachKeyGoesOncePerRound) {
+  RecordingBackend backend;
+  UsageMeter meter(backend);
+  const core::Instant t = At(2026, 11, 29, 100);
+  constexpr size_t kSlices = 4, kKeys = 40;
+  for (int round = 0; round < 2; ++round) {
+    for (size_t k = 0; k < kKeys; ++k) {
+      for (int i = 0; i < 3; ++i) meter.Record("acme", "k" + std::to_string(k), Outcome::kSuccess, 1, t);
+    }
+    for (size_t slice = 0; slice < kSlices; ++slice) meter.Flush(slice, kSlices);
+  }
+  ASSERT_EQ(backend.adds.size(), 2 * kSlices);
+  for (size_t round = 0; round < 2; ++round) {
+    std::map<std::string, int64_t> seen;
+    for (size_t slice = 0; slice < kSlices; ++slice) {
+      const auto& add = backend.adds[round * kSlices + slice];
+      EXPECT_EQ(add.size(), kKeys / kSlices) << "round " << round << " slice " << slice;
+      for (const auto& [key, counts] : add) seen[key.key_id] += counts.requests[0];
+    }
+    ASSERT_EQ(seen.size(), kKeys);
+    for (const auto& [id, n] : seen) EXPECT_EQ(n, 3) << id;
+  }
+  meter.Record("acme", "k1", Outcome::kSuccess, 1, t);
+  meter.Record("acme", "k2", Outcome::kSuccess, 1, t);
+  meter.Flush();
+  EXPECT_EQ(backend.adds.back().size(), 2u);
 }
 
 TEST(UsageMeter, CsvAndJsonExports) {
