@@ -71,41 +71,55 @@ void UsageMeter::Record(std::string_view account, std::string_view key_id, store
   auto it = pending_.find(view);
   if (it == pending_.end()) {
     it = pending_.emplace(store::UsageKey{cached_label, std::string(account), std::string(key_id)},
-                          Row{.slice = rows_created_++}).first;
+                          store::UsageCounts{}).first;
+    slice_rows_[rows_created_++ % slices_].push_back(&*it);
   }
-  it->second.counts.requests[o] += 1;
-  it->second.counts.cost[o] += cost;
+  it->second.requests[o] += 1;
+  it->second.cost[o] += cost;
 }
 
 size_t UsageMeter::KeyHash::operator()(const KeyView& k) const {
   return store::HashUsageKey(k.day, k.account, k.key_id);
 }
 
-void UsageMeter::Flush(size_t slice, size_t slices) {
+void UsageMeter::Take(size_t slice, store::UsageDeltas& out) {
   // A row counted since its last flush is sent and zeroed, not erased: the key's next request
   // finds it, where a new row would cost an allocation and its strings, once per key per
   // second with many keys. A row left at zero for a whole interval is erased, so the buffer
   // holds only the keys of the last two intervals.
+  std::vector<Rows::value_type*>& rows = slice_rows_[slice];
+  for (size_t i = 0; i < rows.size();) {
+    store::UsageCounts& counts = rows[i]->second;
+    if (std::all_of(counts.requests.begin(), counts.requests.end(), [](int64_t n) { return n == 0; })) {
+      pending_.erase(rows[i]->first);
+      rows[i] = rows.back();
+      rows.pop_back();
+      continue;
+    }
+    out.emplace_back(rows[i]->first, counts);
+    counts = {};
+    ++i;
+  }
+}
+
+void UsageMeter::Flush(size_t slice) {
   store::UsageDeltas rows;
   {
     std::lock_guard lock(mu_);
-    rows.reserve(pending_.size() / slices + 1);
-    for (auto it = pending_.begin(); it != pending_.end();) {
-      if (it->second.slice % slices != slice) {
-        ++it;
-        continue;
-      }
-      store::UsageCounts& counts = it->second.counts;
-      if (std::all_of(counts.requests.begin(), counts.requests.end(), [](int64_t n) { return n == 0; })) {
-        it = pending_.erase(it);
-        continue;
-      }
-      rows.emplace_back(it->first, counts);
-      counts = {};
-      ++it;
-    }
+    rows.reserve(slice_rows_[slice % slices_].size());
+    Take(slice % slices_, rows);
   }
   // Called even with nothing new: a backend may have counts to send again.
+  backend_.Add(rows);
+}
+
+void UsageMeter::Flush() {
+  store::UsageDeltas rows;
+  {
+    std::lock_guard lock(mu_);
+    rows.reserve(pending_.size());
+    for (size_t slice = 0; slice < slices_; ++slice) Take(slice, rows);
+  }
   backend_.Add(rows);
 }
 

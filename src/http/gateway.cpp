@@ -1698,7 +1698,7 @@ Gateway::Impl::Impl(std::string path, config::Config config)
     usage_backend = std::make_unique<store::MemoryUsageBackend>();
   }
   engine = std::make_unique<engine::Engine>(*store);
-  meter = std::make_unique<engine::UsageMeter>(*usage_backend);
+  meter = std::make_unique<engine::UsageMeter>(*usage_backend, kUsageSlices);
 
   // The key source may report changes as soon as it starts: they wait for this lock until the
   // first policy is in place.
@@ -1944,7 +1944,7 @@ int Gateway::Run() {
       }
       static int ticks = 0;
       ++ticks;
-      g.meter->Flush(ticks % Impl::kUsageSlices, Impl::kUsageSlices);
+      g.meter->Flush(ticks % Impl::kUsageSlices);
       if (g.memory && ticks % 100 == 0) g.memory->Sweep(util::SystemClock::Instance().Now());
       tick();
     });

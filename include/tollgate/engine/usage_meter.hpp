@@ -31,16 +31,18 @@ struct UsageRecord {
 // before a query and at shutdown.
 class UsageMeter {
  public:
-  explicit UsageMeter(store::UsageBackend& backend) : backend_(backend) {}
+  // The rows are dealt to `slices` slices, round robin as they are created.
+  explicit UsageMeter(store::UsageBackend& backend, size_t slices = 1)
+      : backend_(backend), slices_(slices == 0 ? 1 : slices) {}
 
   void Record(std::string_view account, std::string_view key_id, store::Outcome outcome,
               int64_t cost, core::Instant now);
   // Every row.
-  void Flush() { Flush(0, 1); }
-  // The rows of one slice of `slices` (a row's slice is fixed when it is created, round robin):
-  // called with slice 0, 1, ... in turn, each row goes once every `slices` calls, so a second's
-  // counts of a key go in one write while the keys are spread over the calls.
-  void Flush(size_t slice, size_t slices);
+  void Flush();
+  // The rows of one slice (slice < slices): called with slice 0, 1, ... in turn, each row goes
+  // once every `slices` calls, so a key's counts of that time go in one write while the keys
+  // are spread over the calls.
+  void Flush(size_t slice);
 
   // Usage over `period` ("2026-11" or "2026-11-29"), for one account or all (empty), one
   // record per account and key, sorted. Flushes first. `done` may run on another thread.
@@ -68,16 +70,20 @@ class UsageMeter {
     }
   };
 
-  struct Row {
-    store::UsageCounts counts;
-    size_t slice = 0;
-  };
+  using Rows = std::unordered_map<store::UsageKey, store::UsageCounts, KeyHash, KeyEq>;
+
+  // Moves the counts of `slice` into `out` (under mu_).
+  void Take(size_t slice, store::UsageDeltas& out);
 
   store::UsageBackend& backend_;
+  const size_t slices_;
   std::mutex mu_;
   // Hashed, not ordered: a lookup per request; handed to the backend as a list once per flush
   // (see Flush(): rows outlive a flush).
-  std::unordered_map<store::UsageKey, Row, KeyHash, KeyEq> pending_;
+  Rows pending_;
+  // Each slice's rows (elements of pending_, whose addresses outlive rehashing), so that a
+  // flush visits only its own.
+  std::vector<std::vector<Rows::value_type*>> slice_rows_{slices_};
   size_t rows_created_ = 0;
 };
 

@@ -111,15 +111,15 @@ TEST(UsageMeter, EachFlushHandsOnOnlyWhatWasCountedSinceTheLast) {
 // all it counted since, the keys are spread evenly over the slices, and a full flush takes every
 // slice.
 TEST(UsageMeter, FlushedInSlicesEachKeyGoesOncePerRound) {
-  RecordingBackend backend;
-  UsageMeter meter(backend);
-  const core::Instant t = At(2026, 11, 29, 100);
   constexpr size_t kSlices = 4, kKeys = 40;
+  RecordingBackend backend;
+  UsageMeter meter(backend, kSlices);
+  const core::Instant t = At(2026, 11, 29, 100);
   for (int round = 0; round < 2; ++round) {
     for (size_t k = 0; k < kKeys; ++k) {
       for (int i = 0; i < 3; ++i) meter.Record("acme", "k" + std::to_string(k), Outcome::kSuccess, 1, t);
     }
-    for (size_t slice = 0; slice < kSlices; ++slice) meter.Flush(slice, kSlices);
+    for (size_t slice = 0; slice < kSlices; ++slice) meter.Flush(slice);
   }
   ASSERT_EQ(backend.adds.size(), 2 * kSlices);
   for (size_t round = 0; round < 2; ++round) {
@@ -132,10 +132,20 @@ TEST(UsageMeter, FlushedInSlicesEachKeyGoesOncePerRound) {
     ASSERT_EQ(seen.size(), kKeys);
     for (const auto& [id, n] : seen) EXPECT_EQ(n, 3) << id;
   }
+  // A round with nothing counted drops every row; rows made afresh go out whole.
+  for (size_t slice = 0; slice < kSlices; ++slice) meter.Flush(slice);
+  for (size_t slice = 0; slice < kSlices; ++slice) EXPECT_TRUE(backend.adds[2 * kSlices + slice].empty());
   meter.Record("acme", "k1", Outcome::kSuccess, 1, t);
   meter.Record("acme", "k2", Outcome::kSuccess, 1, t);
+  meter.Record("acme", "k2", Outcome::kSuccess, 1, t);
   meter.Flush();
-  EXPECT_EQ(backend.adds.back().size(), 2u);
+  auto last = backend.adds.back();
+  std::sort(last.begin(), last.end(), [](const auto& a, const auto& b) { return a.first.key_id < b.first.key_id; });
+  ASSERT_EQ(last.size(), 2u);
+  EXPECT_EQ(last[0].first.key_id, "k1");
+  EXPECT_EQ(last[0].second.requests[0], 1);
+  EXPECT_EQ(last[1].first.key_id, "k2");
+  EXPECT_EQ(last[1].second.requests[0], 2);
 }
 
 TEST(UsageMeter, CsvAndJsonExports) {
