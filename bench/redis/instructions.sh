@@ -34,9 +34,13 @@ measure "generic token_bucket.lua rand" -r 100000 EVALSHA "$generic" 1 tb:__rand
 measure "tollgate general path hot" EVALSHA "$ours" 1 'b:{key:hot}:burst:tb' 0 1 0 1 1 1000000000 1 1
 measure "tollgate token-bucket path hot" EVALSHA "$ours" 1 'b:{key:hot}:burst:tb' 0 B 1 1000 1000 999999999 1
 measure "tollgate token-bucket path rand" -r 100000 EVALSHA "$ours" 1 'b:{key:__rand_int__}:burst:tb' 0 B 1 1000 1000 999999999 1
-# A group of 16 decisions of one shape in one call (the 'M' path), per decision: one hot key,
-# and 16 random keys.
-group=() hot=() rand=()
-for i in $(seq 16); do hot+=('b:{key:hot}:burst:tb'); rand+=('b:{key:__rand_int__}:burst:tb'); group+=(3); done
-measure "tollgate group of 16 hot, per decision" 16 EVALSHA "$ours" 16 "${hot[@]}" 0 M 1 1 1000 1000 999999999 1 "${group[@]}"
+# A group of 16 decisions of one shape in one call (the 'M' path), per decision: one hot key
+# (as RedisStore sends it: the key once, then 15 requests marked "same keys as the previous"; and
+# with the key sent for each request), and 16 random keys. Per request: 4 x shape + 2 if same
+# keys + 1 to consume.
+group=() same=(5) hot=() rand=()
+for i in $(seq 16); do hot+=('b:{key:hot}:burst:tb'); rand+=('b:{key:__rand_int__}:burst:tb'); group+=(5); done
+for i in $(seq 15); do same+=(7); done
+measure "tollgate group of 16 hot, per decision" 16 EVALSHA "$ours" 1 'b:{key:hot}:burst:tb' 0 M 1 1 1000 1000 999999999 1 "${same[@]}"
+measure "tollgate group of 16 hot, key sent 16 times, per decision" 16 EVALSHA "$ours" 16 "${hot[@]}" 0 M 1 1 1000 1000 999999999 1 "${group[@]}"
 measure "tollgate group of 16 rand, per decision" 16 -r 100000 EVALSHA "$ours" 16 "${rand[@]}" 0 M 1 1 1000 1000 999999999 1 "${group[@]}"

@@ -91,7 +91,7 @@ void UsageMeter::Take(size_t slice, store::UsageDeltas& out) {
   for (size_t i = 0; i < rows.size();) {
     store::UsageCounts& counts = rows[i]->second;
     if (std::all_of(counts.requests.begin(), counts.requests.end(), [](int64_t n) { return n == 0; })) {
-      pending_.erase(rows[i]->first);
+      pending_.erase(pending_.find(rows[i]->first));
       rows[i] = rows.back();
       rows.pop_back();
       continue;

@@ -76,8 +76,9 @@ end
 -- the usual group: one plan, cost 1) share one copy of their arguments.
 -- ARGV[1]  now, as above; ARGV[2] 'M'; ARGV[3] the number of shapes S
 -- then per shape: its number of checks n and n x 5 arguments as on the path above;
--- then per request: 2 x (its shape's index, from 1) + 1 to consume, + 0 to peek.
--- KEYS: every request's keys, in order.
+-- then per request: 4 x (its shape's index, from 1) + 2 if its keys are the previous request's
+--   + 1 to consume, + 0 to peek.
+-- KEYS: every request's keys, in order, but once for a run of requests with the same keys.
 -- Returns {now, then per request, per check: the deficit at now before this request}.
 if fast == 'M' then
   local now = clock()
@@ -103,11 +104,14 @@ if fast == 'M' then
   local fresh = {}    -- key -> need as sent, while its state is one debit from a full bucket
   local written = {}  -- the keys to write, in order
   local k = 0
+  local last = 0  -- the number of keys of the request before
   for r = a, #ARGV do
     local v = ARGV[r] + 0
     local commit = v % 2 == 1
-    local shape = shapes[(v - v % 2) / 2]
+    if v % 4 >= 2 then k = k - last end
+    local shape = shapes[(v - v % 4) / 4]
     local n = shape.n
+    last = n
     local first = #out
     for i = 1, n do
       local key = KEYS[k + i]

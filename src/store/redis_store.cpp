@@ -262,6 +262,7 @@ struct Call {
   int64_t now_us = 0;    // the `now` argument; 0 = Redis TIME. A group shares one.
   Call* next = nullptr;  // the next request of the same group
   size_t shape = 0;      // EncodeGroup: the index of its arguments among the group's shapes
+  bool same_keys = false;  // EncodeGroup: its keys are the previous request's (sent once)
   std::span<core::Decision> decisions;
   std::span<const Check> checks;  // valid until `done` runs (Store::Apply's contract)
   Store::Completion done;
@@ -903,8 +904,14 @@ void RedisStore::Impl::EncodeGroup(std::string& out, Call* first) {
   size_t keys = 0;
   size_t requests = 0;
   size_t shape_args = 0;
-  for (Call* c = first; c; c = c->next) {
-    keys += c->n;
+  const Call* previous = nullptr;
+  auto keys_of = [](const Call* c) {
+    return std::string_view(c->command).substr(c->keys_begin, c->keys_end - c->keys_begin);
+  };
+  for (Call* c = first; c; previous = c, c = c->next) {
+    // One busy key's requests often follow one another: its keys go once.
+    c->same_keys = previous && keys_of(c) == keys_of(previous);
+    if (!c->same_keys) keys += c->n;
     ++requests;
     const std::string_view params = std::string_view(c->command).substr(c->params_begin);
     const auto it = std::find(shapes_.begin(), shapes_.end(), params);
@@ -921,7 +928,7 @@ void RedisStore::Impl::EncodeGroup(std::string& out, Call* first) {
   AppendBulk(out, sha_);
   AppendBulk(out, static_cast<int64_t>(keys));
   for (const Call* c = first; c; c = c->next) {
-    out.append(c->command, c->keys_begin, c->keys_end - c->keys_begin);
+    if (!c->same_keys) out.append(keys_of(c));
   }
   AppendBulk(out, first->now_us);
   AppendBulk(out, "M");
@@ -934,7 +941,7 @@ void RedisStore::Impl::EncodeGroup(std::string& out, Call* first) {
     ++next_shape;
   }
   for (const Call* c = first; c; c = c->next) {
-    AppendBulk(out, static_cast<int64_t>(2 * (c->shape + 1) + (c->consume ? 1 : 0)));
+    AppendBulk(out, static_cast<int64_t>(4 * (c->shape + 1) + (c->same_keys ? 2 : 0) + (c->consume ? 1 : 0)));
   }
 }
 

@@ -195,8 +195,11 @@ TEST_F(ConformanceTest, GroupedRequestsAgreeWithSequentialOnes) {
   int64_t now = base;
   for (int i = 0; i < kRequests; ++i) {
     if (rng() % 50 == 0) now += static_cast<int64_t>(rng() % 200'000);  // groups split on `now`
-    const size_t n = 1 + rng() % 2;
-    const size_t scope = rng() % 5;  // few identities: many requests per key per group
+    // Few identities: many requests per key per group; and a run of one busy identity's
+    // requests (whose keys a group sends once).
+    const bool busy = i >= 100 && i < 180;
+    const size_t n = busy ? 1 : 1 + rng() % 2;
+    const size_t scope = busy ? 0 : rng() % 5;
     for (size_t c = 0; c < n; ++c) {
       const uint64_t r = rng() % 20;
       const int64_t cost = r == 0 ? 0 : r == 1 ? 60 : 1 + static_cast<int64_t>(rng() % 3);
