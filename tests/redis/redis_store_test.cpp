@@ -233,6 +233,14 @@ TEST(RedisStore, StalledRedisTripsTheDeadline) {
 namespace tollgate::store {
 namespace {
 
+// How many times Redis ran `command` (lower case), from INFO commandstats.
+int64_t CommandCalls(testing::RedisServer& server, const std::string& command) {
+  const std::string info = server.Cli("INFO commandstats");
+  const std::string field = "cmdstat_" + command + ":calls=";
+  const size_t at = info.find(field);
+  return at == std::string::npos ? 0 : std::stoll(info.substr(at + field.size()));
+}
+
 TEST(RedisUsage, CountsSurviveTheProcessAndAddUpAcrossReplicas) {
   testing::RedisServer server;
   UsageRows first;
@@ -265,11 +273,7 @@ TEST(RedisUsage, RequestsOfCostOneTakeOneCounterPerOutcome) {
   testing::RedisServer server;
   auto store = Make(server, 2000);
   RedisUsageBackend backend(*store, "u");
-  auto hincrby_calls = [&] {
-    const std::string info = server.Cli("INFO commandstats");
-    const size_t at = info.find("cmdstat_hincrby:calls=");
-    return at == std::string::npos ? 0 : std::stoll(info.substr(at + 22));
-  };
+  auto hincrby_calls = [&] { return CommandCalls(server, "hincrby"); };
   UsageDeltas rows(2);
   rows[0].first = UsageKey{"2026-11-29", "acme", "k1"};
   rows[0].second.requests = {5, 0, 0, 2};
@@ -298,11 +302,7 @@ TEST(RedisUsage, IndexAndTtlAreSentUntilConfirmedThenNoMore) {
   testing::RedisServer server;
   auto store = Make(server, 2000);
   RedisUsageBackend backend(*store, "u");
-  auto sadd_calls = [&] {
-    const std::string info = server.Cli("INFO commandstats");
-    const size_t at = info.find("cmdstat_sadd:calls=");
-    return at == std::string::npos ? 0 : std::stoll(info.substr(at + 19));
-  };
+  auto sadd_calls = [&] { return CommandCalls(server, "sadd"); };
   const std::string field = std::string("'k1|") + kOutcomeNames[0] + "|requests'";
   auto wait_for = [&](const std::string& key, const std::string& want) {
     for (int i = 0; i < 200 && server.Cli("HGET " + key + " " + field) != want; ++i) {
