@@ -158,13 +158,17 @@ std::string Sha1Hex(std::string_view text) {
 
 using util::AppendDecimal;
 
-// One bulk string of a RESP request.
+// One bulk string of a RESP request. Decisions are encoded through a StringAppender: the
+// string sees one append per buffer-full, not five per argument.
+void AppendBulk(util::StringAppender& out, std::string_view a) { out << "$" << a.size() << "\r\n" << a << "\r\n"; }
+void AppendBulk(util::StringAppender& out, int64_t v) {
+  char buf[24];
+  const auto [end, ec] = std::to_chars(buf, buf + sizeof buf, v);
+  AppendBulk(out, std::string_view(buf, static_cast<size_t>(end - buf)));
+}
 void AppendBulk(std::string& out, std::string_view a) {
-  out += '$';
-  AppendDecimal(out, static_cast<int64_t>(a.size()));
-  out += "\r\n";
-  out += a;
-  out += "\r\n";
+  util::StringAppender text(out);
+  AppendBulk(text, a);
 }
 
 // A whole RESP request.
@@ -177,11 +181,6 @@ void AppendRequest(std::string& out, const Args& args) {
 }
 void AppendCommand(std::string& out, const std::vector<std::string>& args) { AppendRequest(out, args); }
 
-void AppendBulk(std::string& out, int64_t v) {
-  char buf[24];
-  const auto [end, ec] = std::to_chars(buf, buf + sizeof buf, v);
-  AppendBulk(out, std::string_view(buf, static_cast<size_t>(end - buf)));
-}
 
 const char* AlgorithmSuffix(core::Algorithm a) {
   switch (a) {
@@ -774,55 +773,47 @@ void RedisStore::Impl::Apply(const Batch& batch, std::span<core::Decision> decis
   std::string& cmd = call->command;
   cmd.clear();
   call->args = 3 + call->n + 2 + (call->fast ? 5 : 6) * call->n;
-  cmd += '*';
-  AppendDecimal(cmd, static_cast<int64_t>(call->args));
-  cmd += "\r\n";
-  AppendBulk(cmd, "EVALSHA");
-  AppendBulk(cmd, sha_);
-  call->header_len = cmd.size();
-  AppendBulk(cmd, static_cast<int64_t>(call->n));
-  call->keys_begin = cmd.size();
   size_t first_key = 0;
   size_t first_key_len = 0;
-  for (const Check& c : batch.checks) {
-    const char* suffix = AlgorithmSuffix(c.limit->algorithm());
-    const size_t len = options_.prefix.size() + 2 + batch.scope.size() + 2 + c.name.size() + 1 +
-                       std::char_traits<char>::length(suffix);
-    cmd += '$';
-    AppendDecimal(cmd, static_cast<int64_t>(len));
-    cmd += "\r\n";
-    if (first_key == 0) {
-      first_key = cmd.size();
-      first_key_len = len;
+  {
+    util::StringAppender text(cmd);
+    text << "*" << call->args << "\r\n";
+    AppendBulk(text, "EVALSHA");
+    AppendBulk(text, sha_);
+    call->header_len = text.size();
+    AppendBulk(text, static_cast<int64_t>(call->n));
+    call->keys_begin = text.size();
+    for (const Check& c : batch.checks) {
+      const char* suffix = AlgorithmSuffix(c.limit->algorithm());
+      const size_t len = options_.prefix.size() + 2 + batch.scope.size() + 2 + c.name.size() + 1 +
+                         std::char_traits<char>::length(suffix);
+      text << "$" << len << "\r\n";
+      if (first_key == 0) {
+        first_key = text.size();
+        first_key_len = len;
+      }
+      text << options_.prefix << ":{" << batch.scope << "}:" << c.name << ":" << suffix << "\r\n";
     }
-    cmd += options_.prefix;
-    cmd += ":{";
-    cmd += batch.scope;
-    cmd += "}:";
-    cmd += c.name;
-    cmd += ':';
-    cmd += suffix;
-    cmd += "\r\n";
+    call->keys_end = text.size();
+    call->now_us = batch.now ? batch.now->unix_micros() : 0;
+    AppendBulk(text, call->now_us);
+    if (call->fast) {
+      AppendBulk(text, call->consume ? "B" : "b");
+      call->params_begin = text.size();
+      for (const Check& c : batch.checks) {
+        for (int64_t v : TokenBucketParams(*c.limit, c.cost, c.enforced)) AppendBulk(text, v);
+      }
+    } else {
+      AppendBulk(text, call->consume ? "1" : "0");
+      for (const Check& c : batch.checks) {
+        AppendBulk(text, static_cast<int64_t>(c.limit->algorithm()));
+        AppendBulk(text, c.cost);
+        AppendBulk(text, c.enforced ? "1" : "0");
+        for (int64_t p : ScriptParams(*c.limit)) AppendBulk(text, p);
+      }
+    }
   }
-  call->keys_end = cmd.size();
   call->slot = call->n > 0 && url_.cluster ? HashSlot(std::string_view(cmd).substr(first_key, first_key_len)) : 0;
-  call->now_us = batch.now ? batch.now->unix_micros() : 0;
-  AppendBulk(cmd, call->now_us);
-  if (call->fast) {
-    AppendBulk(cmd, call->consume ? "B" : "b");
-    call->params_begin = cmd.size();
-    for (const Check& c : batch.checks) {
-      for (int64_t v : TokenBucketParams(*c.limit, c.cost, c.enforced)) AppendBulk(cmd, v);
-    }
-  } else {
-    AppendBulk(cmd, call->consume ? "1" : "0");
-    for (const Check& c : batch.checks) {
-      AppendBulk(cmd, static_cast<int64_t>(c.limit->algorithm()));
-      AppendBulk(cmd, c.cost);
-      AppendBulk(cmd, c.enforced ? "1" : "0");
-      for (int64_t p : ScriptParams(*c.limit)) AppendBulk(cmd, p);
-    }
-  }
   stats.calls.fetch_add(1, std::memory_order_relaxed);
   bool post = false;
   {
@@ -921,27 +912,26 @@ void RedisStore::Impl::EncodeGroup(std::string& out, Call* first) {
       shape_args += 1 + 5 * c->n;
     }
   }
-  out += '*';
-  AppendDecimal(out, static_cast<int64_t>(3 + keys + 3 + shape_args + requests));
-  out += "\r\n";
-  AppendBulk(out, "EVALSHA");
-  AppendBulk(out, sha_);
-  AppendBulk(out, static_cast<int64_t>(keys));
+  util::StringAppender text(out);
+  text << "*" << 3 + keys + 3 + shape_args + requests << "\r\n";
+  AppendBulk(text, "EVALSHA");
+  AppendBulk(text, sha_);
+  AppendBulk(text, static_cast<int64_t>(keys));
   for (const Call* c = first; c; c = c->next) {
-    if (!c->same_keys) out.append(keys_of(c));
+    if (!c->same_keys) text << keys_of(c);
   }
-  AppendBulk(out, first->now_us);
-  AppendBulk(out, "M");
-  AppendBulk(out, static_cast<int64_t>(shapes_.size()));
+  AppendBulk(text, first->now_us);
+  AppendBulk(text, "M");
+  AppendBulk(text, static_cast<int64_t>(shapes_.size()));
   size_t next_shape = 0;
   for (const Call* c = first; c; c = c->next) {
     if (c->shape != next_shape) continue;  // first seen here: its shape goes out now
-    AppendBulk(out, static_cast<int64_t>(c->n));
-    out.append(shapes_[next_shape]);
+    AppendBulk(text, static_cast<int64_t>(c->n));
+    text << shapes_[next_shape];
     ++next_shape;
   }
   for (const Call* c = first; c; c = c->next) {
-    AppendBulk(out, static_cast<int64_t>(4 * (c->shape + 1) + (c->same_keys ? 2 : 0) + (c->consume ? 1 : 0)));
+    AppendBulk(text, static_cast<int64_t>(4 * (c->shape + 1) + (c->same_keys ? 2 : 0) + (c->consume ? 1 : 0)));
   }
 }
 
