@@ -3,9 +3,12 @@
 # an nginx upstream on loopback: proxied (high limit) and 429 (low limit), one hot key and 10,000
 # keys. A deterministic measure of the gateway's own cost, unlike throughput on a shared machine
 # (the kernel's share, about half of every request, is not counted). Needs valgrind, nginx, wrk.
-# Usage: bench/gateway/instructions.sh   (TOLLGATE_BIN: default build/tollgate; ACCESS_LOG=true
-# to count the access log too, off by default as in the throughput benchmarks)
+# Usage: bench/gateway/instructions.sh [redis-decision]   (TOLLGATE_BIN: default build/tollgate;
+# ACCESS_LOG=true to count the access log too, off by default as in the throughput benchmarks).
+# redis-decision: the decision service (200 or 429, no upstream) on a throwaway redis-server
+# instead; its I/O runs on the worker thread too (a lane), so it is counted.
 set -euo pipefail
+mode=${1:-memory}
 cd "$(dirname "$0")/../.."
 bin=${TOLLGATE_BIN:-$PWD/build/tollgate}
 port=${PORT:-18190} admin=$((${PORT:-18190} + 1)) up=$((${PORT:-18190} + 2))
@@ -22,10 +25,22 @@ http { access_log off; client_body_temp_path $dir/tmp; proxy_temp_path $dir/tmp;
   keepalive_requests 100000000;
   server { listen 127.0.0.1:$up; root $dir/www; location / { try_files /index.html =404; } } }
 CONF
-taskset -c 1 nginx -c "$dir/up.conf" & pids+=($!)
+if [[ $mode == redis-decision ]]; then
+  redis_port=$((${PORT:-18190} + 3))
+  taskset -c 1 redis-server --port "$redis_port" --bind 127.0.0.1 --save "" --appendonly no --dir "$dir" \
+    > "$dir/redis.log" 2>&1 & pids+=($!)
+else
+  taskset -c 1 nginx -c "$dir/up.conf" & pids+=($!)
+fi
 config() { # capacity
-  echo "server: {listen: 127.0.0.1:$port, admin_listen: 127.0.0.1:$admin, threads: 1, access_log: ${ACCESS_LOG:-false}}"
-  echo "upstream: {url: http://127.0.0.1:$up, max_connections: 64}"
+  if [[ $mode == redis-decision ]]; then
+    echo "server: {listen: 127.0.0.1:$up, admin_listen: 127.0.0.1:$admin, threads: 1, access_log: ${ACCESS_LOG:-false}}"
+    echo "decision: {listen: 127.0.0.1:$port, deny_status: 429}"
+    echo "store: {type: redis, url: redis://127.0.0.1:$redis_port, prefix: instr}"
+  else
+    echo "server: {listen: 127.0.0.1:$port, admin_listen: 127.0.0.1:$admin, threads: 1, access_log: ${ACCESS_LOG:-false}}"
+    echo "upstream: {url: http://127.0.0.1:$up, max_connections: 64}"
+  fi
   echo "identity: {api_key_headers: [X-API-Key]}"
   echo "plans: {bench: {limits: [{name: burst, capacity: $1, refill_per_second: $1}]}}"
   echo "keys:"
