@@ -90,7 +90,8 @@ void UsageMeter::Take(size_t slice, store::UsageDeltas& out) {
   std::vector<Rows::value_type*>& rows = slice_rows_[slice];
   for (size_t i = 0; i < rows.size();) {
     store::UsageCounts& counts = rows[i]->second;
-    if (std::all_of(counts.requests.begin(), counts.requests.end(), [](int64_t n) { return n == 0; })) {
+    if (std::all_of(counts.requests.begin(), counts.requests.end(),
+                    [](int64_t n) { return n == 0; })) {
       pending_.erase(pending_.find(rows[i]->first));
       rows[i] = rows.back();
       rows.pop_back();

@@ -160,7 +160,9 @@ using util::AppendDecimal;
 
 // One bulk string of a RESP request. Decisions are encoded through a StringAppender: the
 // string sees one append per buffer-full, not five per argument.
-void AppendBulk(util::StringAppender& out, std::string_view a) { out << "$" << a.size() << "\r\n" << a << "\r\n"; }
+void AppendBulk(util::StringAppender& out, std::string_view a) {
+  out << "$" << a.size() << "\r\n" << a << "\r\n";
+}
 void AppendBulk(util::StringAppender& out, int64_t v) {
   char buf[24];
   const auto [end, ec] = std::to_chars(buf, buf + sizeof buf, v);
@@ -180,7 +182,6 @@ void AppendRequest(std::string& out, const Args& args) {
   for (const auto& a : args) AppendBulk(out, std::string_view(a));
 }
 void AppendCommand(std::string& out, const std::vector<std::string>& args) { AppendRequest(out, args); }
-
 
 const char* AlgorithmSuffix(core::Algorithm a) {
   switch (a) {
@@ -813,7 +814,9 @@ void RedisStore::Impl::Apply(const Batch& batch, std::span<core::Decision> decis
       }
     }
   }
-  call->slot = call->n > 0 && url_.cluster ? HashSlot(std::string_view(cmd).substr(first_key, first_key_len)) : 0;
+  call->slot = call->n > 0 && url_.cluster
+                   ? HashSlot(std::string_view(cmd).substr(first_key, first_key_len))
+                   : 0;
   stats.calls.fetch_add(1, std::memory_order_relaxed);
   bool post = false;
   {
@@ -931,7 +934,8 @@ void RedisStore::Impl::EncodeGroup(std::string& out, Call* first) {
     ++next_shape;
   }
   for (const Call* c = first; c; c = c->next) {
-    AppendBulk(text, static_cast<int64_t>(4 * (c->shape + 1) + (c->same_keys ? 2 : 0) + (c->consume ? 1 : 0)));
+    AppendBulk(text, static_cast<int64_t>(4 * (c->shape + 1) + (c->same_keys ? 2 : 0) +
+                                          (c->consume ? 1 : 0)));
   }
 }
 

@@ -111,7 +111,10 @@ void RedisUsageBackend::Add(const UsageDeltas& fresh) {
       for (const bool extra : {false, true}) {
         const int64_t n = extra ? v.cost[i] - v.requests[i] : v.requests[i];
         if (n == 0) continue;
-        field.assign(k.key_id).append("|").append(kOutcomeNames[i]).append(extra ? "|extra_cost" : "|requests");
+        field.assign(k.key_id)
+            .append("|")
+            .append(kOutcomeNames[i])
+            .append(extra ? "|extra_cost" : "|requests");
         RedisStore::EncodeCommand(counts.command, {"HINCRBY", key, field, std::to_string(n)});
         ++counts.replies;
       }

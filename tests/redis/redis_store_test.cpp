@@ -282,11 +282,13 @@ TEST(RedisUsage, RequestsOfCostOneTakeOneCounterPerOutcome) {
   rows[1].second.requests = {3, 0, 0, 0};
   rows[1].second.cost = {12, 0, 0, 0};  // an export: cost above the request count
   backend.Add(rows);
-  for (int i = 0; i < 200 && hincrby_calls() < 4; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  for (int i = 0; i < 200 && hincrby_calls() < 4; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
   std::this_thread::sleep_for(std::chrono::milliseconds(50));  // nothing more arrives
   EXPECT_EQ(hincrby_calls(), 4);  // k1: success, rejected; k2: success and its extra cost
   std::promise<core::Result<UsageRows>> p;
-  backend.Read({"2026-11-29"}, "acme", [&](core::Result<UsageRows> r) { p.set_value(std::move(r)); });
+  backend.Read({"2026-11-29"}, "acme",
+               [&](core::Result<UsageRows> r) { p.set_value(std::move(r)); });
   auto got = p.get_future().get();
   ASSERT_TRUE(got.ok()) << got.error();
   ASSERT_EQ(got->size(), 2u);

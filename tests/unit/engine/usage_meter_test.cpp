@@ -117,7 +117,8 @@ TEST(UsageMeter, FlushedInSlicesEachKeyGoesOncePerRound) {
   const core::Instant t = At(2026, 11, 29, 100);
   for (int round = 0; round < 2; ++round) {
     for (size_t k = 0; k < kKeys; ++k) {
-      for (int i = 0; i < 3; ++i) meter.Record("acme", "k" + std::to_string(k), Outcome::kSuccess, 1, t);
+      for (int i = 0; i < 3; ++i)
+        meter.Record("acme", "k" + std::to_string(k), Outcome::kSuccess, 1, t);
     }
     for (size_t slice = 0; slice < kSlices; ++slice) meter.Flush(slice);
   }
@@ -134,13 +135,15 @@ TEST(UsageMeter, FlushedInSlicesEachKeyGoesOncePerRound) {
   }
   // A round with nothing counted drops every row; rows made afresh go out whole.
   for (size_t slice = 0; slice < kSlices; ++slice) meter.Flush(slice);
-  for (size_t slice = 0; slice < kSlices; ++slice) EXPECT_TRUE(backend.adds[2 * kSlices + slice].empty());
+  for (size_t slice = 0; slice < kSlices; ++slice)
+    EXPECT_TRUE(backend.adds[2 * kSlices + slice].empty());
   meter.Record("acme", "k1", Outcome::kSuccess, 1, t);
   meter.Record("acme", "k2", Outcome::kSuccess, 1, t);
   meter.Record("acme", "k2", Outcome::kSuccess, 1, t);
   meter.Flush();
   auto last = backend.adds.back();
-  std::sort(last.begin(), last.end(), [](const auto& a, const auto& b) { return a.first.key_id < b.first.key_id; });
+  std::sort(last.begin(), last.end(),
+            [](const auto& a, const auto& b) { return a.first.key_id < b.first.key_id; });
   ASSERT_EQ(last.size(), 2u);
   EXPECT_EQ(last[0].first.key_id, "k1");
   EXPECT_EQ(last[0].second.requests[0], 1);
