@@ -103,24 +103,20 @@ void UsageMeter::Take(size_t slice, store::UsageDeltas& out) {
   }
 }
 
-void UsageMeter::Flush(size_t slice) {
+void UsageMeter::Flush(size_t slice) { Send(slice % slices_, slice % slices_ + 1); }
+
+void UsageMeter::Flush() { Send(0, slices_); }
+
+void UsageMeter::Send(size_t first, size_t last) {
   store::UsageDeltas rows;
   {
     std::lock_guard lock(mu_);
-    rows.reserve(slice_rows_[slice % slices_].size());
-    Take(slice % slices_, rows);
+    size_t n = 0;
+    for (size_t slice = first; slice < last; ++slice) n += slice_rows_[slice].size();
+    rows.reserve(n);
+    for (size_t slice = first; slice < last; ++slice) Take(slice, rows);
   }
   // Called even with nothing new: a backend may have counts to send again.
-  backend_.Add(rows);
-}
-
-void UsageMeter::Flush() {
-  store::UsageDeltas rows;
-  {
-    std::lock_guard lock(mu_);
-    rows.reserve(pending_.size());
-    for (size_t slice = 0; slice < slices_; ++slice) Take(slice, rows);
-  }
   backend_.Add(rows);
 }
 

@@ -72,6 +72,8 @@ class UsageMeter {
 
   using Rows = std::unordered_map<store::UsageKey, store::UsageCounts, KeyHash, KeyEq>;
 
+  // Hands the counts of slices [first, last) to the backend.
+  void Send(size_t first, size_t last);
   // Moves the counts of `slice` into `out` (under mu_).
   void Take(size_t slice, store::UsageDeltas& out);
 
