@@ -29,7 +29,8 @@ struct Answer {
   bool allowed = true;
   int status = 200;                 // 200, 401, 400 or 429
   std::string code;                 // "" when allowed; rate_limited, invalid_api_key, ...
-  std::vector<std::pair<std::string, std::string>> headers;  // rate-limit headers, Retry-After
+  std::vector<std::pair<std::string, std::string>> headers;  // rate-limit headers, Retry-After,
+                                                             // WWW-Authenticate (401)
   std::string body;                 // the JSON body to send when not allowed
   std::string key_id;               // the key's id (never the key), when known
 };

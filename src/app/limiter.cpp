@@ -58,48 +58,40 @@ Answer Limiter::Check(const Request& r) {
   Answer a;
   std::array<store::Check, 16> checks;
   std::array<core::Decision, 16> decisions;
-  auto decide = [&](const std::string& scope, size_t n) {
-    engine::Verdict v;
-    impl_->engine.Decide({.batch = {.scope = scope, .checks = {checks.data(), n}}}, {decisions.data(), n},
-                         [&v](engine::Verdict x) { v = x; });
-    return v;
-  };
-  const policy::Key* key = nullptr;
-  const policy::Plan* plan = nullptr;
-  if (route.identity == config::RouteIdentity::kKey) {
-    key = r.api_key.empty() ? nullptr : pol.FindByKey(r.api_key);
-    if (!key) {
-      checks[0] = store::Check{"invalid_key", &pol.invalid_key_limit(), 1, true};
-      const engine::Verdict v = decide("badkey:" + client, 1);
-      a.allowed = false;
-      if (v.kind == engine::Verdict::Kind::kRejected) {
-        a.status = 429;
-        a.code = "rate_limited";
-        a.body = http::RejectionBody({checks.data(), 1}, {decisions.data(), 1}, v);
-        a.headers.emplace_back("Retry-After", std::to_string(std::max<int64_t>(1, v.retry_after.CeilSeconds())));
-      } else {
-        a.status = 401;
-        a.code = r.api_key.empty() ? "missing_api_key" : "invalid_api_key";
-        a.body = http::ErrorBody(a.code, r.api_key.empty() ? "an API key is required" : "the API key is not valid");
-      }
-      return a;
-    }
-    plan = key->plan;
-    a.key_id = key->id;
-  } else if (route.identity == config::RouteIdentity::kIp) {
-    plan = &pol.anonymous();
-  }
-  if (!plan) return a;
-  auto cost = pol.Cost(route, query);
-  if (!cost) {
+  const bool keyed = route.identity == config::RouteIdentity::kKey;
+  const policy::Key* key = keyed && !r.api_key.empty() ? pol.FindByKey(r.api_key) : nullptr;
+  if (key) a.key_id = key->id;
+  std::string scope;
+  const engine::Admission admission = engine::Admit(pol, route, keyed, key, client, query, std::nullopt,
+                                                    util::SystemClock::Instance().Now(), checks, scope);
+  if (admission.kind == engine::Admission::Kind::kNone) return a;
+  if (admission.kind == engine::Admission::Kind::kInvalidCost) {
     a.allowed = false;
     a.status = 400;
     a.code = "invalid_cost";
-    a.body = http::ErrorBody(a.code, cost.error());
+    a.body = http::ErrorBody(a.code, admission.error);
     return a;
   }
-  const size_t n = engine::ChecksFor(*plan, key, *cost, util::SystemClock::Instance().Now(), checks);
-  const engine::Verdict v = decide(engine::ScopeFor(*plan, key, client), n);
+  const size_t n = admission.n;
+  engine::Verdict v;
+  impl_->engine.Decide({.batch = {.scope = scope, .checks = {checks.data(), n}}}, {decisions.data(), n},
+                       [&v](engine::Verdict x) { v = x; });
+  if (admission.kind == engine::Admission::Kind::kInvalidKey) {
+    a.allowed = false;
+    if (v.kind == engine::Verdict::Kind::kRejected) {
+      a.status = 429;
+      a.code = "rate_limited";
+      a.body = http::RejectionBody({checks.data(), 1}, {decisions.data(), 1}, v);
+      a.headers.emplace_back("Retry-After", std::to_string(std::max<int64_t>(1, v.retry_after.CeilSeconds())));
+    } else {
+      a.status = 401;
+      a.code = r.api_key.empty() ? "missing_api_key" : "invalid_api_key";
+      a.body = http::ErrorBody(a.code, r.api_key.empty() ? "an API key is required" : "the API key is not valid");
+      a.headers.emplace_back("WWW-Authenticate", "Bearer");
+    }
+    return a;
+  }
+  const policy::Plan* plan = admission.plan;
   const std::span<const store::Check> cs{checks.data(), n};
   const std::span<const core::Decision> ds{decisions.data(), n};
   if (plan->enforced || v.kind == engine::Verdict::Kind::kRejected) {

@@ -1364,39 +1364,36 @@ Step Worker::Begin(Exchange& ex, Scratch& scratch, const RequestHead& head, Requ
   ex.deny_status = ex.decision_service ? static_cast<bhttp::status>(gw.decision.deny_status)
                                        : bhttp::status::too_many_requests;
 
-  auto header = [&head](const std::string& name) { return head.Get(name); };
-  if (route.identity == config::RouteIdentity::kKey || ex.status_endpoint || usage_endpoint) {
-    ex.presented = pol.PresentedKey(header);
+  // The status and usage endpoints are about the caller's key, whatever the route, and
+  // consume nothing.
+  const bool keyed = route.identity == config::RouteIdentity::kKey || ex.status_endpoint || usage_endpoint;
+  if (keyed) {
+    ex.presented = pol.PresentedKey([&head](const std::string& name) { return head.Get(name); });
     if (!ex.presented.empty()) ex.key = FindByKey(pol, ex.presented);
-    if (!ex.key) {
-      // Decided below (Conclude): repeated invalid keys from one address are limited per address.
-      gw.invalid_keys.fetch_add(1, std::memory_order_relaxed);
-      ex.log.decision = "invalid_key";
-      ex.invalid_key = true;
-      ex.checks[0] = store::Check{"invalid_key", &pol.invalid_key_limit(), 1, true};
-      ex.n_checks = 1;
-      ex.scope.assign("badkey:").append(ex.client);
-      ex.request = {.batch = {.scope = ex.scope, .checks = {ex.checks.data(), 1}},
-                    .fail_mode = engine::FailMode::kOpen};
-      return Step::kDecide;
-    }
-    ex.plan = ex.key->plan;
-    ex.log.key_id = ex.key->id;
-    engine::AssignScope(ex.scope, *ex.plan, ex.key, ex.client);
-  } else if (route.identity == config::RouteIdentity::kIp) {
-    ex.plan = &pol.anonymous();
-    engine::AssignScope(ex.scope, *ex.plan, nullptr, ex.client);
   }
+  const bool costs_nothing = ex.status_endpoint || usage_endpoint;
+  const engine::Admission admission = engine::Admit(pol, route, keyed, ex.key, ex.client, ex.query,
+                                                    costs_nothing ? std::optional<int64_t>(0) : std::nullopt, ex.now,
+                                                    ex.checks, ex.scope);
+  ex.n_checks = admission.n;
+  if (admission.kind == engine::Admission::Kind::kInvalidKey) {
+    // Decided below (Conclude): repeated invalid keys from one address are limited per address.
+    gw.invalid_keys.fetch_add(1, std::memory_order_relaxed);
+    ex.log.decision = "invalid_key";
+    ex.invalid_key = true;
+    ex.request = {.batch = {.scope = ex.scope, .checks = {ex.checks.data(), 1}},
+                  .fail_mode = engine::FailMode::kOpen};
+    return Step::kDecide;
+  }
+  ex.plan = admission.plan;
+  if (ex.key) ex.log.key_id = ex.key->id;
   if (usage_endpoint) return Step::kKeyUsage;
-
-  if (ex.plan) {
-    ex.log.plan = ex.plan->name;
-    auto c = pol.Cost(route, ex.query);
-    if (!c) return Reply(ex, scratch, bhttp::status::bad_request, ErrorBody("invalid_cost", c.error()));
-    ex.log.cost = ex.status_endpoint ? 0 : *c;
-    ex.log.metered = !ex.status_endpoint;
-    ex.n_checks = engine::ChecksFor(*ex.plan, ex.key, ex.log.cost, ex.now, ex.checks);
+  if (ex.plan) ex.log.plan = ex.plan->name;
+  if (admission.kind == engine::Admission::Kind::kInvalidCost) {
+    return Reply(ex, scratch, bhttp::status::bad_request, ErrorBody("invalid_cost", admission.error));
   }
+  ex.log.cost = admission.cost;
+  ex.log.metered = admission.kind == engine::Admission::Kind::kChecks && !ex.status_endpoint;
   if (ex.n_checks > 0) {
     ex.request = {.batch = {.scope = ex.scope,
                             .checks = {ex.checks.data(), ex.n_checks},

@@ -1,6 +1,7 @@
 // The checks of one request: a plan's limits, with a key's overrides, as store checks.
 #pragma once
 
+#include <optional>
 #include <span>
 #include <string>
 
@@ -22,5 +23,31 @@ size_t ChecksFor(const policy::Plan& plan, const policy::Key* key, int64_t cost,
 std::string ScopeFor(const policy::Plan& plan, const policy::Key* key, std::string_view address);
 // The same into `scope`, reusing its capacity (per request on the gateway's hot path).
 void AssignScope(std::string& scope, const policy::Plan& plan, const policy::Key* key, std::string_view address);
+
+// Who a request is and what it is checked against: the first half of every decision, the same
+// for the gateway and libtollgate.
+struct Admission {
+  enum class Kind {
+    kNone,         // no limits apply (a route of `identity: none`)
+    kChecks,       // `n` checks of `plan` (with `key`'s overrides)
+    kInvalidKey,   // a request that needs a key has none, or one tollgate does not know:
+                   // one check, the per-address invalid-key limit (identity.invalid_key_limit)
+    kInvalidCost,  // the route's cost cannot be read from the query: `error`
+  };
+  Kind kind = Kind::kNone;
+  const policy::Plan* plan = nullptr;  // kChecks
+  const policy::Key* key = nullptr;    // kChecks: null for per-address (anonymous) limits
+  size_t n = 0;                        // checks written (kChecks, kInvalidKey)
+  int64_t cost = 0;                    // kChecks
+  std::string error;                   // kInvalidCost
+};
+
+// `keyed`: the request needs a key (its route's identity is `key`, or the endpoint is about the
+// caller's key); `key`: what the presented key names, null for none or an unknown one. Writes
+// the checks into `checks` and their store scope into `scope` (reusing its capacity). The cost
+// is `fixed_cost` when given, else the route's, read from `query`.
+Admission Admit(const policy::Policy& pol, const policy::Route& route, bool keyed, const policy::Key* key,
+                std::string_view client, std::string_view query, std::optional<int64_t> fixed_cost,
+                core::Instant now, std::span<store::Check> checks, std::string& scope);
 
 }  // namespace tollgate::engine
