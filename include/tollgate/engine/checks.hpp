@@ -35,8 +35,8 @@ struct Admission {
     kInvalidCost,  // the route's cost cannot be read from the query: `error`
   };
   Kind kind = Kind::kNone;
-  const policy::Plan* plan = nullptr;  // kChecks
-  const policy::Key* key = nullptr;    // kChecks: null for per-address (anonymous) limits
+  const policy::Plan* plan = nullptr;  // kChecks, kInvalidCost
+  const policy::Key* key = nullptr;    // the same; null for per-address (anonymous) limits
   size_t n = 0;                        // checks written (kChecks, kInvalidKey)
   int64_t cost = 0;                    // kChecks
   std::string error;                   // kInvalidCost
