@@ -343,7 +343,7 @@ Config Parse(const YAML::Node& root, const std::string& base_dir) {
   }
   if (const YAML::Node s = root["store"]) {
     OnlyKeys(s, "store", {"type", "max_keys", "prefix", "url", "timeout_ms", "connect_timeout_ms",
-                          "deny_cache"});
+                          "deny_cache", "tls"});
     if (s["type"]) c.store.type = Str(s["type"], "store.type");
     if (c.store.type != "memory" && c.store.type != "redis") {
       Fail("store.type", "must be memory or redis, got '" + c.store.type + "'");
@@ -355,6 +355,23 @@ Config Parse(const YAML::Node& root, const std::string& base_dir) {
     Set(s, "connect_timeout_ms", "store", c.store.connect_timeout_ms, 1, 60'000);
     if (s["deny_cache"]) c.store.deny_cache = Bool(s["deny_cache"], "store.deny_cache");
     if (c.store.prefix.empty()) Fail("store.prefix", "must not be empty");
+    if (const YAML::Node t = s["tls"]) {
+      OnlyKeys(t, "store.tls", {"ca_file", "cert_file", "key_file"});
+      // Read here too, so that check-config finds a missing file; the store parses them.
+      auto file = [&t](const char* name, std::string& out) {
+        if (!t[name]) return;
+        const std::string field = std::string("store.tls.") + name;
+        out = Str(t[name], field);
+        if (!std::ifstream(out).good()) Fail(field, "cannot read '" + out + "'");
+      };
+      file("ca_file", c.store.tls_ca_file);
+      file("cert_file", c.store.tls_cert_file);
+      file("key_file", c.store.tls_key_file);
+      if (c.store.tls_cert_file.empty() != c.store.tls_key_file.empty()) {
+        Fail("store.tls", "cert_file and key_file go together");
+      }
+      if (c.store.url.rfind("rediss", 0) != 0) Fail("store.tls", "needs a rediss:// or rediss-cluster:// url");
+    }
   }
   if (c.store.type == "redis" && c.store.url.empty()) Fail("store.url", "required for store.type redis");
   if (root["mode"]) c.mode = ParseMode(root["mode"], "mode");

@@ -1680,7 +1680,10 @@ Gateway::Impl::Impl(std::string path, config::Config config)
     auto r = store::RedisStore::Create({.url = sc.url,
                                         .prefix = sc.prefix,
                                         .timeout_ms = sc.timeout_ms,
-                                        .connect_timeout_ms = sc.connect_timeout_ms});
+                                        .connect_timeout_ms = sc.connect_timeout_ms,
+                                        .tls_ca_file = sc.tls_ca_file,
+                                        .tls_cert_file = sc.tls_cert_file,
+                                        .tls_key_file = sc.tls_key_file});
     if (!r) throw std::runtime_error(r.error());
     redis = std::move(r).value();
     store = redis.get();
@@ -1780,7 +1783,8 @@ void Gateway::Impl::LogStoreFailure(store::StoreErrc errc) {
   const char* what = errc == store::StoreErrc::kTimeout ? "timeout" : errc == store::StoreErrc::kProtocol ? "protocol" : "unavailable";
   log.Error(std::string("{\"level\":\"warn\",\"msg\":\"store failed; routes follow their fail_mode\",\"error\":\"") +
             what + "\",\"degraded_total\":" + std::to_string(engine->stats().degraded.load()) +
-            ",\"unavailable_total\":" + std::to_string(engine->stats().unavailable.load()) + "}");
+            ",\"unavailable_total\":" + std::to_string(engine->stats().unavailable.load()) +
+            (redis ? ",\"last_connection_error\":\"" + JsonEscape(redis->LastError()) + "\"" : std::string()) + "}");
 }
 
 core::Result<bool> Gateway::Impl::Install(config::Config config) {

@@ -19,6 +19,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/ssl.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/write.hpp>
 #include <hiredis/hiredis.h>
@@ -54,6 +55,7 @@ struct NodeAddress {
 
 struct ParsedUrl {
   bool cluster = false;
+  bool tls = false;  // rediss:// and rediss-cluster://
   std::vector<NodeAddress> nodes;
   std::string user;
   std::string password;
@@ -77,9 +79,14 @@ core::Result<ParsedUrl> ParseUrl(std::string_view url) {
     out.cluster = true;
     rest = url.substr(16);
   } else if (url.rfind("rediss://", 0) == 0) {
-    return core::Error{"store.url: rediss:// (TLS) is not supported; use a TLS tunnel or redis://"};
+    out.tls = true;
+    rest = url.substr(9);
+  } else if (url.rfind("rediss-cluster://", 0) == 0) {
+    out.cluster = out.tls = true;
+    rest = url.substr(17);
   } else {
-    return core::Error{"store.url: must start with redis:// or redis-cluster://, got '" + std::string(url) + "'"};
+    return core::Error{"store.url: must start with redis://, rediss://, redis-cluster:// or rediss-cluster://, got '" +
+                       std::string(url) + "'"};
   }
   if (const size_t at = rest.rfind('@'); at != std::string_view::npos) {
     const std::string_view cred = rest.substr(0, at);
@@ -323,6 +330,8 @@ class Connection {
   Call* PopWaiting(const Call* like);
   void Deliver(Pending& p, const redisReply* r, Failure f);
   void Connect();
+  void Ready();  // connected (and, with TLS, through the handshake)
+  tcp::socket& Socket() { return tls_ ? tls_->next_layer() : socket_; }
   void ScheduleFlush();
   void Flush();
   void Read();
@@ -331,7 +340,10 @@ class Connection {
   RedisStore::Impl& store_;
   net::io_context& ioc_;
   NodeAddress address_;
-  tcp::socket socket_;
+  tcp::socket socket_;  // without TLS
+  // With TLS, the stream of the current connection, which owns its socket. Each operation holds
+  // it, so the stream of a failed connection lives until its operations have returned.
+  std::shared_ptr<net::ssl::stream<tcp::socket>> tls_;
   net::steady_timer timer_;
   State state_ = State::kIdle;
   redisReader* reader_ = nullptr;
@@ -353,6 +365,9 @@ class Connection {
 // it for all, any lane's success closes it).
 struct RedisStore::Shared {
   RedisStoreStats stats;
+  std::unique_ptr<net::ssl::context> tls;  // rediss:// and rediss-cluster:// only
+  std::mutex error_mu;
+  std::string last_error;  // why the last connection failed, for the logs
   std::atomic<int> consecutive_failures{0};
   std::atomic<int64_t> open_until_ns{0};  // steady clock
   // Steady clock: the last success after failures. A lane whose connection waits out its
@@ -413,6 +428,11 @@ class RedisStore::Impl {
 
   const RedisStoreOptions& options() const { return options_; }
   const ParsedUrl& url() const { return url_; }
+  net::ssl::context* tls_context() const { return shared_.tls.get(); }
+  void NoteFailure(std::string why) {
+    std::lock_guard lock(shared_.error_mu);
+    shared_.last_error = std::move(why);
+  }
   RedisStoreStats& stats;  // the store's, shared by its lanes
 
  private:
@@ -591,6 +611,13 @@ void Connection::Connect() {
   out_.insert(0, hello);
   for (auto it = hello_fns.rbegin(); it != hello_fns.rend(); ++it) pending_.push_front(std::move(*it));
 
+  if (net::ssl::context* context = store_.tls_context()) {
+    tls_ = std::make_shared<net::ssl::stream<tcp::socket>>(ioc_, *context);
+    boost::system::error_code not_ip;
+    net::ip::make_address(address_.host, not_ip);
+    if (not_ip) SSL_set_tlsext_host_name(tls_->native_handle(), address_.host.c_str());  // SNI
+    tls_->set_verify_callback(net::ssl::host_name_verification(address_.host));
+  }
   auto resolver = std::make_shared<tcp::resolver>(ioc_);
   timer_.expires_after(milliseconds(store_.options().connect_timeout_ms));
   timer_.async_wait([this, epoch](const boost::system::error_code& ec) {
@@ -599,18 +626,28 @@ void Connection::Connect() {
   resolver->async_resolve(address_.host, address_.port,
       [this, epoch, resolver](const boost::system::error_code& ec, tcp::resolver::results_type results) {
         if (epoch != epoch_) return;
-        if (ec) return Fail("resolve " + address_.host + ": " + ec.message());
-        net::async_connect(socket_, results, [this, epoch](const boost::system::error_code& cec, const tcp::endpoint&) {
+        if (ec) return Fail("resolve: " + ec.message());
+        net::async_connect(Socket(), results, [this, epoch, tls = tls_](const boost::system::error_code& cec,
+                                                                        const tcp::endpoint&) {
           if (epoch != epoch_) return;
-          if (cec) return Fail("connect " + address_.host + ":" + address_.port + ": " + cec.message());
-          timer_.cancel();
-          socket_.set_option(tcp::no_delay(true));
-          state_ = State::kReady;
-          backoff_ms_ = 0;
-          Read();
-          Flush();
+          if (cec) return Fail("connect: " + cec.message());
+          Socket().set_option(tcp::no_delay(true));
+          if (!tls) return Ready();
+          tls->async_handshake(net::ssl::stream_base::client, [this, epoch, tls](const boost::system::error_code& hec) {
+            if (epoch != epoch_) return;
+            if (hec) return Fail("TLS handshake: " + hec.message());
+            Ready();
+          });
         });
       });
+}
+
+void Connection::Ready() {
+  timer_.cancel();
+  state_ = State::kReady;
+  backoff_ms_ = 0;
+  Read();
+  Flush();
 }
 
 void Connection::ScheduleFlush() {
@@ -631,16 +668,21 @@ void Connection::Flush() {
   writing_.clear();
   writing_.swap(out_);
   write_in_flight_ = true;
-  net::async_write(socket_, net::buffer(writing_), [this, epoch = epoch_](const boost::system::error_code& ec, size_t) {
+  auto written = [this, epoch = epoch_, tls = tls_](const boost::system::error_code& ec, size_t) {
     if (epoch != epoch_) return;
     write_in_flight_ = false;
     if (ec) return Fail("write: " + ec.message());
     Flush();
-  });
+  };
+  if (tls_) {
+    net::async_write(*tls_, net::buffer(writing_), std::move(written));
+  } else {
+    net::async_write(socket_, net::buffer(writing_), std::move(written));
+  }
 }
 
 void Connection::Read() {
-  socket_.async_read_some(net::buffer(read_buf_), [this, epoch = epoch_](const boost::system::error_code& ec, size_t n) {
+  auto got = [this, epoch = epoch_, tls = tls_](const boost::system::error_code& ec, size_t n) {
     if (epoch != epoch_) return;
     if (ec) return Fail("read: " + ec.message());
     if (redisReaderFeed(reader_, read_buf_.data(), n) != REDIS_OK) return Fail("bad reply stream");
@@ -658,14 +700,20 @@ void Connection::Read() {
     }
     if (!grouped_.empty()) ScheduleFlush();  // the next group: everything that waited meanwhile
     Read();
-  });
+  };
+  if (tls_) {
+    tls_->async_read_some(net::buffer(read_buf_), std::move(got));
+  } else {
+    socket_.async_read_some(net::buffer(read_buf_), std::move(got));
+  }
 }
 
 void Connection::Fail(const std::string& why) {
   const bool nothing_written = state_ == State::kConnecting;
   ++epoch_;
   boost::system::error_code ignored;
-  socket_.close(ignored);
+  Socket().close(ignored);
+  tls_.reset();  // the next connection makes a new stream
   timer_.cancel();
   state_ = State::kBackoff;
   backoff_ms_ = backoff_ms_ == 0 ? 50 : std::min(backoff_ms_ * 2, 2000);
@@ -680,7 +728,7 @@ void Connection::Fail(const std::string& why) {
   failed.swap(pending_);
   for (Call* call : grouped_) failed.push_back(Pending{call, 1, nullptr});
   grouped_.clear();
-  (void)why;
+  store_.NoteFailure(address_.host + ":" + address_.port + ": " + why);
   for (auto& p : failed) Deliver(p, nullptr, nothing_written ? Failure::kNotSent : Failure::kConnection);
 }
 
@@ -1182,16 +1230,64 @@ void RedisStore::Impl::FireAndForget(std::vector<Fire> commands) {
 
 // ---------------------------------------------------------------------------------------------
 
+namespace {
+
+// Verifies the server against `ca_file` (the system's CAs when empty) and the host name of
+// the URL; presents a client certificate when given.
+core::Result<std::unique_ptr<net::ssl::context>> MakeTlsContext(const RedisStoreOptions& o) {
+  auto context = std::make_unique<net::ssl::context>(net::ssl::context::tls_client);
+  SSL_CTX_set_min_proto_version(context->native_handle(), TLS1_2_VERSION);
+  context->set_verify_mode(net::ssl::verify_peer);
+  boost::system::error_code ec;
+  if (o.tls_ca_file.empty()) {
+    context->set_default_verify_paths(ec);
+    if (ec) return core::Error{"store.tls: cannot load the system's CA certificates: " + ec.message()};
+  } else if (context->load_verify_file(o.tls_ca_file, ec); ec) {
+    return core::Error{"store.tls.ca_file: cannot load '" + o.tls_ca_file + "': " + ec.message()};
+  }
+  if (o.tls_cert_file.empty() != o.tls_key_file.empty()) {
+    return core::Error{"store.tls: cert_file and key_file go together"};
+  }
+  if (!o.tls_cert_file.empty()) {
+    if (context->use_certificate_chain_file(o.tls_cert_file, ec); ec) {
+      return core::Error{"store.tls.cert_file: cannot load '" + o.tls_cert_file + "': " + ec.message()};
+    }
+    if (context->use_private_key_file(o.tls_key_file, net::ssl::context::pem, ec); ec) {
+      return core::Error{"store.tls.key_file: cannot load '" + o.tls_key_file + "': " + ec.message()};
+    }
+    if (SSL_CTX_check_private_key(context->native_handle()) != 1) {
+      return core::Error{"store.tls.key_file: '" + o.tls_key_file + "' is not the key of cert_file"};
+    }
+  }
+  return context;
+}
+
+}  // namespace
+
 core::Result<std::unique_ptr<RedisStore>> RedisStore::Create(RedisStoreOptions options) {
   auto url = ParseUrl(options.url);
   if (!url) return core::Error{url.error()};
   if (options.timeout_ms <= 0) return core::Error{"store.timeout_ms: must be > 0"};
+  std::unique_ptr<net::ssl::context> tls;
+  if (url->tls) {
+    auto context = MakeTlsContext(options);
+    if (!context) return core::Error{context.error()};
+    tls = std::move(context).value();
+  } else if (!options.tls_ca_file.empty() || !options.tls_cert_file.empty() || !options.tls_key_file.empty()) {
+    return core::Error{"store.tls: only with rediss:// or rediss-cluster://"};
+  }
   std::unique_ptr<RedisStore> store(new RedisStore());
+  store->shared_->tls = std::move(tls);
   store->impl_ = std::make_unique<Impl>(std::move(options), std::move(url).value(), *store->shared_, nullptr);
   return store;
 }
 
 RedisStore::RedisStore() : shared_(std::make_unique<Shared>()) {}
+
+std::string RedisStore::LastError() const {
+  std::lock_guard lock(shared_->error_mu);
+  return shared_->last_error;
+}
 RedisStore::~RedisStore() = default;
 
 namespace {

@@ -19,6 +19,8 @@ What they prove (DESIGN.md, "Redis" and "Fail mode"):
                  (SCRIPT FLUSH, restart) costs no request.
   KeyspaceTests  every limiter key expires with its window (10,000 keys); the deny cache
                  answers a flood locally, exactly.
+  TlsTests       rediss://: limiting through TLS; a server whose certificate does not verify
+                 is refused, the routes fail open, and the log says why.
 """
 import collections
 import http.client
@@ -93,8 +95,9 @@ class RedisServer:
     port), no persistence, its files in the test's temp dir. Started through the fixture, so
     the harness stops it by PID; continued (SIGCONT) before that if it was paused."""
 
-    def __init__(self, fixture):
+    def __init__(self, fixture, extra_args=()):
         self.fixture = fixture
+        self.extra_args = list(extra_args)
         # reserve_port holds the port with SO_REUSEADDR and never listens: redis-server (which
         # sets SO_REUSEADDR) can bind it, and nobody else gets it between restarts.
         self.port, held = harness.reserve_port()
@@ -113,7 +116,7 @@ class RedisServer:
 
     def start(self):
         argv = [REDIS_SERVER, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-                "--appendonly", "no", "--dir", self.dir, "--logfile", ""]
+                "--appendonly", "no", "--dir", self.dir, "--logfile", ""] + self.extra_args
         self.process = self.fixture.spawn("redis", argv)
         for _ in deadline_loop(harness.START_TIMEOUT_S, step=0.05):
             if not self.process.alive():
@@ -636,6 +639,63 @@ class KeyspaceTests(RedisTestCase):
         self.assertEqual(metric(gw, "tollgate_redis_calls_total") - calls_before,
                          calls + capacity // 2)
         self.assertNoDegradation(gw)
+
+
+def make_certs(d):
+    """With the openssl command line tool, in `d`: a CA (ca.crt), a certificate for 127.0.0.1
+    signed by it (server.crt, server.key), and another CA (other.crt)."""
+    def openssl(*args):
+        subprocess.run(["openssl"] + list(args), check=True, capture_output=True, timeout=60)
+    path = lambda name: os.path.join(d, name)  # noqa: E731
+    for ca in ("ca", "other"):
+        openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=" + ca,
+                "-keyout", path(ca + ".key"), "-out", path(ca + ".crt"))
+    openssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=server", "-keyout", path("server.key"),
+            "-out", path("server.csr"))
+    with open(path("server.ext"), "w") as f:
+        f.write("subjectAltName=IP:127.0.0.1\n")
+    openssl("x509", "-req", "-days", "2", "-in", path("server.csr"), "-CA", path("ca.crt"), "-CAkey",
+            path("ca.key"), "-CAcreateserial", "-extfile", path("server.ext"), "-out", path("server.crt"))
+    return path
+
+
+class TlsTests(RedisTestCase):
+    """A redis-server that speaks TLS on a second port (its plain port serves redis-cli)."""
+
+    def setUp(self):
+        super().setUp()
+        self.cert = make_certs(self.tmpdir)
+        self.tls_port, held = harness.reserve_port()
+        self.held_sockets.append(held)
+        self.tls_redis = RedisServer(self, [
+            "--tls-port", str(self.tls_port), "--tls-cert-file", self.cert("server.crt"),
+            "--tls-key-file", self.cert("server.key"), "--tls-ca-cert-file", self.cert("ca.crt"),
+            "--tls-auth-clients", "no"])
+
+    def tls_config(self, ca_file):
+        c = config(self.tls_redis, {"p": {"limits": [burst(5)]}}, [{"key": ONE_KEY, "id": "k-one", "plan": "p"}])
+        c["store"] = dict(c["store"], url="rediss://127.0.0.1:%d" % self.tls_port, tls={"ca_file": ca_file})
+        return c
+
+    def test_limits_through_tls(self):
+        gw = self.gateway(self.tls_config(self.cert("ca.crt")))
+        for i in range(5):
+            r = gw.get("/v1/x", key=ONE_KEY)
+            self.assertEqual(r.status, 200, r)
+            self.assertHasRateLimitHeaders(r, remaining=4 - i)
+        self.assertRateLimited(gw.get("/v1/x", key=ONE_KEY))
+        self.assertNoDegradation(gw)
+        self.assertEqual(self.tls_redis.limiter_keys("it:*"), {"it:{key:k-one}:burst:tb"})
+
+    def test_unverified_server_is_refused_and_the_log_says_why(self):
+        gw = self.gateway(self.tls_config(self.cert("other.crt")))
+        r = gw.get("/v1/x", key=ONE_KEY)
+        self.assertEqual(r.status, 200, r)  # fail_mode open: allowed, without rate-limit headers
+        self.assertIsNone(r.header("RateLimit-Policy"), r)
+        self.assertGreaterEqual(metric(gw, "tollgate_degraded_total"), 1)
+        self.assertEqual(self.tls_redis.limiter_keys(), set())
+        logged = wait_until(lambda: b"certificate verify failed" in gw.process.read_stderr(), 5)
+        self.assertTrue(logged, gw.process.read_stderr()[-2000:])
 
 
 def main():

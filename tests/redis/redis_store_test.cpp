@@ -13,6 +13,7 @@
 
 #include "support/apply_sync.hpp"
 #include "support/redis_server.hpp"
+#include "support/tls_certs.hpp"
 
 namespace tollgate::store {
 namespace {
@@ -37,11 +38,79 @@ std::unique_ptr<RedisStore> Make(const testing::RedisServer& s, int timeout_ms =
 
 TEST(RedisStore, RejectsBadUrls) {
   EXPECT_FALSE(RedisStore::Create({.url = "http://x:1"}).ok());
-  EXPECT_FALSE(RedisStore::Create({.url = "rediss://x:1"}).ok());
+  EXPECT_TRUE(RedisStore::Create({.url = "rediss://x:1"}).ok());  // the system's CAs
+  EXPECT_TRUE(RedisStore::Create({.url = "rediss-cluster://a:1,b:2"}).ok());
   EXPECT_FALSE(RedisStore::Create({.url = "redis://nohostport"}).ok());
   EXPECT_FALSE(RedisStore::Create({.url = "redis://h:1/x"}).ok());
   EXPECT_TRUE(RedisStore::Create({.url = "redis://user:pw@h:1/3"}).ok());
   EXPECT_TRUE(RedisStore::Create({.url = "redis-cluster://a:1,b:2"}).ok());
+}
+
+std::unique_ptr<RedisStore> MakeTls(const std::string& url, const std::string& ca, const std::string& cert = "",
+                                    const std::string& key = "") {
+  auto r = RedisStore::Create({.url = url, .prefix = "tls", .timeout_ms = 2000, .connect_timeout_ms = 1000,
+                               .tls_ca_file = ca, .tls_cert_file = cert, .tls_key_file = key});
+  EXPECT_TRUE(r.ok()) << r.error();
+  return std::move(r).value();
+}
+
+// rediss:// decides over TLS, and only with a server whose certificate the CA signed for the
+// host named in the URL.
+TEST(RedisStore, TlsDecidesWithAVerifiedServerOnly) {
+  testing::TlsCerts certs;
+  const int port = testing::FreePort();
+  testing::RedisServer server(certs.RedisArgs(port, false));
+  const std::string url = "rediss://127.0.0.1:" + std::to_string(port);
+  const Limit burst = Bucket(2, "0.001");
+  const std::vector<Check> checks = {{"burst", &burst, 1}};
+  std::vector<Decision> d(1);
+  auto store = MakeTls(url, certs.File("ca.crt"));
+  for (int i = 0; i < 3; ++i) {
+    const ApplyResult r = ApplySync(*store, Batch{.scope = "k", .checks = checks}, d);
+    ASSERT_EQ(r.error, StoreErrc::kOk) << r.message << " " << store->LastError();
+    EXPECT_EQ(d[0].allowed, i < 2) << i;
+  }
+  EXPECT_EQ(server.Cli("EXISTS tls:{k}:burst:tb"), "1");
+  EXPECT_EQ(store->LastError(), "");
+  // Signed by another CA; issued for 127.0.0.1, not for localhost.
+  for (const auto& [u, ca] : {std::pair{url, certs.File("other.crt")},
+                              std::pair{"rediss://localhost:" + std::to_string(port), certs.File("ca.crt")}}) {
+    auto untrusted = MakeTls(u, ca);
+    const ApplyResult r = ApplySync(*untrusted, Batch{.scope = "k2", .checks = checks}, d);
+    EXPECT_EQ(r.error, StoreErrc::kUnavailable) << u;
+    EXPECT_NE(untrusted->LastError().find("certificate verify failed"), std::string::npos) << untrusted->LastError();
+  }
+  EXPECT_EQ(server.Cli("EXISTS tls:{k2}:burst:tb"), "0");
+}
+
+TEST(RedisStore, TlsPresentsAClientCertificateWhenTheServerAsksForOne) {
+  testing::TlsCerts certs;
+  const int port = testing::FreePort();
+  testing::RedisServer server(certs.RedisArgs(port, true));
+  const std::string url = "rediss://127.0.0.1:" + std::to_string(port);
+  const Limit burst = Bucket(2, "0.001");
+  const std::vector<Check> checks = {{"burst", &burst, 1}};
+  std::vector<Decision> d(1);
+  auto anonymous = MakeTls(url, certs.File("ca.crt"));
+  EXPECT_NE(ApplySync(*anonymous, Batch{.scope = "k", .checks = checks}, d).error, StoreErrc::kOk);
+  EXPECT_NE(anonymous->LastError(), "");
+  auto known = MakeTls(url, certs.File("ca.crt"), certs.File("client.crt"), certs.File("client.key"));
+  const ApplyResult r = ApplySync(*known, Batch{.scope = "k", .checks = checks}, d);
+  EXPECT_EQ(r.error, StoreErrc::kOk) << r.message << " " << known->LastError();
+  EXPECT_TRUE(d[0].allowed);
+}
+
+TEST(RedisStore, TlsSettingsAreCheckedWhenTheStoreIsMade) {
+  testing::TlsCerts certs;
+  auto missing = RedisStore::Create({.url = "rediss://127.0.0.1:1", .tls_ca_file = certs.File("none.crt")});
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.error().find("store.tls.ca_file"), std::string::npos) << missing.error();
+  EXPECT_FALSE(RedisStore::Create({.url = "redis://127.0.0.1:1", .tls_ca_file = certs.File("ca.crt")}).ok());
+  EXPECT_FALSE(RedisStore::Create({.url = "rediss://127.0.0.1:1", .tls_cert_file = certs.File("client.crt")}).ok());
+  auto wrong_key = RedisStore::Create({.url = "rediss://127.0.0.1:1", .tls_cert_file = certs.File("client.crt"),
+                                       .tls_key_file = certs.File("server.key")});
+  ASSERT_FALSE(wrong_key.ok());
+  EXPECT_NE(wrong_key.error().find("store.tls.key_file"), std::string::npos) << wrong_key.error();
 }
 
 TEST(RedisStore, TwoReplicasShareOneExactBudget) {

@@ -37,11 +37,17 @@ struct StoreConfig {
   std::string type = "memory";   // memory | redis
   size_t max_keys = 1'000'000;   // memory: most keys held
   std::string prefix = "tollgate";  // key prefix: separates environments sharing a Redis
-  // redis: redis://[user:pass@]host:port[/db] or redis-cluster://host:port[,host:port...]
+  // redis: redis://[user:pass@]host:port[/db] or redis-cluster://host:port[,host:port...];
+  // rediss:// and rediss-cluster:// over TLS
   std::string url;
   int timeout_ms = 5;            // redis: deadline per decision
   int connect_timeout_ms = 1'000;  // redis: to connect and authenticate
   bool deny_cache = true;        // redis: reject locally what the last answer proves hopeless
+  // rediss: PEM files; the CA that signed the server's certificate (empty: the system's CAs),
+  // and a client certificate with its key when the server asks for one.
+  std::string tls_ca_file;
+  std::string tls_cert_file;
+  std::string tls_key_file;
 };
 
 // Where API keys come from: the configuration (`keys:` list or `keys_file`), or PostgreSQL.

@@ -22,7 +22,8 @@ namespace tollgate::store {
 
 struct RedisStoreOptions {
   // redis://[user:password@]host:port[/db] (standalone) or
-  // redis-cluster://host:port[,host:port...] (Redis Cluster; seeds for the slot map).
+  // redis-cluster://host:port[,host:port...] (Redis Cluster; seeds for the slot map);
+  // rediss:// and rediss-cluster:// for the same over TLS.
   std::string url = "redis://127.0.0.1:6379";
   // Key prefix: keys are <prefix>:{<scope>}:<check>:<algorithm>. Environments sharing a Redis
   // must use different prefixes. Default "tollgate".
@@ -35,6 +36,12 @@ struct RedisStoreOptions {
   // (kUnavailable) and one probe per `breaker_open_ms` checks whether Redis is back.
   int breaker_failures = 5;
   int breaker_open_ms = 500;
+  // TLS (rediss://, rediss-cluster://), PEM files. The server's certificate is verified against
+  // `tls_ca_file` (empty: the system's CAs) and the URL's host. A client certificate and its
+  // key, for servers that ask for one (`tls-auth-clients yes`).
+  std::string tls_ca_file;
+  std::string tls_cert_file;
+  std::string tls_key_file;
 };
 
 // A reply of a plain command: nil, an integer, a string (bulk or status), an error, or an array.
@@ -78,6 +85,8 @@ class RedisStore final : public Store {
   std::string_view Name() const override { return "redis"; }
 
   const RedisStoreStats& stats() const;
+  // Why the last connection to Redis failed ("host:port: reason"), for the logs; "" if none has.
+  std::string LastError() const;
 
   // Sends one plain command (e.g. {"HINCRBY", key, field, "1"}) to the node that owns the slot of
   // `args[key_index]`, in the same pipeline as decisions; `done` runs on the store's thread.

@@ -58,6 +58,28 @@ TEST(Config, ErrorsNameTheField) {
   EXPECT_NE(ErrorOf("plans: [unclosed"), "");
 }
 
+TEST(Config, StoreTls) {
+  // Files that exist (their contents are the store's to check).
+  const std::string pem = TOLLGATE_SOURCE_DIR "/README.md";
+  auto c = ParseConfig(std::string(kMinimal) + R"(
+store:
+  type: redis
+  url: rediss://user:pw@redis.internal:6380/0
+  tls: {ca_file: )" + pem + ", cert_file: " + pem + ", key_file: " + pem + "}\n");
+  ASSERT_TRUE(c.ok()) << c.error();
+  EXPECT_EQ(c->store.tls_ca_file, pem);
+  EXPECT_EQ(c->store.tls_cert_file, pem);
+  EXPECT_EQ(c->store.tls_key_file, pem);
+  const std::string store = std::string(kMinimal) + "store:\n  type: redis\n";
+  EXPECT_EQ(ErrorOf(store + "  url: redis://h:1\n  tls: {ca_file: " + pem + "}\n"),
+            "store.tls: needs a rediss:// or rediss-cluster:// url");
+  EXPECT_EQ(ErrorOf(store + "  url: rediss://h:1\n  tls: {cert_file: " + pem + "}\n"),
+            "store.tls: cert_file and key_file go together");
+  EXPECT_EQ(ErrorOf(store + "  url: rediss://h:1\n  tls: {ca_file: /no/such/ca.pem}\n"),
+            "store.tls.ca_file: cannot read '/no/such/ca.pem'");
+  EXPECT_EQ(ErrorOf(store + "  url: rediss://h:1\n  tls: {ca: /ca.pem}\n"), "store.tls.ca: unknown field");
+}
+
 TEST(Config, OverridesStartFromThePlanLimit) {
   auto c = ParseConfig(std::string(kMinimal) + R"(
   - key: k2
