@@ -1,7 +1,7 @@
 // Decisions per second and latency through RedisStore (and the deny cache), against a real
 // Redis: `concurrency` decisions in flight at once, each completion issuing the next.
 //   redis_store_bench --url redis://127.0.0.1:PORT [--keys N] [--concurrency C] [--seconds S]
-//                     [--limit L] [--deny-cache] [--lane]
+//                     [--limit L] [--deny-cache] [--lane] [--tls-ca FILE]
 // --keys 1 is one hot key; --limit is the bucket capacity and refill per second (default: so
 // large that nothing is rejected; a small one measures a flood). --lane: as the gateway uses the
 // store, decisions are issued and completed on one event loop with a lane of its own
@@ -43,6 +43,7 @@ struct Slot {
 
 int main(int argc, char** argv) {
   std::string url = "redis://127.0.0.1:6379";
+  std::string tls_ca;  // with a rediss:// url
   int keys = 1, concurrency = 50, seconds = 5;
   int64_t limit = 1'000'000'000;
   bool deny_cache = false;
@@ -57,6 +58,7 @@ int main(int argc, char** argv) {
     else if (a == "--limit") limit = std::atoll(next().c_str());
     else if (a == "--deny-cache") deny_cache = true;
     else if (a == "--lane") lane = true;
+    else if (a == "--tls-ca") tls_ca = next();
     else if (a == "--print-script") {
       const std::string_view script = store::RedisStore::Script();
       std::fwrite(script.data(), 1, script.size(), stdout);
@@ -67,7 +69,7 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  auto redis = store::RedisStore::Create({.url = url, .prefix = "bench", .timeout_ms = 1000});
+  auto redis = store::RedisStore::Create({.url = url, .prefix = "bench", .timeout_ms = 1000, .tls_ca_file = tls_ca});
   if (!redis) {
     std::fprintf(stderr, "%s\n", redis.error().c_str());
     return 1;
