@@ -1283,12 +1283,12 @@ core::Result<std::unique_ptr<RedisStore>> RedisStore::Create(RedisStoreOptions o
 }
 
 RedisStore::RedisStore() : shared_(std::make_unique<Shared>()) {}
+RedisStore::~RedisStore() = default;
 
 std::string RedisStore::LastError() const {
   std::lock_guard lock(shared_->error_mu);
   return shared_->last_error;
 }
-RedisStore::~RedisStore() = default;
 
 namespace {
 // The lane of the current thread, if it entered one (EnterLane).
