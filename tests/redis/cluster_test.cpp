@@ -3,6 +3,7 @@
 
 #include <future>
 #include <memory>
+#include <set>
 #include <sstream>
 #include <thread>
 #include <vector>
@@ -11,6 +12,7 @@
 
 #include "support/apply_sync.hpp"
 #include "support/redis_server.hpp"
+#include "support/tls_certs.hpp"
 
 namespace tollgate::store {
 namespace {
@@ -188,6 +190,74 @@ TEST_F(ClusterTest, GroupedDecisionsFollowAskThenMoved) {
   EXPECT_EQ(burst_of(60), 40);  // the rest of the 100, exactly
   EXPECT_LT(store.stats().scripts.load() - scripts_before, store.stats().calls.load() - calls_before);
   EXPECT_EQ(m.to->Cli("EXISTS " + key), "1");
+}
+
+// rediss-cluster://: every node over TLS (`tls-cluster yes`, so the slot map names TLS ports).
+TEST(TlsCluster, LimitsHoldWithEveryNodeOverTls) {
+  testing::TlsCerts certs;
+  // Ports whose cluster bus port (+10000) is free, none of them handed out twice.
+  std::set<int> taken;
+  auto pick = [&taken] {
+    for (int i = 0; i < 5000; ++i) {
+      const int p = 20000 + static_cast<int>(
+                                (static_cast<unsigned>(::getpid()) * 7919u + i * 104729u) % 30000);
+      if (!taken.count(p) && !taken.count(p + 10000) && testing::TryBind(p) &&
+          testing::TryBind(p + 10000)) {
+        taken.insert({p, p + 10000});
+        return p;
+      }
+    }
+    return 0;
+  };
+  std::vector<std::unique_ptr<testing::RedisServer>> nodes;
+  std::string create = "--tls --cacert " + certs.File("ca.crt") + " --cluster create";
+  int first_tls_port = 0;
+  for (int i = 0; i < 3; ++i) {
+    const int plain = pick();
+    const int tls = pick();
+    std::vector<std::string> args = certs.RedisArgs(tls, false);
+    args.insert(args.end(),
+                {"--tls-cluster", "yes", "--cluster-enabled", "yes", "--cluster-config-file",
+                 "nodes.conf", "--cluster-node-timeout", "2000"});
+    nodes.push_back(std::make_unique<testing::RedisServer>(args, plain));
+    create += " 127.0.0.1:" + std::to_string(tls);
+    if (i == 0) first_tls_port = tls;
+  }
+  nodes[0]->Cli(create + " --cluster-replicas 0 --cluster-yes");
+  bool ready = false;
+  for (int i = 0; i < 200 && !ready; ++i) {
+    ready = true;
+    for (auto& n : nodes)
+      ready = ready && n->Cli("CLUSTER INFO").find("cluster_state:ok") != std::string::npos;
+    if (!ready) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_TRUE(ready) << "cluster did not become ready";
+
+  auto r =
+      RedisStore::Create({.url = "rediss-cluster://127.0.0.1:" + std::to_string(first_tls_port),
+                          .prefix = "tc",
+                          .timeout_ms = 2000,
+                          .tls_ca_file = certs.File("ca.crt")});
+  ASSERT_TRUE(r.ok()) << r.error();
+  auto& store = **r;
+  const Limit burst = Limit::Create({.algorithm = core::Algorithm::kTokenBucket,
+                                     .capacity = 3,
+                                     .refill = core::Rate::Parse("0.001", 1).value()})
+                          .value();
+  const std::vector<Check> checks = {{"burst", &burst, 1}};
+  std::vector<Decision> d(1);
+  for (int k = 0; k < 30; ++k) {
+    const std::string scope = "key:" + std::to_string(k);
+    int accepted = 0;
+    for (int i = 0; i < 5; ++i) {
+      const ApplyResult res = ApplySync(store, Batch{.scope = scope, .checks = checks}, d);
+      ASSERT_EQ(res.error, StoreErrc::kOk) << res.message << " " << store.LastError();
+      accepted += res.committed;
+    }
+    EXPECT_EQ(accepted, 3) << scope;
+  }
+  // The identities' keys are spread over the three masters.
+  for (auto& n : nodes) EXPECT_NE(n->Cli("DBSIZE"), "0");
 }
 
 }  // namespace

@@ -50,7 +50,9 @@ inline int FreeClusterPort() {
 // Not thread-safe. The destructor kills the server by PID and removes its folder.
 class RedisServer {
  public:
-  explicit RedisServer(std::vector<std::string> extra_args = {}) : extra_(std::move(extra_args)) {
+  // `port` 0: a free one (whose cluster bus port is free too with --cluster-enabled).
+  explicit RedisServer(std::vector<std::string> extra_args = {}, int port = 0)
+      : extra_(std::move(extra_args)), port_(port) {
     char tmpl[] = "/tmp/tollgate-redis-XXXXXX";
     dir_ = ::mkdtemp(tmpl);
     Start();

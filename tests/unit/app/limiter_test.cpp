@@ -1,8 +1,9 @@
 // libtollgate's Limiter: the gateway's answers, without HTTP (docs/http-contract.md).
-#include <gtest/gtest.h>
+#include <tollgate/tollgate.hpp>
 
 #include <string>
-#include <tollgate/tollgate.hpp>
+
+#include <gtest/gtest.h>
 
 namespace tollgate {
 namespace {

@@ -1,9 +1,10 @@
-#include <gtest/gtest.h>
+#include <tollgate/engine/checks.hpp>
 
 #include <array>
 #include <memory>
 #include <string>
-#include <tollgate/engine/checks.hpp>
+
+#include <gtest/gtest.h>
 
 namespace tollgate::engine {
 namespace {
