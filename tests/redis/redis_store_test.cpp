@@ -83,6 +83,28 @@ TEST(RedisStore, TlsDecidesWithAVerifiedServerOnly) {
   EXPECT_EQ(server.Cli("EXISTS tls:{k2}:burst:tb"), "0");
 }
 
+// A TLS connection that breaks is replaced by a new one, with a new handshake, when Redis is back.
+TEST(RedisStore, TlsReconnectsAfterRedisRestarts) {
+  testing::TlsCerts certs;
+  const int port = testing::FreePort();
+  testing::RedisServer server(certs.RedisArgs(port, false));
+  auto store = MakeTls("rediss://127.0.0.1:" + std::to_string(port), certs.File("ca.crt"));
+  const Limit burst = Bucket(100, "1");
+  const std::vector<Check> checks = {{"burst", &burst, 1}};
+  std::vector<Decision> d(1);
+  ASSERT_EQ(ApplySync(*store, Batch{.scope = "k", .checks = checks}, d).error, StoreErrc::kOk) << store->LastError();
+  server.Stop();
+  EXPECT_NE(ApplySync(*store, Batch{.scope = "k", .checks = checks}, d).error, StoreErrc::kOk);
+  server.Start();  // same ports, same certificate
+  bool recovered = false;
+  for (int i = 0; i < 100 && !recovered; ++i) {
+    recovered = ApplySync(*store, Batch{.scope = "k", .checks = checks}, d).error == StoreErrc::kOk;
+    if (!recovered) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_TRUE(recovered) << store->LastError();
+  EXPECT_GE(store->stats().reconnects.load(), 1u);
+}
+
 TEST(RedisStore, TlsPresentsAClientCertificateWhenTheServerAsksForOne) {
   testing::TlsCerts certs;
   const int port = testing::FreePort();
