@@ -47,9 +47,10 @@ TEST(RedisStore, RejectsBadUrls) {
 }
 
 std::unique_ptr<RedisStore> MakeTls(const std::string& url, const std::string& ca, const std::string& cert = "",
-                                    const std::string& key = "") {
-  auto r = RedisStore::Create({.url = url, .prefix = "tls", .timeout_ms = 2000, .connect_timeout_ms = 1000,
-                               .tls_ca_file = ca, .tls_cert_file = cert, .tls_key_file = key});
+                                    const std::string& key = "", int timeout_ms = 2000) {
+  auto r = RedisStore::Create({.url = url, .prefix = "tls", .timeout_ms = timeout_ms, .connect_timeout_ms = 1000,
+                               .breaker_failures = 3, .breaker_open_ms = 100, .tls_ca_file = ca,
+                               .tls_cert_file = cert, .tls_key_file = key});
   EXPECT_TRUE(r.ok()) << r.error();
   return std::move(r).value();
 }
@@ -83,12 +84,13 @@ TEST(RedisStore, TlsDecidesWithAVerifiedServerOnly) {
   EXPECT_EQ(server.Cli("EXISTS tls:{k2}:burst:tb"), "0");
 }
 
-// A TLS connection that breaks is replaced by a new one, with a new handshake, when Redis is back.
-TEST(RedisStore, TlsReconnectsAfterRedisRestarts) {
+// A TLS connection that breaks (Redis restarted; Redis stalled, so the breaker drops the
+// connection with its operations pending) is replaced by a new one, with a new handshake.
+TEST(RedisStore, TlsReconnectsAfterRedisRestartsOrStalls) {
   testing::TlsCerts certs;
   const int port = testing::FreePort();
   testing::RedisServer server(certs.RedisArgs(port, false));
-  auto store = MakeTls("rediss://127.0.0.1:" + std::to_string(port), certs.File("ca.crt"));
+  auto store = MakeTls("rediss://127.0.0.1:" + std::to_string(port), certs.File("ca.crt"), "", "", 200);
   const Limit burst = Bucket(100, "1");
   const std::vector<Check> checks = {{"burst", &burst, 1}};
   std::vector<Decision> d(1);
@@ -96,13 +98,23 @@ TEST(RedisStore, TlsReconnectsAfterRedisRestarts) {
   server.Stop();
   EXPECT_NE(ApplySync(*store, Batch{.scope = "k", .checks = checks}, d).error, StoreErrc::kOk);
   server.Start();  // same ports, same certificate
-  bool recovered = false;
-  for (int i = 0; i < 100 && !recovered; ++i) {
-    recovered = ApplySync(*store, Batch{.scope = "k", .checks = checks}, d).error == StoreErrc::kOk;
-    if (!recovered) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  auto recovers = [&] {
+    for (int i = 0; i < 100; ++i) {
+      if (ApplySync(*store, Batch{.scope = "k", .checks = checks}, d).error == StoreErrc::kOk) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    return false;
+  };
+  EXPECT_TRUE(recovers()) << store->LastError();
+  const uint64_t reconnects = store->stats().reconnects.load();
+  EXPECT_GE(reconnects, 1u);
+  server.Pause();
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_NE(ApplySync(*store, Batch{.scope = "k", .checks = checks}, d).error, StoreErrc::kOk);
   }
-  EXPECT_TRUE(recovered) << store->LastError();
-  EXPECT_GE(store->stats().reconnects.load(), 1u);
+  server.Resume();
+  EXPECT_TRUE(recovers()) << store->LastError();
+  EXPECT_GT(store->stats().reconnects.load(), reconnects);  // the stalled connection was dropped
 }
 
 TEST(RedisStore, TlsPresentsAClientCertificateWhenTheServerAsksForOne) {
