@@ -22,6 +22,17 @@ using core::Limit;
 
 using testing::ApplySync;
 
+// Waits (bounded) until every node reports the cluster ready.
+bool WaitClusterReady(const std::vector<std::unique_ptr<testing::RedisServer>>& nodes) {
+  for (int i = 0; i < 200; ++i) {
+    bool ok = true;
+    for (auto& n : nodes) ok = ok && n->Cli("CLUSTER INFO").find("cluster_state:ok") != std::string::npos;
+    if (ok) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return false;
+}
+
 class ClusterTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -33,13 +44,7 @@ class ClusterTest : public ::testing::Test {
     std::string create = "--cluster create";
     for (auto& n : nodes_) create += " 127.0.0.1:" + std::to_string(n->port());
     nodes_[0]->Cli(create + " --cluster-replicas 0 --cluster-yes");
-    for (int i = 0; i < 200; ++i) {
-      bool ok = true;
-      for (auto& n : nodes_) ok = ok && n->Cli("CLUSTER INFO").find("cluster_state:ok") != std::string::npos;
-      if (ok) return;
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-    FAIL() << "cluster did not become ready";
+    if (!WaitClusterReady(nodes_)) FAIL() << "cluster did not become ready";
   }
   static void TearDownTestSuite() { nodes_.clear(); }
 
@@ -224,14 +229,7 @@ TEST(TlsCluster, LimitsHoldWithEveryNodeOverTls) {
     if (i == 0) first_tls_port = tls;
   }
   nodes[0]->Cli(create + " --cluster-replicas 0 --cluster-yes");
-  bool ready = false;
-  for (int i = 0; i < 200 && !ready; ++i) {
-    ready = true;
-    for (auto& n : nodes)
-      ready = ready && n->Cli("CLUSTER INFO").find("cluster_state:ok") != std::string::npos;
-    if (!ready) std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  ASSERT_TRUE(ready) << "cluster did not become ready";
+  ASSERT_TRUE(WaitClusterReady(nodes)) << "cluster did not become ready";
 
   auto r =
       RedisStore::Create({.url = "rediss-cluster://127.0.0.1:" + std::to_string(first_tls_port),
