@@ -332,6 +332,15 @@ class Connection {
   void Connect();
   void Ready();  // connected (and, with TLS, through the handshake)
   tcp::socket& Socket() { return tls_ ? tls_->next_layer() : socket_; }
+  // Calls fn(stream): the TLS stream, or the socket itself.
+  template <class Fn>
+  void OnStream(Fn&& fn) {
+    if (tls_) {
+      fn(*tls_);
+    } else {
+      fn(socket_);
+    }
+  }
   void ScheduleFlush();
   void Flush();
   void Read();
@@ -674,11 +683,7 @@ void Connection::Flush() {
     if (ec) return Fail("write: " + ec.message());
     Flush();
   };
-  if (tls_) {
-    net::async_write(*tls_, net::buffer(writing_), std::move(written));
-  } else {
-    net::async_write(socket_, net::buffer(writing_), std::move(written));
-  }
+  OnStream([&](auto& stream) { net::async_write(stream, net::buffer(writing_), std::move(written)); });
 }
 
 void Connection::Read() {
@@ -701,11 +706,7 @@ void Connection::Read() {
     if (!grouped_.empty()) ScheduleFlush();  // the next group: everything that waited meanwhile
     Read();
   };
-  if (tls_) {
-    tls_->async_read_some(net::buffer(read_buf_), std::move(got));
-  } else {
-    socket_.async_read_some(net::buffer(read_buf_), std::move(got));
-  }
+  OnStream([&](auto& stream) { stream.async_read_some(net::buffer(read_buf_), std::move(got)); });
 }
 
 void Connection::Fail(const std::string& why) {

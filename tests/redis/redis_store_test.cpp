@@ -55,52 +55,59 @@ std::unique_ptr<RedisStore> MakeTls(const std::string& url, const std::string& c
   return std::move(r).value();
 }
 
+// A redis-server speaking TLS with throwaway certificates (on a second port; its plain port
+// serves redis-cli), and one token-bucket check to decide against it.
+struct TlsRedis {
+  explicit TlsRedis(bool client_certificates, int64_t capacity = 2, const char* rate = "0.001")
+      : server(certs.RedisArgs(port, client_certificates)), burst(Bucket(capacity, rate)) {}
+  ApplyResult Decide(RedisStore& store, std::string_view scope = "k") {
+    return ApplySync(store, Batch{.scope = scope, .checks = checks}, d);
+  }
+
+  testing::TlsCerts certs;
+  const int port = testing::FreePort();
+  testing::RedisServer server;
+  const std::string url = "rediss://127.0.0.1:" + std::to_string(port);
+  const Limit burst;
+  const std::vector<Check> checks = {{"burst", &burst, 1}};
+  std::vector<Decision> d = std::vector<Decision>(1);
+};
+
 // rediss:// decides over TLS, and only with a server whose certificate the CA signed for the
 // host named in the URL.
 TEST(RedisStore, TlsDecidesWithAVerifiedServerOnly) {
-  testing::TlsCerts certs;
-  const int port = testing::FreePort();
-  testing::RedisServer server(certs.RedisArgs(port, false));
-  const std::string url = "rediss://127.0.0.1:" + std::to_string(port);
-  const Limit burst = Bucket(2, "0.001");
-  const std::vector<Check> checks = {{"burst", &burst, 1}};
-  std::vector<Decision> d(1);
-  auto store = MakeTls(url, certs.File("ca.crt"));
+  TlsRedis tls(false);
+  auto store = MakeTls(tls.url, tls.certs.File("ca.crt"));
   for (int i = 0; i < 3; ++i) {
-    const ApplyResult r = ApplySync(*store, Batch{.scope = "k", .checks = checks}, d);
+    const ApplyResult r = tls.Decide(*store);
     ASSERT_EQ(r.error, StoreErrc::kOk) << r.message << " " << store->LastError();
-    EXPECT_EQ(d[0].allowed, i < 2) << i;
+    EXPECT_EQ(tls.d[0].allowed, i < 2) << i;
   }
-  EXPECT_EQ(server.Cli("EXISTS tls:{k}:burst:tb"), "1");
+  EXPECT_EQ(tls.server.Cli("EXISTS tls:{k}:burst:tb"), "1");
   EXPECT_EQ(store->LastError(), "");
   // Signed by another CA; issued for 127.0.0.1, not for localhost.
-  for (const auto& [u, ca] : {std::pair{url, certs.File("other.crt")},
-                              std::pair{"rediss://localhost:" + std::to_string(port), certs.File("ca.crt")}}) {
+  for (const auto& [u, ca] : {std::pair{tls.url, tls.certs.File("other.crt")},
+                              std::pair{"rediss://localhost:" + std::to_string(tls.port), tls.certs.File("ca.crt")}}) {
     auto untrusted = MakeTls(u, ca);
-    const ApplyResult r = ApplySync(*untrusted, Batch{.scope = "k2", .checks = checks}, d);
+    const ApplyResult r = tls.Decide(*untrusted, "k2");
     EXPECT_EQ(r.error, StoreErrc::kUnavailable) << u;
     EXPECT_NE(untrusted->LastError().find("certificate verify failed"), std::string::npos) << untrusted->LastError();
   }
-  EXPECT_EQ(server.Cli("EXISTS tls:{k2}:burst:tb"), "0");
+  EXPECT_EQ(tls.server.Cli("EXISTS tls:{k2}:burst:tb"), "0");
 }
 
 // A TLS connection that breaks (Redis restarted; Redis stalled, so the breaker drops the
 // connection with its operations pending) is replaced by a new one, with a new handshake.
 TEST(RedisStore, TlsReconnectsAfterRedisRestartsOrStalls) {
-  testing::TlsCerts certs;
-  const int port = testing::FreePort();
-  testing::RedisServer server(certs.RedisArgs(port, false));
-  auto store = MakeTls("rediss://127.0.0.1:" + std::to_string(port), certs.File("ca.crt"), "", "", 200);
-  const Limit burst = Bucket(100, "1");
-  const std::vector<Check> checks = {{"burst", &burst, 1}};
-  std::vector<Decision> d(1);
-  ASSERT_EQ(ApplySync(*store, Batch{.scope = "k", .checks = checks}, d).error, StoreErrc::kOk) << store->LastError();
-  server.Stop();
-  EXPECT_NE(ApplySync(*store, Batch{.scope = "k", .checks = checks}, d).error, StoreErrc::kOk);
-  server.Start();  // same ports, same certificate
+  TlsRedis tls(false, 100, "1");
+  auto store = MakeTls(tls.url, tls.certs.File("ca.crt"), "", "", 200);
+  ASSERT_EQ(tls.Decide(*store).error, StoreErrc::kOk) << store->LastError();
+  tls.server.Stop();
+  EXPECT_NE(tls.Decide(*store).error, StoreErrc::kOk);
+  tls.server.Start();  // same ports, same certificate
   auto recovers = [&] {
     for (int i = 0; i < 100; ++i) {
-      if (ApplySync(*store, Batch{.scope = "k", .checks = checks}, d).error == StoreErrc::kOk) return true;
+      if (tls.Decide(*store).error == StoreErrc::kOk) return true;
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
     return false;
@@ -108,30 +115,22 @@ TEST(RedisStore, TlsReconnectsAfterRedisRestartsOrStalls) {
   EXPECT_TRUE(recovers()) << store->LastError();
   const uint64_t reconnects = store->stats().reconnects.load();
   EXPECT_GE(reconnects, 1u);
-  server.Pause();
-  for (int i = 0; i < 4; ++i) {
-    EXPECT_NE(ApplySync(*store, Batch{.scope = "k", .checks = checks}, d).error, StoreErrc::kOk);
-  }
-  server.Resume();
+  tls.server.Pause();
+  for (int i = 0; i < 4; ++i) EXPECT_NE(tls.Decide(*store).error, StoreErrc::kOk);
+  tls.server.Resume();
   EXPECT_TRUE(recovers()) << store->LastError();
   EXPECT_GT(store->stats().reconnects.load(), reconnects);  // the stalled connection was dropped
 }
 
 TEST(RedisStore, TlsPresentsAClientCertificateWhenTheServerAsksForOne) {
-  testing::TlsCerts certs;
-  const int port = testing::FreePort();
-  testing::RedisServer server(certs.RedisArgs(port, true));
-  const std::string url = "rediss://127.0.0.1:" + std::to_string(port);
-  const Limit burst = Bucket(2, "0.001");
-  const std::vector<Check> checks = {{"burst", &burst, 1}};
-  std::vector<Decision> d(1);
-  auto anonymous = MakeTls(url, certs.File("ca.crt"));
-  EXPECT_NE(ApplySync(*anonymous, Batch{.scope = "k", .checks = checks}, d).error, StoreErrc::kOk);
+  TlsRedis tls(true);
+  auto anonymous = MakeTls(tls.url, tls.certs.File("ca.crt"));
+  EXPECT_NE(tls.Decide(*anonymous).error, StoreErrc::kOk);
   EXPECT_NE(anonymous->LastError(), "");
-  auto known = MakeTls(url, certs.File("ca.crt"), certs.File("client.crt"), certs.File("client.key"));
-  const ApplyResult r = ApplySync(*known, Batch{.scope = "k", .checks = checks}, d);
+  auto known = MakeTls(tls.url, tls.certs.File("ca.crt"), tls.certs.File("client.crt"), tls.certs.File("client.key"));
+  const ApplyResult r = tls.Decide(*known);
   EXPECT_EQ(r.error, StoreErrc::kOk) << r.message << " " << known->LastError();
-  EXPECT_TRUE(d[0].allowed);
+  EXPECT_TRUE(tls.d[0].allowed);
 }
 
 TEST(RedisStore, TlsSettingsAreCheckedWhenTheStoreIsMade) {
