@@ -6,7 +6,7 @@ set -euo pipefail
 packages=(
   g++ cmake ninja-build ccache make pkg-config
   libboost1.81-dev libboost-json1.81-dev libboost-url1.81-dev
-  libyaml-cpp-dev libhiredis-dev libssl-dev openssl ca-certificates
+  libyaml-cpp-dev libhiredis-dev libssl-dev openssl ca-certificates libabsl-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   redis-server redis-tools curl python3
   libpq-dev postgresql nginx-light
