@@ -51,6 +51,8 @@
 #include <tollgate/util/clock.hpp>
 #include <tollgate/util/hash.hpp>
 #include <tollgate/util/text.hpp>
+
+#include "socket.hpp"
 #ifdef TOLLGATE_HAVE_RLS
 #include <tollgate/rls/rls_server.hpp>
 #endif
@@ -316,7 +318,7 @@ class Conn {
     }
   }
 
-  tcp::socket socket;
+  internal::Socket socket;
 
  private:
   Conn*& list_;
@@ -949,6 +951,7 @@ net::awaitable<void> Worker::SweepDeadlines() {
 
 net::awaitable<void> Worker::Session(tcp::socket socket, Listener listener) {
   Conn stream(conns, std::move(socket));
+  stream.socket.DrainedReads(true);  // see socket.hpp
   gw.connections.fetch_add(1);
   struct Release {
     std::atomic<size_t>& n;
