@@ -29,13 +29,14 @@
 #include <cstddef>
 #include <utility>
 
-#include <boost/asio/associated_executor.hpp>
 #include <boost/asio/async_result.hpp>
 #include <boost/asio/detail/handler_cont_helpers.hpp>
 #include <boost/asio/detail/reactor.hpp>
 #include <boost/asio/detail/reactor_op.hpp>
 #include <boost/asio/detail/socket_ops.hpp>
+#include <boost/asio/execution/context.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/query.hpp>
 #include <boost/asio/recycling_allocator.hpp>
 
 namespace tollgate::http::internal {
@@ -45,8 +46,6 @@ class Socket : public boost::asio::ip::tcp::socket {
   using Base = boost::asio::ip::tcp::socket;
 
   explicit Socket(Base&& s) : Base(std::move(s)) {}
-  template <class ExecutionContext>
-  explicit Socket(ExecutionContext& context) : Base(context) {}
 
   void DrainedReads(bool on) { drained_reads_ = on; }
 
@@ -62,6 +61,8 @@ class Socket : public boost::asio::ip::tcp::socket {
   bool drained_reads_ = false;
 
 #if defined(BOOST_ASIO_HAS_EPOLL) && !defined(BOOST_ASIO_HAS_IO_URING_AS_DEFAULT)
+  boost::asio::detail::reactor* reactor_ = nullptr;  // its io_context's, looked up on first use
+
   template <class Handler>
   class ReadOp;
 
@@ -136,20 +137,16 @@ void Socket::StartRead(const boost::asio::mutable_buffer& b, Handler handler) {
     Base::async_read_some(b, std::move(handler));
     return;
   }
-  // One reactor per io_context, and one io_context per thread here: looked up once per thread.
-  thread_local boost::asio::execution_context* context = nullptr;
-  thread_local detail::reactor* reactor = nullptr;
-  boost::asio::execution_context& c = boost::asio::query(get_executor(), boost::asio::execution::context);
-  if (context != &c) {
-    reactor = &boost::asio::use_service<detail::reactor>(c);
-    context = &c;
+  if (!reactor_) {
+    reactor_ = &boost::asio::use_service<detail::reactor>(
+        boost::asio::query(get_executor(), boost::asio::execution::context));
   }
   const bool continuation = boost_asio_handler_cont_helpers::is_continuation(handler);
   typename ReadOp<Handler>::Allocator alloc;
   ReadOp<Handler>* op = alloc.allocate(1);
   new (op) ReadOp<Handler>(impl.socket_, b, std::move(handler));
-  reactor->start_op(detail::reactor::read_op, impl.socket_, impl.reactor_data_, op, continuation,
-                    /*allow_speculative=*/true);
+  reactor_->start_op(detail::reactor::read_op, impl.socket_, impl.reactor_data_, op, continuation,
+                     /*allow_speculative=*/true);
 }
 
 #endif
