@@ -778,14 +778,16 @@ void HeadFromBeast(const RequestParser& p, RequestHead& head) {
 }
 
 // Reads from `c` into `buf` until `buf` holds a whole head, through its blank line, whose size
-// goes to `*head_size`.
+// goes to `*head_size`. `after_request`: the request was just written (see
+// Socket::ReadAfterRequest()).
 net::awaitable<beast::error_code> ReadHead(Conn& c, beast::flat_buffer& buf, milliseconds timeout,
-                                           size_t* head_size) {
+                                           bool after_request, size_t* head_size) {
   for (;;) {
     *head_size = HeadEnd(View(buf));
     if (*head_size != std::string_view::npos) co_return beast::error_code{};
     if (buf.size() >= kMaxUpstreamHead) co_return beast::error_code(bhttp::error::header_limit);
     c.ExpiresAfter(timeout);
+    if (std::exchange(after_request, false)) c.socket.ReadAfterRequest();
     auto [ec, n] = co_await c.socket.async_read_some(buf.prepare(4096), kTuple);
     if (ec) co_return c.Check(ec);
     buf.commit(n);
@@ -1552,6 +1554,7 @@ net::awaitable<bool> Worker::Forward(Conn& stream, beast::flat_buffer& buffer, S
     if (!up) up = co_await Connect(ec);
     if (!up) break;
     bool client_failed = false;
+    bool after_request = false;
     if (request_has_body) {
       ec = co_await Relay(*ex.body_parser, stream, buffer, up->conn, scratch.out, request_chunked,
                           milliseconds(gw.upstream_config.timeout_ms), &client_failed);
@@ -1561,6 +1564,10 @@ net::awaitable<bool> Worker::Forward(Conn& stream, beast::flat_buffer& buffer, S
       ec = WriteNow(up->conn.socket, rest);
       if (!ec && beast::buffer_bytes(rest) > 0) {
         ec = co_await WriteRest(up->conn, rest, milliseconds(gw.upstream_config.timeout_ms));
+      } else {
+        // Written in this turn of the event loop, on a connection with nothing unread (a pooled
+        // one's last response was read whole): nothing of the answer can be there yet.
+        after_request = true;
       }
     }
     if (client_failed) {
@@ -1573,7 +1580,8 @@ net::awaitable<bool> Worker::Forward(Conn& stream, beast::flat_buffer& buffer, S
       co_return false;  // the client went away mid-body, or sent too much
     }
     reached_upstream = true;
-    if (!ec) ec = co_await ReadHead(up->conn, up->buffer, milliseconds(gw.upstream_config.timeout_ms), &head_size);
+    if (!ec) ec = co_await ReadHead(up->conn, up->buffer, milliseconds(gw.upstream_config.timeout_ms), after_request,
+                                     &head_size);
     if (!ec) break;
     --upstream_open;
     up.reset();

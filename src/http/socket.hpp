@@ -20,6 +20,12 @@
 // request gets its response, and its connection is closed at the idle timeout rather than at
 // once. Not for the upstream, whose body may run to the connection's close.
 //
+// The upstream gets ReadAfterRequest() instead: its next read skips the first try, because it
+// cannot find anything: the request was just written, with nothing unread before it and the
+// event loop not run since. It reports nothing to the reactor, so later reads are Asio's. A
+// peer that had closed while the connection sat in a pool answers the request with a reset,
+// which epoll reports.
+//
 // This relies on Asio's reactor interface (boost/asio/detail), as of Boost 1.81 with epoll; other
 // reactors, and sockets Asio has not made non-blocking, take Asio's own read.
 
@@ -48,6 +54,8 @@ class Socket : public boost::asio::ip::tcp::socket {
   explicit Socket(Base&& s) : Base(std::move(s)) {}
 
   void DrainedReads(bool on) { drained_reads_ = on; }
+  // The next read waits for epoll at once (see above).
+  void ReadAfterRequest() { skip_first_try_ = true; }
 
   using Base::async_read_some;  // other buffer sequences
   template <class Token>
@@ -59,9 +67,12 @@ class Socket : public boost::asio::ip::tcp::socket {
 
  private:
   bool drained_reads_ = false;
+  bool skip_first_try_ = false;
 
 #if defined(BOOST_ASIO_HAS_EPOLL) && !defined(BOOST_ASIO_HAS_IO_URING_AS_DEFAULT)
   boost::asio::detail::reactor* reactor_ = nullptr;  // its io_context's, looked up on first use
+  // Set while StartRead() hands an operation to the reactor, which may try it at once.
+  static inline thread_local bool starting_read_ = false;
 
   template <class Handler>
   class ReadOp;
@@ -83,21 +94,25 @@ class Socket::ReadOp : public boost::asio::detail::reactor_op {
  public:
   using Allocator = boost::asio::recycling_allocator<ReadOp>;
 
-  ReadOp(int fd, const boost::asio::mutable_buffer& b, Handler&& handler)
+  ReadOp(int fd, const boost::asio::mutable_buffer& b, bool drained, bool skip_first_try, Handler&& handler)
       : reactor_op(boost::system::error_code(), &Perform, &Complete),
         fd_(fd),
         buffer_(b),
+        drained_(drained),
+        skip_first_try_(skip_first_try),
         handler_(std::move(handler)) {}
 
  private:
   static status Perform(reactor_op* base) {
     auto* op = static_cast<ReadOp*>(base);
+    // The reactor's try from within StartRead(): wait for epoll instead.
+    if (op->skip_first_try_ && starting_read_) return not_done;
     for (;;) {
       const ssize_t n = ::recv(op->fd_, op->buffer_.data(), op->buffer_.size(), 0);
       if (n > 0) {
         op->bytes_transferred_ = static_cast<std::size_t>(n);
         // Fewer bytes than asked for: the socket is drained, epoll reports what comes next.
-        return op->bytes_transferred_ < op->buffer_.size() ? done_and_exhausted : done;
+        return op->drained_ && op->bytes_transferred_ < op->buffer_.size() ? done_and_exhausted : done;
       }
       if (n == 0) {
         op->ec_ = boost::asio::error::eof;
@@ -126,6 +141,8 @@ class Socket::ReadOp : public boost::asio::detail::reactor_op {
 
   int fd_;
   boost::asio::mutable_buffer buffer_;
+  const bool drained_;
+  const bool skip_first_try_;
   Handler handler_;
 };
 
@@ -133,7 +150,9 @@ template <class Handler>
 void Socket::StartRead(const boost::asio::mutable_buffer& b, Handler handler) {
   namespace detail = boost::asio::detail;
   auto& impl = impl_.get_implementation();
-  if (!drained_reads_ || b.size() == 0 || !is_open() || (impl.state_ & detail::socket_ops::non_blocking) == 0) {
+  const bool skip_first_try = std::exchange(skip_first_try_, false);
+  if (!(drained_reads_ || skip_first_try) || b.size() == 0 || !is_open() ||
+      (impl.state_ & detail::socket_ops::non_blocking) == 0) {
     Base::async_read_some(b, std::move(handler));
     return;
   }
@@ -144,9 +163,11 @@ void Socket::StartRead(const boost::asio::mutable_buffer& b, Handler handler) {
   const bool continuation = boost_asio_handler_cont_helpers::is_continuation(handler);
   typename ReadOp<Handler>::Allocator alloc;
   ReadOp<Handler>* op = alloc.allocate(1);
-  new (op) ReadOp<Handler>(impl.socket_, b, std::move(handler));
+  new (op) ReadOp<Handler>(impl.socket_, b, drained_reads_, skip_first_try, std::move(handler));
+  starting_read_ = true;
   reactor_->start_op(detail::reactor::read_op, impl.socket_, impl.reactor_data_, op, continuation,
                      /*allow_speculative=*/true);
+  starting_read_ = false;
 }
 
 #endif

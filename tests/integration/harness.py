@@ -195,10 +195,11 @@ class Process:
 
 
 class Upstream:
-    def __init__(self, fixture):
+    def __init__(self, fixture, idle_timeout=None):
         port_file = os.path.join(fixture.tmpdir, "upstream-%d.port" % len(fixture.processes))
+        extra = ["--idle-timeout", str(idle_timeout)] if idle_timeout else []
         self.process = fixture.spawn("upstream", [sys.executable, UPSTREAM_SCRIPT, "--port", "0",
-                                                  "--port-file", port_file])
+                                                  "--port-file", port_file] + extra)
         self.port = None
         for _ in deadline_loop(START_TIMEOUT_S):
             if not self.process.alive():

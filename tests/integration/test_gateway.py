@@ -1023,6 +1023,21 @@ class ProxyTests(GatewayTestCase):
         self.assertIn(b'"path": "/echo"', data)
         self.assertLess(elapsed, 3.0)
 
+    def test_a_pooled_connection_the_upstream_closed_is_replaced_at_once(self):
+        # The upstream closes connections idle for 0.3 s, while they sit in the gateway's pool.
+        # The next request finds out when it is written (its read waits for epoll at once, see
+        # Socket::ReadAfterRequest()), and goes again on a fresh connection, without waiting
+        # for the upstream timeout.
+        self.upstream = harness.Upstream(self, idle_timeout=0.3)
+        gw = self.start(config(upstream={"timeout_ms": 10000}), upstream=self.upstream.url)
+        for i in range(4):
+            start = time.monotonic()
+            r = gw.get("/echo?n=%d" % i, key=FREE_KEY)
+            self.assertEqual(r.status, 200, r)
+            self.assertLess(time.monotonic() - start, 2.0)
+            time.sleep(0.6)
+        self.assertIsNone(gw.metrics().get('tollgate_upstream_errors_total{kind="protocol"}'))
+
     def test_request_body_limit(self):
         gw = self.start(config(server={"max_body_bytes": 1000}))
         key = FREE_KEY.encode()

@@ -149,7 +149,11 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--port", type=int, default=8081)
     ap.add_argument("--port-file", help="write the bound port here (use --port 0)")
+    ap.add_argument("--idle-timeout", type=float,
+                    help="close a keep-alive connection after this many idle seconds")
     args = ap.parse_args()
+    if args.idle_timeout:
+        Handler.timeout = args.idle_timeout  # StreamRequestHandler: a timeout ends the connection
     server = Server(("127.0.0.1", args.port), Handler)
     if args.port_file:
         with open(args.port_file, "w") as f:
