@@ -11,6 +11,9 @@
 # shared out per request. Per round and key pattern: each one's requests/s, p99, and CPU per
 # request of its own processes (/proc); the ratio of requests per server-CPU-second (B's CPU per
 # request over A's, the upstream's share added to both, as run.sh counts it).
+# STORE=redis (with B=path): each tollgate decides on a redis-server of its own, whose CPU counts
+# as its own; DECISION=1: each answers by itself (the decision service), as in run.sh's
+# redis-decision mode. Weighs a change to RedisStore or its script.
 # Knobs: ROUNDS (3), WRK_DURATION (10s), PATTERNS ("hot rand"), OUT_DIR (a fresh /tmp folder).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -30,11 +33,21 @@ mkdir -p "$RUN_DIR"/{logs,pids,conf,tmp,raw}
 trap stop_spawned EXIT
 limit=$([[ $variant == high ]] && echo "$HIGH_RPS" || echo "$LOW_RPS")
 a_port=$GATEWAY_PORT
+store=${STORE:-memory}
+[[ $store == memory || $store == redis ]] || die "STORE: memory or redis"
+[[ $store == memory || $b != nginx ]] || die "STORE=redis needs B=<another tollgate binary>"
+export TOLLGATE_DECISION=${DECISION:-0}
+redis_pgids=()  # [0] A's, [1] B's
 
-start_tollgate() { # NAME BIN PORT
+start_tollgate() { # NAME BIN PORT [REDIS_PORT]
   require_free_port "$3" || return 1
+  local redis=()
+  if [[ -n ${4:-} ]]; then
+    start_target_redis "$1-redis" "$4" || return 1
+    redis=(BENCH_REDIS_PORT="$4")
+  fi
   spawn "$1" env TOLLGATE_BIN="$2" BENCH_PORT="$3" BENCH_UPSTREAM_PORT="$PORT_UPSTREAM" \
-    BENCH_LIMIT_RPS="$limit" BENCH_WRK_KEYS="$WRK_KEYS" bench/gateway/tollgate-target.sh
+    BENCH_LIMIT_RPS="$limit" BENCH_WRK_KEYS="$WRK_KEYS" "${redis[@]}" bench/gateway/tollgate-target.sh
   wait_port "$3" 20
 }
 
@@ -45,16 +58,22 @@ if [[ $b == nginx ]]; then
 else
   start_upstream upstream
   b_port=$((GATEWAY_PORT + 2)) b_name=tollgate-b
-  start_tollgate "$b_name" "$(realpath "$b")" "$b_port"
+  start_tollgate "$b_name" "$(realpath "$b")" "$b_port" \
+    "$([[ $store == redis ]] && echo $((PORT_TARGET_REDIS + 1)))"
   b_pgid=${SPAWNED_PIDS[-1]}
+  [[ $store == memory ]] || b_redis_pgid=${SPAWNED_PIDS[-2]}
 fi
 up_pgid=${SPAWNED_PIDS[0]}
-start_tollgate tollgate "$a_bin" "$a_port"
+start_tollgate tollgate "$a_bin" "$a_port" "$([[ $store == redis ]] && echo "$PORT_TARGET_REDIS")"
 a_pgid=${SPAWNED_PIDS[-1]}
+[[ $store == memory ]] || a_redis_pgid=${SPAWNED_PIDS[-2]}
 for p in "$a_port" "$b_port"; do sanity_check "$p" "$variant" || die "sanity check failed on port $p"; done
 
-# CPU (jiffies) of every process in process group $1, from a proc_snap.
-group_jiffies() { awk -v g="$1" '$2 == g { s += $3 } END { print s + 0 }' <<<"$2"; }
+# CPU (jiffies) of every process in the process groups $1 (space-separated), from a proc_snap.
+group_jiffies() {
+  awk -v g=" $1 " 'index(g, " " $2 " ") { s += $3 } END { print s + 0 }' <<<"$2"
+}
+a_groups="$a_pgid ${a_redis_pgid:-}" b_groups="$b_pgid ${b_redis_pgid:-}"
 
 # Both at once, wrk pinned to the client CPU, bounded by -d and an outer timeout.
 pair() { # PATTERN DURATION LABEL
@@ -65,7 +84,8 @@ pair() { # PATTERN DURATION LABEL
   wait "$wa" "$wb"
 }
 
-log "A: tollgate ($a_bin) on $a_port; B: $b_name on $b_port; variant $variant; results in $RUN_DIR"
+log "A: tollgate ($a_bin) on $a_port; B: $b_name on $b_port; variant $variant; store $store;" \
+  "decision service $TOLLGATE_DECISION; results in $RUN_DIR"
 pair hot "$WARMUP" warmup
 hz=$(getconf CLK_TCK)
 printf 'round\tpattern\ta_rps\tb_rps\ta_p99_ms\tb_p99_ms\ta_us\tb_us\tupstream_us\tratio_own\tratio_server\n' \
@@ -78,8 +98,8 @@ for ((r = 1; r <= ROUNDS; r++)); do
     na=$(wrk_field "$RUN_DIR/raw/r$r-$pattern-a.txt" requests)
     nb=$(wrk_field "$RUN_DIR/raw/r$r-$pattern-b.txt" requests)
     awk -v r="$r" -v p="$pattern" -v hz="$hz" -v na="$na" -v nb="$nb" \
-        -v da="$(($(group_jiffies "$a_pgid" "$s1") - $(group_jiffies "$a_pgid" "$s0")))" \
-        -v db="$(($(group_jiffies "$b_pgid" "$s1") - $(group_jiffies "$b_pgid" "$s0")))" \
+        -v da="$(($(group_jiffies "$a_groups" "$s1") - $(group_jiffies "$a_groups" "$s0")))" \
+        -v db="$(($(group_jiffies "$b_groups" "$s1") - $(group_jiffies "$b_groups" "$s0")))" \
         -v du="$(($(group_jiffies "$up_pgid" "$s1") - $(group_jiffies "$up_pgid" "$s0")))" \
         -v ta="$(wrk_field "$RUN_DIR/raw/r$r-$pattern-a.txt" duration_us)" \
         -v tb="$(wrk_field "$RUN_DIR/raw/r$r-$pattern-b.txt" duration_us)" \

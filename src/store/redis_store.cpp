@@ -24,6 +24,7 @@
 #include <boost/asio/write.hpp>
 #include <hiredis/hiredis.h>
 
+#include <tollgate/util/hash.hpp>
 #include <tollgate/util/text.hpp>
 
 namespace tollgate::store {
@@ -493,6 +494,7 @@ class RedisStore::Impl {
   net::steady_timer deadline_timer_{ioc_};
   bool deadline_armed_ = false;
   std::vector<std::string_view> shapes_;  // EncodeGroup's scratch
+  std::vector<uint64_t> key_hashes_;      // EncodeGroup's scratch
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -939,11 +941,28 @@ void RedisStore::Impl::Dispatch(Call* call, Connection& conn, bool asking) {
   conn.Send(call->command, call);
 }
 
-// One script call deciding every request of a group in turn (the script's 'M' path): each
-// request's keys; each distinct shape (a request's check count and per-check arguments, taken
-// from its own call) once; then per request its shape and mode.
+namespace {
+
+// Adds the hash of each of `keys`, RESP-encoded ("$<len>\r\n<key>\r\n"), to `out`.
+void HashKeys(std::string_view keys, std::vector<uint64_t>& out) {
+  while (keys.size() > 1) {
+    size_t len = 0;
+    const char* digits = std::from_chars(keys.data() + 1, keys.data() + keys.size(), len).ptr;
+    const size_t begin = static_cast<size_t>(digits - keys.data()) + 2;
+    out.push_back(util::Hash64(keys.substr(begin, len)));
+    keys.remove_prefix(std::min(keys.size(), begin + len + 2));
+  }
+}
+
+}  // namespace
+
+// One script call deciding every request of a group in turn (the script's 'M' path, or 'U' when
+// no key is named twice): each request's keys; each distinct shape (a request's check count and
+// per-check arguments, taken from its own call) once; then per request its shape and mode.
 void RedisStore::Impl::EncodeGroup(std::string& out, Call* first) {
   shapes_.clear();
+  key_hashes_.clear();
+  bool unique = true;
   size_t keys = 0;
   size_t requests = 0;
   size_t shape_args = 0;
@@ -955,6 +974,8 @@ void RedisStore::Impl::EncodeGroup(std::string& out, Call* first) {
     // One busy key's requests often follow one another: its keys go once.
     c->same_keys = previous && keys_of(c) == keys_of(previous);
     if (!c->same_keys) keys += c->n;
+    unique = unique && !c->same_keys;
+    if (unique) HashKeys(keys_of(c), key_hashes_);
     ++requests;
     const std::string_view params = std::string_view(c->command).substr(c->params_begin);
     const auto it = std::find(shapes_.begin(), shapes_.end(), params);
@@ -963,6 +984,10 @@ void RedisStore::Impl::EncodeGroup(std::string& out, Call* first) {
       shapes_.push_back(params);
       shape_args += 1 + 5 * c->n;
     }
+  }
+  if (unique) {  // two keys of one hash count as the same
+    std::sort(key_hashes_.begin(), key_hashes_.end());
+    unique = std::adjacent_find(key_hashes_.begin(), key_hashes_.end()) == key_hashes_.end();
   }
   util::StringAppender text(out);
   text << "*" << 3 + keys + 3 + shape_args + requests << "\r\n";
@@ -973,7 +998,7 @@ void RedisStore::Impl::EncodeGroup(std::string& out, Call* first) {
     if (!c->same_keys) text << keys_of(c);
   }
   AppendBulk(text, first->now_us);
-  AppendBulk(text, "M");
+  AppendBulk(text, unique ? "U" : "M");
   AppendBulk(text, static_cast<int64_t>(shapes_.size()));
   size_t next_shape = 0;
   for (const Call* c = first; c; c = c->next) {

@@ -172,9 +172,10 @@ TEST_F(ConformanceTest, TokenBucketPathAgreesAndSharesStateWithTheGeneralPath) {
 }
 
 // Token-bucket requests that wait while others are in flight leave in groups, one script call
-// each (the script's 'M' path). Sent all at once, in order, they must be decided exactly as the
-// same requests applied one by one: several requests on one key in one group, peeks, shadow
-// checks, costs of 0 and above the capacity, and keys shared between identities' groups.
+// each (the script's 'M' path, 'U' when no key is named twice). Sent all at once, in order, they
+// must be decided exactly as the same requests applied one by one: several requests on one key
+// in one group, peeks, shadow checks, costs of 0 and above the capacity, keys shared between
+// identities' groups, and groups of many identities' keys each named once.
 TEST_F(ConformanceTest, GroupedRequestsAgreeWithSequentialOnes) {
   const int64_t base = std::chrono::duration_cast<std::chrono::microseconds>(
                            std::chrono::system_clock::now().time_since_epoch()).count();
@@ -188,7 +189,7 @@ TEST_F(ConformanceTest, GroupedRequestsAgreeWithSequentialOnes) {
                          .value());
   }
   const std::string names[] = {"a", "b"};
-  constexpr int kRequests = 400;
+  constexpr int kRequests = 600;
   std::vector<Batch> batches;
   std::vector<std::vector<Check>> checks(kRequests);
   std::vector<std::string> scopes(kRequests);
@@ -197,13 +198,15 @@ TEST_F(ConformanceTest, GroupedRequestsAgreeWithSequentialOnes) {
     if (rng() % 50 == 0) now += static_cast<int64_t>(rng() % 200'000);  // groups split on `now`
     // Few identities: many requests per key per group; and a run of one busy identity's
     // requests (whose keys a group sends once).
+    // Then many identities, each seen a few times in all: most groups name every key once.
     const bool busy = i >= 100 && i < 180;
+    const bool many = i >= 400;
     const size_t n = busy ? 1 : 1 + rng() % 2;
-    const size_t scope = busy ? 0 : rng() % 5;
+    const size_t scope = busy ? 0 : many ? 5 + rng() % 100 : rng() % 5;
     for (size_t c = 0; c < n; ++c) {
       const uint64_t r = rng() % 20;
       const int64_t cost = r == 0 ? 0 : r == 1 ? 60 : 1 + static_cast<int64_t>(rng() % 3);
-      checks[i].push_back({names[c], &limits[scope + c], cost, rng() % 6 != 0});
+      checks[i].push_back({names[c], &limits[scope % 5 + c], cost, rng() % 6 != 0});
     }
     scopes[i] = "group:" + std::to_string(scope);
     batches.push_back(Batch{.scope = scopes[i], .checks = checks[i],
