@@ -44,3 +44,8 @@ for i in $(seq 15); do same+=(7); done
 measure "tollgate group of 16 hot, per decision" 16 EVALSHA "$ours" 1 'b:{key:hot}:burst:tb' 0 M 1 1 1000 1000 999999999 1 "${same[@]}"
 measure "tollgate group of 16 hot, key sent 16 times, per decision" 16 EVALSHA "$ours" 16 "${hot[@]}" 0 M 1 1 1000 1000 999999999 1 "${group[@]}"
 measure "tollgate group of 16 rand, per decision" 16 -r 100000 EVALSHA "$ours" 16 "${rand[@]}" 0 M 1 1 1000 1000 999999999 1 "${group[@]}"
+# The same with the client's word that no key is named twice (the 'U' path, which RedisStore takes
+# for such groups): absent keys, then 2,000 keys with a TTL long enough that each is read again.
+measure "tollgate group of 16 rand, distinct ('U'), per decision" 16 -r 100000 EVALSHA "$ours" 16 "${rand[@]}" 0 U 1 1 1000 1000 999999999 1 "${group[@]}"
+measure "tollgate group of 16 of 2000 keys, per decision" 16 -r 2000 EVALSHA "$ours" 16 "${rand[@]}" 0 M 1 1 1000 1000000 999999999 1 "${group[@]}"
+measure "tollgate group of 16 of 2000 keys, distinct ('U'), per decision" 16 -r 2000 EVALSHA "$ours" 16 "${rand[@]}" 0 U 1 1 1000 1000000 999999999 1 "${group[@]}"
