@@ -37,7 +37,6 @@ store=${STORE:-memory}
 [[ $store == memory || $store == redis ]] || die "STORE: memory or redis"
 [[ $store == memory || $b != nginx ]] || die "STORE=redis needs B=<another tollgate binary>"
 export TOLLGATE_DECISION=${DECISION:-0}
-redis_pgids=()  # [0] A's, [1] B's
 
 start_tollgate() { # NAME BIN PORT [REDIS_PORT]
   require_free_port "$3" || return 1
