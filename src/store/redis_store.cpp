@@ -42,11 +42,12 @@ using std::chrono::milliseconds;
 constexpr int kSlots = 16384;
 constexpr int kMaxRedirects = 5;
 constexpr size_t kValuesPerCheck = 8;
-// Token-bucket requests waiting for a connection leave in groups, one script call per group: at
-// most this many groups in flight per connection (so Redis always has the next one queued while
-// it runs one), and at most this many requests per group.
-constexpr int kGroupsInFlight = 2;
-constexpr size_t kMaxGroup = 128;
+// Token-bucket requests waiting for a connection leave together, in batches: one script call per
+// group of them that shares a slot (a script's keys must share one on a cluster) and a `now`.
+// At most this many batches in flight per connection (so Redis always has the next one queued
+// while it runs one), and at most this many requests per batch.
+constexpr int kBatchesInFlight = 2;
+constexpr size_t kMaxBatch = 128;
 
 struct NodeAddress {
   std::string host;
@@ -302,7 +303,7 @@ class Connection {
   // `command` may hold several requests: `fn` then gets each of their `replies`.
   void Send(std::string_view command, ReplyFn fn, size_t replies = 1);
   void Send(std::string_view command, Call* call);
-  // A token-bucket request: waits to leave in the next group (kGroupsInFlight).
+  // A token-bucket request: waits to leave in the next batch (kBatchesInFlight).
   void SendGrouped(Call* call);
   const NodeAddress& address() const { return address_; }
   // Drops the connection (its pending commands fail); the next command reconnects. Used when the
@@ -321,14 +322,15 @@ class Connection {
     Call* call = nullptr;
     size_t group = 0;
     ReplyFn fn;
+    bool ends_batch = false;  // the last reply of a batch of groups (SendGroups)
   };
   bool Usable();  // false: in backoff, fail at once
   bool Queue(std::string_view command);
   void Wake();    // connects, or schedules a write of what is queued
   void SendGroups();
-  // The next waiting request that may join a group led by `like` (any, if null); drops those
-  // that timed out while they waited (they were answered already).
-  Call* PopWaiting(const Call* like);
+  // The next waiting request; drops those that timed out while they waited (they were answered
+  // already).
+  Call* PopWaiting();
   void Deliver(Pending& p, const redisReply* r, Failure f);
   void Connect();
   void Ready();  // connected (and, with TLS, through the handshake)
@@ -363,7 +365,7 @@ class Connection {
   bool flush_scheduled_ = false;
   std::deque<Pending> pending_;  // in the order of the replies to come
   std::deque<Call*> grouped_;    // token-bucket requests waiting for the next group
-  int groups_in_flight_ = 0;
+  int batches_in_flight_ = 0;
   std::array<char, 16 * 1024> read_buf_;
   SteadyClock::time_point retry_at_;
   SteadyClock::time_point failed_at_;
@@ -495,6 +497,15 @@ class RedisStore::Impl {
   bool deadline_armed_ = false;
   std::vector<std::string_view> shapes_;  // EncodeGroup's scratch
   std::vector<uint64_t> key_hashes_;      // EncodeGroup's scratch
+  // Connection::SendGroups's scratch: the groups of a batch, and each slot's open group (-1:
+  // none; one entry without a cluster, where every call has slot 0).
+  struct Group {
+    Call* first;
+    Call* last;
+    size_t count;
+  };
+  std::vector<Group> groups_;
+  std::vector<int> group_of_slot_ = std::vector<int>(url_.cluster ? kSlots : 1, -1);
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -544,36 +555,54 @@ void Connection::Wake() {
   if (state_ == State::kReady) ScheduleFlush();
 }
 
-Call* Connection::PopWaiting(const Call* like) {
+Call* Connection::PopWaiting() {
   while (!grouped_.empty() && grouped_.front()->finished) {
     store_.Release(grouped_.front());
     grouped_.pop_front();
   }
   if (grouped_.empty()) return nullptr;
   Call* next = grouped_.front();
-  // A group shares one `now` and, on a cluster, one slot (a script's keys must share a slot).
-  if (like && (next->now_us != like->now_us || (store_.url().cluster && next->slot != like->slot))) return nullptr;
   grouped_.pop_front();
   return next;
 }
 
-// Moves waiting token-bucket requests into groups, while fewer than kGroupsInFlight are out.
+// Sends the waiting token-bucket requests in batches, while fewer than kBatchesInFlight are out.
+// A batch is a script call per group: the requests of one slot and one `now`, in their order (a
+// key's requests share its slot, so they stay in order); a request whose slot's group has
+// another `now` starts a new one.
 void Connection::SendGroups() {
-  while (groups_in_flight_ < kGroupsInFlight) {
-    Call* first = PopWaiting(nullptr);
-    if (!first) return;
-    Call* last = first;
-    size_t count = 1;
-    for (Call* c; count < kMaxGroup && (c = PopWaiting(first)); ++count) last = last->next = c;
-    last->next = nullptr;
-    if (count == 1) {
-      out_.append(first->command);
-    } else {
-      store_.EncodeGroup(out_, first);
+  std::vector<RedisStore::Impl::Group>& groups = store_.groups_;
+  std::vector<int>& group_of_slot = store_.group_of_slot_;
+  while (batches_in_flight_ < kBatchesInFlight) {
+    groups.clear();
+    Call* c;
+    for (size_t taken = 0; taken < kMaxBatch && (c = PopWaiting()) != nullptr; ++taken) {
+      c->next = nullptr;
+      int& index = group_of_slot[static_cast<size_t>(c->slot)];
+      if (index >= 0) {
+        auto& g = groups[static_cast<size_t>(index)];
+        if (g.first->now_us == c->now_us) {
+          g.last = g.last->next = c;
+          ++g.count;
+          continue;
+        }
+      }
+      index = static_cast<int>(groups.size());
+      groups.push_back({c, c, 1});
     }
-    pending_.push_back(Pending{first, count, nullptr});
-    ++groups_in_flight_;
-    store_.stats.scripts.fetch_add(1, std::memory_order_relaxed);
+    if (groups.empty()) return;
+    for (const auto& g : groups) {
+      group_of_slot[static_cast<size_t>(g.first->slot)] = -1;
+      if (g.count == 1) {
+        out_.append(g.first->command);
+      } else {
+        store_.EncodeGroup(out_, g.first);
+      }
+      pending_.push_back(Pending{g.first, g.count, nullptr});
+    }
+    pending_.back().ends_batch = true;
+    ++batches_in_flight_;
+    store_.stats.scripts.fetch_add(groups.size(), std::memory_order_relaxed);
   }
 }
 
@@ -701,7 +730,7 @@ void Connection::Read() {
       if (pending_.empty()) return Fail("unexpected reply");
       Pending p = std::move(pending_.front());
       pending_.pop_front();
-      if (p.group > 0) --groups_in_flight_;
+      if (p.ends_batch) --batches_in_flight_;
       Deliver(p, reply.get(), Failure::kNone);
       if (epoch != epoch_) return;  // the reply's handler failed the connection
     }
@@ -726,7 +755,7 @@ void Connection::Fail(const std::string& why) {
   write_in_flight_ = false;
   flush_scheduled_ = false;
   store_.stats.reconnects.fetch_add(1, std::memory_order_relaxed);
-  groups_in_flight_ = 0;
+  batches_in_flight_ = 0;
   std::deque<Pending> failed;
   failed.swap(pending_);
   for (Call* call : grouped_) failed.push_back(Pending{call, 1, nullptr});

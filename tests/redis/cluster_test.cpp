@@ -197,6 +197,50 @@ TEST_F(ClusterTest, GroupedDecisionsFollowAskThenMoved) {
   EXPECT_EQ(m.to->Cli("EXISTS " + key), "1");
 }
 
+// Redis's count of read events, summed over the nodes.
+uint64_t ReadsProcessed(const std::vector<std::unique_ptr<testing::RedisServer>>& nodes) {
+  uint64_t total = 0;
+  for (auto& n : nodes) {
+    const std::string info = n->Cli("INFO stats");
+    const size_t at = info.find("total_reads_processed:");
+    if (at != std::string::npos) total += std::stoull(info.substr(at + 22));
+  }
+  return total;
+}
+
+// Decisions of many identities issued at once leave together: a batch holds a script call for
+// each slot, so a node gets them in a few writes, not two decisions per round trip.
+TEST_F(ClusterTest, ManyIdentitiesLeaveInBatches) {
+  auto r = RedisStore::Create({.url = Url(), .prefix = "b", .timeout_ms = 2000});
+  ASSERT_TRUE(r.ok()) << r.error();
+  auto& store = **r;
+  const Limit burst = Limit::Create({.algorithm = core::Algorithm::kTokenBucket, .capacity = 2,
+                                     .refill = core::Rate::Parse("0.001", 1).value()}).value();
+  const std::vector<Check> checks = {{"burst", &burst, 1}};
+  std::vector<Decision> one(1);
+  for (int k = 0; k < 30; ++k) {  // connects to every node
+    ASSERT_EQ(ApplySync(store, Batch{.scope = "warm:" + std::to_string(k), .checks = checks}, one).error,
+              StoreErrc::kOk);
+  }
+  constexpr int kIdentities = 300;
+  std::vector<Decision> d(kIdentities);
+  std::vector<std::promise<ApplyResult>> replies(kIdentities);
+  const uint64_t reads_before = ReadsProcessed(nodes_);
+  for (size_t i = 0; i < replies.size(); ++i) {
+    store.Apply(Batch{.scope = "id:" + std::to_string(i), .checks = checks}, {&d[i], 1},
+                [&replies, i](ApplyResult&& res) { replies[i].set_value(std::move(res)); });
+  }
+  int committed = 0;
+  for (auto& reply : replies) {
+    const ApplyResult res = reply.get_future().get();
+    EXPECT_EQ(res.error, StoreErrc::kOk) << res.message;
+    committed += res.committed;
+  }
+  EXPECT_EQ(committed, kIdentities);
+  // Two per round trip would take at least 150 reads on three nodes; the INFO calls take 6.
+  EXPECT_LT(ReadsProcessed(nodes_) - reads_before, 60u);
+}
+
 // rediss-cluster://: every node over TLS (`tls-cluster yes`, so the slot map names TLS ports).
 TEST(TlsCluster, LimitsHoldWithEveryNodeOverTls) {
   testing::TlsCerts certs;

@@ -292,7 +292,7 @@ TEST(RedisStore, GroupedDecisionsThatTimedOutWaitingAreNeverSent) {
   const uint64_t scripts_before = store.stats().scripts.load();
   const uint64_t timeouts_before = store.stats().timeouts.load();
   server.Pause();
-  constexpr int kWaiting = 400;  // more than two full groups (2 x 128)
+  constexpr int kWaiting = 400;  // more than two full batches (2 x 128)
   std::vector<Decision> out(kWaiting);
   std::vector<std::promise<ApplyResult>> replies(kWaiting);
   for (int i = 0; i < kWaiting; ++i) {
@@ -302,14 +302,14 @@ TEST(RedisStore, GroupedDecisionsThatTimedOutWaitingAreNeverSent) {
   for (auto& reply : replies) EXPECT_EQ(reply.get_future().get().error, StoreErrc::kTimeout);
   EXPECT_EQ(store.stats().timeouts.load() - timeouts_before, static_cast<uint64_t>(kWaiting));
   const uint64_t sent = store.stats().scripts.load() - scripts_before;
-  EXPECT_LE(sent, 2u);  // kGroupsInFlight
+  EXPECT_LE(sent, 2u);  // kBatchesInFlight, of one group each here
   server.Resume();
   // Later decisions go out after the stalled groups' replies: they see those debits only (and
   // their own, if one of them misses its deadline on a slow machine but reaches Redis).
   const uint64_t scripts_resumed = store.stats().scripts.load();
   ASSERT_TRUE(decide());
   const int64_t after = static_cast<int64_t>(store.stats().scripts.load() - scripts_resumed);
-  EXPECT_GE(d[0].remaining, remaining_before - 2 * 128 - after);  // at most two groups debited
+  EXPECT_GE(d[0].remaining, remaining_before - 2 * 128 - after);  // at most two batches debited
 }
 
 TEST(RedisStore, StalledRedisTripsTheDeadline) {
