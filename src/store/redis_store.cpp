@@ -53,6 +53,7 @@ struct NodeAddress {
   std::string host;
   std::string port;
   bool operator<(const NodeAddress& o) const { return std::tie(host, port) < std::tie(o.host, o.port); }
+  bool operator==(const NodeAddress& o) const = default;
 };
 
 struct ParsedUrl {
@@ -123,6 +124,14 @@ core::Result<ParsedUrl> ParseUrl(std::string_view url) {
   if (out.nodes.empty()) return core::Error{"store.url: no host"};
   if (!out.cluster && out.nodes.size() > 1) return core::Error{"store.url: one host for redis://"};
   return out;
+}
+
+// The index of `a` in `list`, where it is added if absent.
+int IndexOf(std::vector<NodeAddress>& list, const NodeAddress& a) {
+  const auto it = std::find(list.begin(), list.end(), a);
+  if (it != list.end()) return static_cast<int>(it - list.begin());
+  list.push_back(a);
+  return static_cast<int>(list.size() - 1);
 }
 
 // CRC16-CCITT (XMODEM), as Redis Cluster computes slots; a byte at a time from a table.
@@ -467,7 +476,12 @@ class RedisStore::Impl {
   void EncodeGroup(std::string& out, Call* first);
   Connection& NodeFor(int slot);
   Connection& Node(const NodeAddress& address);
+  // Asks the cluster for its slot map: each node we know in turn (the seeds, then the masters of
+  // the current map) until one answers; if none does, again after a pause. At start, after a
+  // MOVED, and after a connection to a node failed: a failover moves that node's slots to a
+  // replica, and nobody answers MOVED to a client that cannot reach the old master.
   void RefreshTopology();
+  void AskSlots(std::shared_ptr<std::vector<NodeAddress>> candidates, size_t i);
 
   Shared& shared_;  // the circuit breaker
   RedisStoreOptions options_;
@@ -480,6 +494,7 @@ class RedisStore::Impl {
   std::vector<NodeAddress> node_list_;  // index -> address, for slots_
   std::array<int, kSlots> slots_;
   bool refreshing_ = false;
+  net::steady_timer refresh_timer_{ioc_};
 
   // Calls: submitted by any thread under mu_, started on the I/O thread in batches, so that one
   // wake-up of the I/O thread carries every decision issued meanwhile.
@@ -762,6 +777,7 @@ void Connection::Fail(const std::string& why) {
   grouped_.clear();
   store_.NoteFailure(address_.host + ":" + address_.port + ": " + why);
   for (auto& p : failed) Deliver(p, nullptr, nothing_written ? Failure::kNotSent : Failure::kConnection);
+  if (store_.url().cluster) store_.RefreshTopology();
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -781,31 +797,42 @@ Connection& RedisStore::Impl::NodeFor(int slot) {
 void RedisStore::Impl::RefreshTopology() {
   if (refreshing_) return;
   refreshing_ = true;
+  auto candidates = std::make_shared<std::vector<NodeAddress>>(url_.nodes);
+  for (const NodeAddress& a : node_list_) {
+    if (std::find(candidates->begin(), candidates->end(), a) == candidates->end()) candidates->push_back(a);
+  }
+  AskSlots(std::move(candidates), 0);
+}
+
+void RedisStore::Impl::AskSlots(std::shared_ptr<std::vector<NodeAddress>> candidates, size_t i) {
+  if (i == candidates->size()) {  // nobody answered: the map stays as it is, and we ask again soon
+    refreshing_ = false;
+    refresh_timer_.expires_after(milliseconds(200));
+    refresh_timer_.async_wait([this](const boost::system::error_code& ec) {
+      if (!ec) RefreshTopology();
+    });
+    return;
+  }
   std::string cmd;
   AppendCommand(cmd, {"CLUSTER", "SLOTS"});
-  // Ask the first seed; a failure leaves the map as it is (redirects still work).
-  Node(url_.nodes[0]).Send(cmd, [this](const redisReply* r, Failure f) {
+  const NodeAddress& asked = (*candidates)[i];
+  Node(asked).Send(cmd, [this, candidates, next = i + 1, host = asked.host](const redisReply* r, Failure f) {
+    if (f != Failure::kNone || r->type != REDIS_REPLY_ARRAY || r->elements == 0) {
+      return AskSlots(candidates, next);
+    }
     refreshing_ = false;
-    if (f != Failure::kNone || r->type != REDIS_REPLY_ARRAY) return;
     std::array<int, kSlots> slots;
     slots.fill(-1);
     std::vector<NodeAddress> list;
-    for (size_t i = 0; i < r->elements; ++i) {
-      const redisReply* range = r->element[i];
+    for (size_t e = 0; e < r->elements; ++e) {
+      const redisReply* range = r->element[e];
       if (range->type != REDIS_REPLY_ARRAY || range->elements < 3) continue;
       const redisReply* master = range->element[2];
       if (master->type != REDIS_REPLY_ARRAY || master->elements < 2) continue;
       NodeAddress a{std::string(master->element[0]->str, master->element[0]->len),
                     std::to_string(master->element[1]->integer)};
-      if (a.host.empty()) a.host = url_.nodes[0].host;
-      int index = -1;
-      for (size_t j = 0; j < list.size(); ++j) {
-        if (!(list[j] < a) && !(a < list[j])) index = static_cast<int>(j);
-      }
-      if (index < 0) {
-        index = static_cast<int>(list.size());
-        list.push_back(a);
-      }
+      if (a.host.empty()) a.host = host;  // "the node you asked"
+      const int index = IndexOf(list, a);
       for (long long s = range->element[0]->integer; s <= range->element[1]->integer && s < kSlots; ++s) {
         slots[static_cast<size_t>(s)] = index;
       }
@@ -1110,15 +1137,7 @@ void RedisStore::Impl::OnReply(Call* call, Connection& conn, const redisReply* r
       if (node) {
         if (node->host.empty()) node->host = conn.address().host;
         if (moved) {
-          int index = -1;
-          for (size_t j = 0; j < node_list_.size(); ++j) {
-            if (!(node_list_[j] < *node) && !(*node < node_list_[j])) index = static_cast<int>(j);
-          }
-          if (index < 0) {
-            index = static_cast<int>(node_list_.size());
-            node_list_.push_back(*node);
-          }
-          slots_[static_cast<size_t>(call->slot)] = index;
+          slots_[static_cast<size_t>(call->slot)] = IndexOf(node_list_, *node);
           RefreshTopology();
         }
         return Dispatch(call, Node(*node), !moved);

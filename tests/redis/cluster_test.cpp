@@ -197,6 +197,129 @@ TEST_F(ClusterTest, GroupedDecisionsFollowAskThenMoved) {
   EXPECT_EQ(m.to->Cli("EXISTS " + key), "1");
 }
 
+// A seed that does not answer: the slot map comes from the next one.
+TEST_F(ClusterTest, SlotMapComesFromTheFirstSeedThatAnswers) {
+  const std::string url = "redis-cluster://127.0.0.1:" + std::to_string(testing::FreePort()) +
+                          ",127.0.0.1:" + std::to_string(nodes_[1]->port());
+  auto r = RedisStore::Create({.url = url, .prefix = "s", .timeout_ms = 2000});
+  ASSERT_TRUE(r.ok()) << r.error();
+  auto& store = **r;
+  const Limit burst = Limit::Create({.algorithm = core::Algorithm::kTokenBucket, .capacity = 1,
+                                     .refill = core::Rate::Parse("0.001", 1).value()}).value();
+  const std::vector<Check> checks = {{"burst", &burst, 1}};
+  std::vector<Decision> d(1);
+  // Identities on every node: each decision goes to its slot's owner, none to the dead seed.
+  for (int k = 0; k < 30; ++k) {
+    ApplyResult res;
+    for (int attempt = 0; attempt < 100; ++attempt) {  // until the map is in
+      res = ApplySync(store, Batch{.scope = "key:" + std::to_string(k), .checks = checks}, d);
+      if (res.error == StoreErrc::kOk) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    ASSERT_EQ(res.error, StoreErrc::kOk) << res.message << " " << store.LastError();
+    EXPECT_TRUE(res.committed);
+  }
+}
+
+// Whether `node` knows the slots of the node `id`: its line of CLUSTER NODES has fields after
+// the link state (id, address, flags, master, ping, pong, epoch, link, then slot ranges).
+bool KnowsSlotsOf(const testing::RedisServer& node, const std::string& id) {
+  std::stringstream nodes(node.Cli("CLUSTER NODES"));
+  std::string line;
+  while (std::getline(nodes, line)) {
+    if (line.rfind(id, 0) != 0) continue;
+    std::stringstream fields(line);
+    int count = 0;
+    for (std::string f; fields >> f;) ++count;
+    return count > 8;
+  }
+  return false;
+}
+
+// A master dies and its replica takes over: the store learns the new map from the other nodes
+// (the dead one answers nothing, so no MOVED would tell it) and the budget goes on from the
+// replica's copy.
+TEST(ClusterFailover, SlotsOfADeadMasterFollowItsReplica) {
+  // Three masters and a replica, on ports whose cluster bus ports (+10000) are free.
+  std::vector<std::unique_ptr<testing::RedisServer>> nodes;
+  std::set<int> taken;
+  for (unsigned i = 0; i < 4 * 100 && nodes.size() < 4; ++i) {
+    const int port = 20000 + static_cast<int>((static_cast<unsigned>(::getpid()) * 7919u + i * 104729u) % 30000);
+    if (taken.count(port) || taken.count(port + 10000) || !testing::TryBind(port) || !testing::TryBind(port + 10000)) {
+      continue;
+    }
+    taken.insert({port, port + 10000});
+    nodes.push_back(std::make_unique<testing::RedisServer>(
+        std::vector<std::string>{"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+                                 "--cluster-node-timeout", "1000", "--repl-diskless-sync-delay", "0"},
+        port));
+  }
+  ASSERT_EQ(nodes.size(), 4u);
+  auto replica = std::move(nodes.back());
+  nodes.pop_back();
+  std::string create = "--cluster create";
+  for (auto& n : nodes) create += " 127.0.0.1:" + std::to_string(n->port());
+  nodes[0]->Cli(create + " --cluster-replicas 0 --cluster-yes");
+  ASSERT_TRUE(WaitClusterReady(nodes)) << "cluster did not become ready";
+  // The replica follows the master of the test's key (the node that answers it, not MOVED).
+  const std::string key = "'f:{key:failover}:burst:tb'";
+  testing::RedisServer* master = nullptr;
+  for (auto& n : nodes) {
+    if (n->Cli("GET " + key).find("MOVED") == std::string::npos) master = n.get();
+  }
+  ASSERT_NE(master, nullptr);
+  replica->Cli("CLUSTER MEET 127.0.0.1 " + std::to_string(nodes[0]->port()));
+  const std::string master_id = master->Cli("CLUSTER MYID");
+  bool replicating = false;
+  for (int i = 0; i < 200 && !replicating; ++i) {  // fails until the replica knows the master
+    replicating = replica->Cli("CLUSTER REPLICATE " + master_id) == "OK";
+    if (!replicating) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  // Synced, and aware of its master's slots (from the cluster bus, which may lag replication).
+  bool synced = false;
+  for (int i = 0; i < 200 && !synced; ++i) {
+    synced = replica->Cli("INFO replication").find("master_link_status:up") != std::string::npos &&
+             KnowsSlotsOf(*replica, master_id);
+    if (!synced) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_TRUE(synced) << replica->Cli("INFO replication");
+
+  auto r = RedisStore::Create({.url = "redis-cluster://127.0.0.1:" + std::to_string(master->port()),
+                               .prefix = "f", .timeout_ms = 200});
+  ASSERT_TRUE(r.ok()) << r.error();
+  auto& store = **r;
+  const Limit burst = Limit::Create({.algorithm = core::Algorithm::kTokenBucket, .capacity = 10,
+                                     .refill = core::Rate::Parse("0.001", 1).value()}).value();
+  const std::vector<Check> checks = {{"burst", &burst, 1}};
+  const Batch batch{.scope = "key:failover", .checks = checks};
+  std::vector<Decision> d(1);
+  for (int i = 0; i < 3; ++i) ASSERT_EQ(ApplySync(store, batch, d).error, StoreErrc::kOk);
+  EXPECT_EQ(d[0].remaining, 7);
+  // The replica has the bucket: it has read the master's replication stream up to its end.
+  auto offset = [](const testing::RedisServer& node, const std::string& field) {
+    const std::string info = node.Cli("INFO replication");
+    const size_t at = info.find(field + ":");
+    return at == std::string::npos ? -1 : std::stoll(info.substr(at + field.size() + 1));
+  };
+  const long long written = offset(*master, "master_repl_offset");
+  for (int i = 0; i < 200 && offset(*replica, "slave_repl_offset") < written; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_GE(offset(*replica, "slave_repl_offset"), written);
+
+  master->Stop();
+  replica->Cli("CLUSTER FAILOVER TAKEOVER");
+  ApplyResult res;
+  for (int i = 0; i < 100; ++i) {  // up to about 20 s
+    res = ApplySync(store, batch, d);
+    if (res.error == StoreErrc::kOk) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ASSERT_EQ(res.error, StoreErrc::kOk) << res.message << " " << store.LastError();
+  EXPECT_EQ(d[0].remaining, 6);  // the budget went on from the replica's copy
+  EXPECT_EQ(replica->Cli("EXISTS " + key), "1");
+}
+
 // Redis's count of read events, summed over the nodes.
 uint64_t ReadsProcessed(const std::vector<std::unique_ptr<testing::RedisServer>>& nodes) {
   uint64_t total = 0;
