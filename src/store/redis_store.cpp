@@ -11,6 +11,7 @@
 #include <future>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -41,6 +42,7 @@ using std::chrono::milliseconds;
 
 constexpr int kSlots = 16384;
 constexpr int kMaxRedirects = 5;
+constexpr std::string_view kAsking = "*1\r\n$6\r\nASKING\r\n";
 constexpr size_t kValuesPerCheck = 8;
 // Token-bucket requests waiting for a connection leave together, in batches: one script call per
 // group of them that shares a slot (a script's keys must share one on a cluster) and a `now`.
@@ -124,6 +126,21 @@ core::Result<ParsedUrl> ParseUrl(std::string_view url) {
   if (out.nodes.empty()) return core::Error{"store.url: no host"};
   if (!out.cluster && out.nodes.size() > 1) return core::Error{"store.url: one host for redis://"};
   return out;
+}
+
+// A cluster redirect in an error reply: "MOVED <slot> <host>:<port>" or "ASK <slot> <host>:<port>"
+// (an empty host is the host of the node that answered).
+struct Redirect {
+  NodeAddress node;
+  bool moved = false;
+};
+std::optional<Redirect> ParseRedirect(std::string_view err, const NodeAddress& from) {
+  const bool moved = err.rfind("MOVED ", 0) == 0;
+  if (!moved && err.rfind("ASK ", 0) != 0) return std::nullopt;
+  auto node = ParseHostPort(err.substr(err.rfind(' ') + 1));
+  if (!node) return std::nullopt;
+  if (node->host.empty()) node->host = from.host;
+  return Redirect{std::move(*node), moved};
 }
 
 // The index of `a` in `list`, where it is added if absent.
@@ -292,6 +309,8 @@ struct Call {
   bool fast = false;     // the token-bucket path of the script; such calls are grouped
   bool consume = false;
   bool finished = false;
+  bool asking = false;     // sent after ASK: the node is importing its slot
+  bool migrating = false;  // answered TRYAGAIN: its slot is moving between nodes
 };
 
 }  // namespace
@@ -317,9 +336,10 @@ class Connection {
   const NodeAddress& address() const { return address_; }
   // Drops the connection (its pending commands fail); the next command reconnects. Used when the
   // breaker opens on timeouts: a connection that died without closing would otherwise be
-  // probed until the kernel gives up on it.
+  // probed until the kernel gives up on it. One still connecting has its own deadline
+  // (connect_timeout_ms), which a slow handshake may need.
   void Reset() {
-    if (state_ == State::kReady || state_ == State::kConnecting) Fail("reset");
+    if (state_ == State::kReady) Fail("reset");
   }
   bool Idle() const { return pending_.empty() && out_.empty() && grouped_.empty() && !write_in_flight_; }
 
@@ -446,6 +466,8 @@ class RedisStore::Impl {
   void Command(std::vector<std::string> args, size_t key_index,
                std::function<void(core::Result<RedisValue>)> done);
   void FireAndForget(std::vector<Fire> commands);
+  // The outcome of a FireAndForget command's reply; learns the new owner of a slot from MOVED.
+  FireResult OnFired(int slot, const Connection& conn, const redisReply* r, Failure f);
 
   const RedisStoreOptions& options() const { return options_; }
   const ParsedUrl& url() const { return url_; }
@@ -466,7 +488,8 @@ class RedisStore::Impl {
   // Takes over the reference of the command answered.
   void OnReply(Call* call, Connection& conn, const redisReply* reply, Failure f);
   void OnDeadline();
-  void Finish(Call* call, StoreErrc errc, std::string message);
+  // `breaker`: the failure counts toward opening the circuit breaker.
+  void Finish(Call* call, StoreErrc errc, std::string message, bool breaker = true);
   void Succeed(Call* call, ApplyResult result);
   void OnFastReply(Call* call, const redisReply* r);
   // The deficits of the call's checks at `now` (the token-bucket path's answer) -> decisions.
@@ -482,6 +505,11 @@ class RedisStore::Impl {
   // replica, and nobody answers MOVED to a client that cannot reach the old master.
   void RefreshTopology();
   void AskSlots(std::shared_ptr<std::vector<NodeAddress>> candidates, size_t i);
+  // A MOVED reply: `slot` is `node`'s now, and the rest of the map may have changed too.
+  void Moved(int slot, const NodeAddress& node);
+  // Command(): sends `cmd` to `conn` and follows redirects.
+  void SendCommand(std::shared_ptr<const std::string> cmd, int slot, Connection& conn, bool asking,
+                   int redirects, std::function<void(core::Result<RedisValue>)> done);
 
   Shared& shared_;  // the circuit breaker
   RedisStoreOptions options_;
@@ -700,7 +728,6 @@ void Connection::Connect() {
 void Connection::Ready() {
   timer_.cancel();
   state_ = State::kReady;
-  backoff_ms_ = 0;
   Read();
   Flush();
 }
@@ -749,6 +776,7 @@ void Connection::Read() {
       Deliver(p, reply.get(), Failure::kNone);
       if (epoch != epoch_) return;  // the reply's handler failed the connection
     }
+    backoff_ms_ = 0;  // answered, past the handshake (a refused AUTH keeps backing off)
     if (!grouped_.empty()) ScheduleFlush();  // the next group: everything that waited meanwhile
     Read();
   };
@@ -842,6 +870,12 @@ void RedisStore::Impl::AskSlots(std::shared_ptr<std::vector<NodeAddress>> candid
   });
 }
 
+void RedisStore::Impl::Moved(int slot, const NodeAddress& node) {
+  if (!url_.cluster) return;
+  slots_[static_cast<size_t>(slot)] = IndexOf(node_list_, node);
+  RefreshTopology();
+}
+
 // REQUIRES: mu_ held.
 Call* RedisStore::Impl::Acquire() {
   if (free_.empty()) {
@@ -877,6 +911,7 @@ void RedisStore::Impl::Apply(const Batch& batch, std::span<core::Decision> decis
   });
   call->redirects = 0;
   call->finished = false;
+  call->asking = call->migrating = false;
   call->refs = 1;  // the submission's; then the deadline queue's
   std::string& cmd = call->command;
   cmd.clear();
@@ -950,12 +985,17 @@ void RedisStore::Impl::StartSubmitted() {
 
 void RedisStore::Impl::Start(Call* call, SteadyClock::time_point now) {
   if (shared_.consecutive_failures.load(std::memory_order_relaxed) >= options_.breaker_failures) {
-    if (now.time_since_epoch().count() < shared_.open_until_ns.load(std::memory_order_relaxed)) {
+    // Open. Once its time is up, one call probes: the one that moves the time on by another
+    // breaker_open_ms (lanes race for it); the others still fail at once. A success closes the
+    // circuit (Succeed), a failure opens it again (Finish).
+    const int64_t now_ns = now.time_since_epoch().count();
+    int64_t until = shared_.open_until_ns.load(std::memory_order_relaxed);
+    const int64_t next = now_ns + std::chrono::nanoseconds(milliseconds(options_.breaker_open_ms)).count();
+    if (now_ns < until || !shared_.open_until_ns.compare_exchange_strong(until, next, std::memory_order_relaxed)) {
       stats.breaker_rejections.fetch_add(1, std::memory_order_relaxed);
-      Finish(call, StoreErrc::kUnavailable, "circuit open");
+      Finish(call, StoreErrc::kUnavailable, "circuit open", false);
       return Release(call);
     }
-    // Half-open: this call probes; a failure re-opens the circuit (see Finish).
   }
   call->deadline = now + milliseconds(options_.timeout_ms);
   deadlines_.push_back(call);  // takes over the submission's reference
@@ -974,7 +1014,9 @@ void RedisStore::Impl::OnDeadline() {
   while (!deadlines_.empty() && (deadlines_.front()->finished || deadlines_.front()->deadline <= now)) {
     Call* call = deadlines_.front();
     deadlines_.pop_front();
-    if (!call->finished) {
+    if (!call->finished && call->migrating) {  // Redis answers; one slot is moving
+      Finish(call, StoreErrc::kUnavailable, "deadline exceeded: slot migrating (TRYAGAIN)", false);
+    } else if (!call->finished) {
       stats.timeouts.fetch_add(1, std::memory_order_relaxed);
       Finish(call, StoreErrc::kTimeout, "deadline exceeded");
     }
@@ -988,8 +1030,9 @@ void RedisStore::Impl::OnDeadline() {
 }
 
 void RedisStore::Impl::Dispatch(Call* call, Connection& conn, bool asking) {
+  call->asking = asking;
   if (asking) {
-    conn.Send("*1\r\n$6\r\nASKING\r\n", [](const redisReply*, Failure) {});
+    conn.Send(kAsking, [](const redisReply*, Failure) {});
   } else if (call->fast) {
     return conn.SendGrouped(call);
   }
@@ -1124,24 +1167,30 @@ void RedisStore::Impl::OnReply(Call* call, Connection& conn, const redisReply* r
       AppendBulk(eval, "EVAL");
       AppendBulk(eval, internal::kRedisScript);
       eval.append(call->command, call->header_len);
+      if (call->asking) conn.Send(kAsking, [](const redisReply*, Failure) {});  // still importing
       conn.Send(eval, call);
       return;
     }
-    const bool moved = err.rfind("MOVED ", 0) == 0;
-    if ((moved || err.rfind("ASK ", 0) == 0) && call->redirects < kMaxRedirects) {
+    if (auto to = ParseRedirect(err, conn.address()); to && call->redirects < kMaxRedirects) {
       ++call->redirects;
       stats.redirects.fetch_add(1, std::memory_order_relaxed);
-      // "MOVED <slot> <host>:<port>"
-      const size_t sp = err.rfind(' ');
-      auto node = ParseHostPort(err.substr(sp + 1));
-      if (node) {
-        if (node->host.empty()) node->host = conn.address().host;
-        if (moved) {
-          slots_[static_cast<size_t>(call->slot)] = IndexOf(node_list_, *node);
-          RefreshTopology();
-        }
-        return Dispatch(call, Node(*node), !moved);
-      }
+      if (to->moved) Moved(call->slot, to->node);
+      return Dispatch(call, Node(to->node), !to->moved);
+    }
+    if (err.rfind("TRYAGAIN", 0) == 0) {
+      // A slot in migration holds some of the call's keys but not all (a script names several):
+      // Redis asks to try again shortly. Until the deadline, from the slot's owner, each try
+      // with its own redirects (ASK, then TRYAGAIN again from the importing node); a timeout then
+      // is the slot's, not a sign that Redis is down (see OnDeadline).
+      call->migrating = true;
+      call->redirects = 0;
+      ++call->refs;  // the timer's
+      auto timer = std::make_shared<net::steady_timer>(ioc_, std::chrono::milliseconds(1));
+      timer->async_wait([this, call, timer](const boost::system::error_code&) {
+        if (!call->finished) Dispatch(call, NodeFor(call->slot), false);
+        Release(call);
+      });
+      return;
     }
     stats.errors.fetch_add(1, std::memory_order_relaxed);
     return Finish(call, StoreErrc::kProtocol, std::string(err));
@@ -1228,9 +1277,9 @@ void RedisStore::Impl::DecideFast(Call* call, core::Instant now, redisReply* con
   Succeed(call, std::move(result));
 }
 
-void RedisStore::Impl::Finish(Call* call, StoreErrc errc, std::string message) {
+void RedisStore::Impl::Finish(Call* call, StoreErrc errc, std::string message, bool breaker) {
   call->finished = true;
-  if (errc != StoreErrc::kOk && message != "circuit open") {
+  if (errc != StoreErrc::kOk && breaker) {
     const int failures = shared_.consecutive_failures.fetch_add(1, std::memory_order_relaxed) + 1;
     if (failures >= options_.breaker_failures) {
       const auto until = SteadyClock::now() + milliseconds(options_.breaker_open_ms);
@@ -1269,16 +1318,48 @@ RedisValue ToValue(const redisReply* r) {
 void RedisStore::Impl::Command(std::vector<std::string> args, size_t key_index,
                                std::function<void(core::Result<RedisValue>)> done) {
   const int slot = key_index < args.size() ? HashSlot(args[key_index]) : 0;
-  net::post(ioc_, [this, args = std::move(args), slot, done = std::move(done)]() mutable {
-    std::string cmd;
-    AppendCommand(cmd, args);
-    // Plain commands (metering, exports) are not deadline-bound decisions: no breaker, no timer;
-    // a dead connection fails them at once.
-    NodeFor(slot).Send(cmd, [done = std::move(done)](const redisReply* r, Failure f) {
-      if (f != Failure::kNone) return done(core::Error{"redis unavailable"});
-      done(ToValue(r));
-    });
+  auto cmd = std::make_shared<std::string>();
+  AppendCommand(*cmd, args);
+  net::post(ioc_, [this, cmd = std::move(cmd), slot, done = std::move(done)]() mutable {
+    SendCommand(std::move(cmd), slot, NodeFor(slot), false, 0, std::move(done));
   });
+}
+
+// Plain commands (metering, exports) are not deadline-bound decisions: no breaker, no timer; a
+// dead connection fails them at once.
+void RedisStore::Impl::SendCommand(std::shared_ptr<const std::string> cmd, int slot, Connection& conn,
+                                   bool asking, int redirects,
+                                   std::function<void(core::Result<RedisValue>)> done) {
+  if (asking) conn.Send(kAsking, [](const redisReply*, Failure) {});
+  conn.Send(*cmd, [this, cmd, slot, redirects, from = conn.address(), done = std::move(done)](
+                      const redisReply* r, Failure f) mutable {
+    if (f != Failure::kNone) return done(core::Error{"redis unavailable"});
+    if (r->type == REDIS_REPLY_ERROR && redirects < kMaxRedirects) {
+      if (auto to = ParseRedirect(std::string_view(r->str, r->len), from)) {
+        stats.redirects.fetch_add(1, std::memory_order_relaxed);
+        if (to->moved) Moved(slot, to->node);
+        return SendCommand(std::move(cmd), slot, Node(to->node), !to->moved, redirects + 1, std::move(done));
+      }
+    }
+    done(ToValue(r));
+  });
+}
+
+RedisStore::FireResult RedisStore::Impl::OnFired(int slot, const Connection& conn, const redisReply* r,
+                                                  Failure f) {
+  FireResult result = FireResult::kFailed;
+  if (f == Failure::kNotSent) {
+    result = FireResult::kNotRun;
+  } else if (f == Failure::kNone && r->type != REDIS_REPLY_ERROR) {
+    result = FireResult::kOk;
+  } else if (f == Failure::kNone) {
+    const std::string_view err(r->str, r->len);
+    const auto to = ParseRedirect(err, conn.address());
+    if (to && to->moved) Moved(slot, to->node);
+    if (to || err.rfind("TRYAGAIN", 0) == 0) result = FireResult::kNotRun;
+  }
+  if (result != FireResult::kOk) stats.command_errors.fetch_add(1, std::memory_order_relaxed);
+  return result;
 }
 
 void RedisStore::Impl::FireAndForget(std::vector<Fire> commands) {
@@ -1286,17 +1367,13 @@ void RedisStore::Impl::FireAndForget(std::vector<Fire> commands) {
     for (Fire& c : commands) {
       Connection& conn = NodeFor(c.slot);
       if (!c.done) {  // a handler that fits in std::function without allocating
-        conn.Send(c.command, [this](const redisReply* r, Failure f) {
-          if (f != Failure::kNone || r->type == REDIS_REPLY_ERROR) stats.command_errors.fetch_add(1, std::memory_order_relaxed);
+        conn.Send(c.command, [this, slot = c.slot, &conn](const redisReply* r, Failure f) {
+          OnFired(slot, conn, r, f);
         }, c.replies);
         continue;
       }
-      conn.Send(c.command, [this, done = std::move(c.done)](const redisReply* r, Failure f) {
-        const FireResult result = f == Failure::kNotSent                         ? FireResult::kNotSent
-                                  : f == Failure::kNone && r->type != REDIS_REPLY_ERROR ? FireResult::kOk
-                                                                                  : FireResult::kFailed;
-        if (result != FireResult::kOk) stats.command_errors.fetch_add(1, std::memory_order_relaxed);
-        done(result);
+      conn.Send(c.command, [this, slot = c.slot, &conn, done = std::move(c.done)](const redisReply* r, Failure f) {
+        done(OnFired(slot, conn, r, f));
       }, c.replies);
     }
   });

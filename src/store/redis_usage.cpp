@@ -47,7 +47,7 @@ struct RedisUsageBackend::Flight {
   // A count Redis did not get goes back into the next flush; one that may have reached it is
   // lost and counted (stats().command_errors), not sent twice.
   void OnCounts(size_t row, RedisStore::FireResult result) {
-    if (result == RedisStore::FireResult::kNotSent && !state[row].requeued) {
+    if (result == RedisStore::FireResult::kNotRun && !state[row].requeued) {
       state[row].requeued = true;
       std::lock_guard lock(unsent->mu);
       unsent->rows[rows[row].first].Add(rows[row].second);

@@ -76,23 +76,28 @@ class ClusterTest : public ::testing::Test {
     return nullptr;
   }
 
-  // Starts moving the slot of `key` (quoted for redis-cli) to another node, with the key:
-  // IMPORTING / MIGRATING, then MIGRATE. Until FinishMigration the old owner answers ASK.
+  // Starts moving the slot of `key` (quoted for redis-cli) to another node, with the key (unless
+  // `move_key` is false): IMPORTING / MIGRATING, then MIGRATE. Until FinishMigration the old
+  // owner answers ASK for keys it no longer holds.
   struct Migration {
+    testing::RedisServer* from = nullptr;
     testing::RedisServer* to = nullptr;
     std::string slot;
     std::string to_id;
+    void MoveKey(const std::string& key) const {
+      from->Cli("MIGRATE 127.0.0.1 " + std::to_string(to->port()) + " " + key + " 0 5000");
+    }
   };
-  static Migration StartMigration(const std::string& key) {
+  static Migration StartMigration(const std::string& key, bool move_key = true) {
     const int slot = std::stoi(nodes_[0]->Cli("CLUSTER KEYSLOT " + key));
     testing::RedisServer* from = Owner(slot);
     EXPECT_NE(from, nullptr);
     if (!from) return {};
-    Migration m{nodes_[0].get() == from ? nodes_[1].get() : nodes_[0].get(), std::to_string(slot), ""};
+    Migration m{from, nodes_[0].get() == from ? nodes_[1].get() : nodes_[0].get(), std::to_string(slot), ""};
     m.to_id = m.to->Cli("CLUSTER MYID");
     m.to->Cli("CLUSTER SETSLOT " + m.slot + " IMPORTING " + from->Cli("CLUSTER MYID"));
     from->Cli("CLUSTER SETSLOT " + m.slot + " MIGRATING " + m.to_id);
-    from->Cli("MIGRATE 127.0.0.1 " + std::to_string(m.to->port()) + " " + key + " 0 5000");
+    if (move_key) m.MoveKey(key);
     return m;
   }
   // The slot is the new node's, everywhere: the old owner answers MOVED.
@@ -195,6 +200,103 @@ TEST_F(ClusterTest, GroupedDecisionsFollowAskThenMoved) {
   EXPECT_EQ(burst_of(60), 40);  // the rest of the 100, exactly
   EXPECT_LT(store.stats().scripts.load() - scripts_before, store.stats().calls.load() - calls_before);
   EXPECT_EQ(m.to->Cli("EXISTS " + key), "1");
+}
+
+// A script naming several keys of a migrating slot, some of them moved already and some not
+// (absent keys are full buckets here), gets TRYAGAIN: the store tries again until the slot has
+// moved, and the budget stays exact.
+TEST_F(ClusterTest, TryAgainDuringMigrationIsRetried) {
+  auto r = RedisStore::Create({.url = Url(), .prefix = "t", .timeout_ms = 3000});
+  ASSERT_TRUE(r.ok()) << r.error();
+  auto& store = **r;
+  const Limit burst = Limit::Create({.algorithm = core::Algorithm::kTokenBucket, .capacity = 10,
+                                     .refill = core::Rate::Parse("0.001", 1).value()}).value();
+  const Limit daily = Limit::Create({.algorithm = core::Algorithm::kQuota, .ceiling = 100}).value();
+  const std::string scope = "key:tryagain";
+  std::vector<Decision> d(2);
+  const std::vector<Check> first = {{"burst", &burst, 1}};
+  ASSERT_EQ(ApplySync(store, Batch{.scope = scope, .checks = first}, {d.data(), 1}).error, StoreErrc::kOk);
+  // The slot migrates; its burst key is still on the old owner, its daily key exists nowhere.
+  const std::string burst_key = "'t:{key:tryagain}:burst:tb'";
+  const Migration m = StartMigration(burst_key, /*move_key=*/false);
+  ASSERT_NE(m.to, nullptr);
+  ASSERT_NE(m.from->Cli("EVAL \"return redis.call('GET', KEYS[1])\" 2 " + burst_key + " 't:{key:tryagain}:daily:q'")
+                .find("TRYAGAIN"), std::string::npos);
+  std::promise<ApplyResult> reply;
+  const std::vector<Check> both = {{"burst", &burst, 1}, {"daily", &daily, 1}};
+  store.Apply(Batch{.scope = scope, .checks = both}, d, [&reply](ApplyResult&& res) { reply.set_value(std::move(res)); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  m.MoveKey(burst_key);
+  FinishMigration(m);
+  const ApplyResult res = reply.get_future().get();
+  ASSERT_EQ(res.error, StoreErrc::kOk) << res.message;
+  EXPECT_TRUE(res.committed);
+  EXPECT_EQ(d[0].remaining, 8);  // the first decision's debit came along with the key
+  EXPECT_EQ(d[1].used, 1);
+  EXPECT_EQ(store.stats().breaker_open.load(), 0);
+}
+
+// Usage counts and reads are plain commands: after a slot moved, a count answered MOVED is
+// reported as not run (so the usage meter sends it again) and the store learns the new owner;
+// a read follows the redirect.
+TEST_F(ClusterTest, PlainCommandsFollowMovedSlots) {
+  auto r = RedisStore::Create({.url = Url(), .prefix = "p", .timeout_ms = 2000});
+  ASSERT_TRUE(r.ok()) << r.error();
+  auto& store = **r;
+  const std::string key = "p:{usage:acct}:day";
+  auto fire = [&] {
+    std::promise<RedisStore::FireResult> result;
+    RedisStore::Fire f{{}, RedisStore::KeySlot(key),
+                       [&result](RedisStore::FireResult res) { result.set_value(res); }};
+    RedisStore::EncodeCommand(f.command, {"HINCRBY", key, "requests", "1"});
+    std::vector<RedisStore::Fire> commands;
+    commands.push_back(std::move(f));
+    store.FireAndForget(std::move(commands));
+    return result.get_future().get();
+  };
+  auto read = [&] {
+    std::promise<core::Result<RedisValue>> result;
+    store.Command({"HGET", key, "requests"}, 1, [&result](core::Result<RedisValue> v) { result.set_value(std::move(v)); });
+    return result.get_future().get();
+  };
+  int counted = 0;
+  for (int i = 0; i < 10 && counted == 0; ++i) {  // kNotRun until the store has the slot map
+    counted += fire() == RedisStore::FireResult::kOk;
+  }
+  ASSERT_EQ(counted, 1);
+  FinishMigration(StartMigration("'" + key + "'"));
+  EXPECT_EQ(fire(), RedisStore::FireResult::kNotRun);  // answered MOVED: Redis did not count it
+  EXPECT_EQ(fire(), RedisStore::FireResult::kOk);      // sent to the new owner
+  // Moved once more: the read follows MOVED to the owner and sees both counts.
+  FinishMigration(StartMigration("'" + key + "'"));
+  const auto value = read();
+  ASSERT_TRUE(value.ok()) << value.error();
+  ASSERT_TRUE(std::holds_alternative<std::string>(value->v));
+  EXPECT_EQ(std::get<std::string>(value->v), "2");
+}
+
+// A node importing a slot may lack the script (flushed, or a restarted node): the EVAL that
+// answers NOSCRIPT after ASK goes there with ASKING too, or the node would send it back.
+TEST_F(ClusterTest, NoScriptAfterAskIsResentWithAsking) {
+  auto r = RedisStore::Create({.url = Url(), .prefix = "n", .timeout_ms = 2000});
+  ASSERT_TRUE(r.ok()) << r.error();
+  auto& store = **r;
+  const Limit burst = Limit::Create({.algorithm = core::Algorithm::kTokenBucket, .capacity = 10,
+                                     .refill = core::Rate::Parse("0.001", 1).value()}).value();
+  const std::vector<Check> checks = {{"burst", &burst, 1}};
+  std::vector<Decision> d(1);
+  for (int k = 0; k < 30; ++k) {  // a connection to every node, each with the script loaded
+    ASSERT_EQ(ApplySync(store, Batch{.scope = "n:" + std::to_string(k), .checks = checks}, d).error, StoreErrc::kOk);
+  }
+  const std::string key = "'n:{key:asked}:burst:tb'";
+  ASSERT_EQ(ApplySync(store, Batch{.scope = "key:asked", .checks = checks}, d).error, StoreErrc::kOk);
+  const Migration m = StartMigration(key);  // the key moved: the old owner answers ASK
+  ASSERT_NE(m.to, nullptr);
+  m.to->Cli("SCRIPT FLUSH");
+  const ApplyResult res = ApplySync(store, Batch{.scope = "key:asked", .checks = checks}, d);
+  ASSERT_EQ(res.error, StoreErrc::kOk) << res.message;
+  EXPECT_EQ(d[0].remaining, 8);
+  FinishMigration(m);
 }
 
 // A seed that does not answer: the slot map comes from the next one.

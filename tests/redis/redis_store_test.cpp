@@ -1,6 +1,10 @@
 #include <tollgate/store/redis_store.hpp>
 #include <tollgate/store/redis_usage.hpp>
 
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <functional>
 #include <future>
@@ -310,6 +314,85 @@ TEST(RedisStore, GroupedDecisionsThatTimedOutWaitingAreNeverSent) {
   ASSERT_TRUE(decide());
   const int64_t after = static_cast<int64_t>(store.stats().scripts.load() - scripts_resumed);
   EXPECT_GE(d[0].remaining, remaining_before - 2 * 128 - after);  // at most two batches debited
+}
+
+// Once the open circuit's time is up, one call probes; the others keep failing at once, so a
+// Redis that swallows requests costs one timeout per breaker_open_ms, not one per request.
+TEST(RedisStore, HalfOpenBreakerSendsOneProbe) {
+  testing::RedisServer server;
+  auto store = Make(server, 50);  // opens after 3 failures, for 100 ms
+  const Limit burst = Bucket(100, "1");
+  const std::vector<Check> checks = {{"burst", &burst, 1}};
+  std::vector<Decision> d(1);
+  ASSERT_EQ(ApplySync(*store, Batch{.scope = "k", .checks = checks}, d).error, StoreErrc::kOk);
+  server.Pause();
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(ApplySync(*store, Batch{.scope = "k", .checks = checks}, d).error, StoreErrc::kTimeout);
+  ASSERT_EQ(store->stats().breaker_open.load(), 1);
+  std::this_thread::sleep_for(std::chrono::milliseconds(150));
+  const uint64_t timeouts = store->stats().timeouts.load();
+  const uint64_t rejections = store->stats().breaker_rejections.load();
+  constexpr int kCalls = 20;
+  std::vector<Decision> out(kCalls);
+  std::vector<std::promise<ApplyResult>> replies(kCalls);
+  for (int i = 0; i < kCalls; ++i) {
+    store->Apply(Batch{.scope = "k", .checks = checks}, {&out[i], 1},
+                 [&replies, i](ApplyResult&& res) { replies[i].set_value(std::move(res)); });
+  }
+  for (auto& reply : replies) EXPECT_NE(reply.get_future().get().error, StoreErrc::kOk);
+  server.Resume();
+  EXPECT_EQ(store->stats().timeouts.load() - timeouts, 1u);
+  EXPECT_EQ(store->stats().breaker_rejections.load() - rejections, static_cast<uint64_t>(kCalls - 1));
+}
+
+// A refused AUTH backs off like any failed connection (it used to start over at 50 ms, since the
+// backoff was reset when the TCP connection opened, before AUTH's answer).
+TEST(RedisStore, RefusedPasswordBacksOff) {
+  testing::RedisServer server;
+  server.Cli("CONFIG SET requirepass right");
+  auto r = RedisStore::Create({.url = "redis://:wrong@127.0.0.1:" + std::to_string(server.port()),
+                               .prefix = "t", .timeout_ms = 50, .breaker_failures = 1'000'000});
+  ASSERT_TRUE(r.ok()) << r.error();
+  RedisStore& store = **r;
+  const Limit burst = Bucket(100, "1");
+  const std::vector<Check> checks = {{"burst", &burst, 1}};
+  std::vector<Decision> d(1);
+  const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(1500);
+  while (std::chrono::steady_clock::now() < end) {
+    EXPECT_NE(ApplySync(store, Batch{.scope = "k", .checks = checks}, d).error, StoreErrc::kOk);
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_NE(store.LastError().find("AUTH"), std::string::npos) << store.LastError();
+  // 50, 100, 200, 400, 800 ms: about 5 attempts in 1.5 s, where a fixed 50 ms made about 25.
+  EXPECT_LE(store.stats().reconnects.load(), 8u);
+  EXPECT_GE(store.stats().reconnects.load(), 3u);
+}
+
+// The breaker opening on timeouts drops live connections, not one still in its handshake: a
+// slow TLS handshake keeps its own deadline (connect_timeout_ms).
+TEST(RedisStore, BreakerLeavesAConnectionInItsHandshake) {
+  // A listener that never answers: TCP connects (the kernel's backlog), TLS never completes.
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  ASSERT_EQ(::listen(fd, 16), 0);
+  socklen_t len = sizeof addr;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  testing::TlsCerts certs;
+  auto r = RedisStore::Create({.url = "rediss://127.0.0.1:" + std::to_string(ntohs(addr.sin_port)),
+                               .prefix = "t", .timeout_ms = 20, .connect_timeout_ms = 3000,
+                               .breaker_failures = 3, .breaker_open_ms = 100,
+                               .tls_ca_file = certs.File("ca.crt")});
+  ASSERT_TRUE(r.ok()) << r.error();
+  RedisStore& store = **r;
+  const Limit burst = Bucket(100, "1");
+  const std::vector<Check> checks = {{"burst", &burst, 1}};
+  std::vector<Decision> d(1);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(ApplySync(store, Batch{.scope = "k", .checks = checks}, d).error, StoreErrc::kTimeout);
+  EXPECT_EQ(store.stats().breaker_open.load(), 1);
+  EXPECT_EQ(store.stats().reconnects.load(), 0u);  // the handshake goes on
+  ::close(fd);
 }
 
 TEST(RedisStore, StalledRedisTripsTheDeadline) {

@@ -89,8 +89,9 @@ class RedisStore final : public Store {
   std::string LastError() const;
 
   // Sends one plain command (e.g. {"HINCRBY", key, field, "1"}) to the node that owns the slot of
-  // `args[key_index]`, in the same pipeline as decisions; `done` runs on the store's thread.
-  // Connection failures and timeouts give an error; a Redis error reply is a RedisValue::Error.
+  // `args[key_index]`, in the same pipeline as decisions, following MOVED and ASK; `done` runs on
+  // the store's thread. Connection failures and timeouts give an error; a Redis error reply is a
+  // RedisValue::Error.
   void Command(std::vector<std::string> args, size_t key_index,
                std::function<void(core::Result<RedisValue>)> done);
 
@@ -98,9 +99,11 @@ class RedisStore final : public Store {
   // one go and pipelined with decisions: each `command` holds `replies` RESP-encoded requests
   // (EncodeCommand) for the node of `slot` (KeySlot of their key). A failure or error reply
   // counts in stats().command_errors; `done`, if set, gets each reply's outcome, on the store's
-  // thread. kNotSent: the connection failed before the command was written, so Redis did not
-  // run it and it may be sent again; kFailed: an error reply, or a failure after it was written.
-  enum class FireResult { kOk, kNotSent, kFailed };
+  // thread. kNotRun: Redis did not run it, so it may be sent again: the connection failed before
+  // it was written, or a cluster node redirected it (MOVED, ASK, TRYAGAIN; the slot map is
+  // refreshed, so it goes to the right node next time); kFailed: another error reply, or a
+  // failure after it was written.
+  enum class FireResult { kOk, kNotRun, kFailed };
   struct Fire {
     std::string command;
     int slot = 0;
