@@ -27,6 +27,12 @@ int64_t Bound(const core::TokenBucket& b, int64_t level_upper, int64_t elapsed_u
 
 }  // namespace
 
+std::array<int64_t, 3> DenyCache::BucketOf(const core::Limit& limit) {
+  const auto* b = std::get_if<core::TokenBucket>(&limit.impl());
+  if (!b) return {0, 0, 0};
+  return {b->capacity(), b->rate().tokens, b->rate().per_micros};
+}
+
 const MonotonicClock& MonotonicClock::Steady() {
   static SteadyMonotonicClock clock;
   return clock;
@@ -47,7 +53,7 @@ bool DenyCache::TryReject(const store::Batch& batch, std::span<core::Decision> d
     const store::Check& c = batch.checks[i];
     const CheckBound* known = nullptr;
     for (const CheckBound& cb : e.checks) {
-      if (cb.limit == c.limit && cb.name == c.name) known = &cb;
+      if (cb.limit == c.limit && cb.name == c.name && cb.bucket == BucketOf(*c.limit)) known = &cb;
     }
     if (!known) {
       if (reject) continue;
@@ -109,7 +115,8 @@ void DenyCache::Record(const std::string& scope, std::span<const store::Check> c
   }
   Entry e{sent_us, result.now.unix_micros(), {}};
   for (size_t i = 0; i < checks.size(); ++i) {
-    e.checks.push_back({std::string(checks[i].name), checks[i].limit, level_upper(checks[i], decisions[i]), decisions[i]});
+    e.checks.push_back({std::string(checks[i].name), checks[i].limit, BucketOf(*checks[i].limit),
+                        level_upper(checks[i], decisions[i]), decisions[i]});
   }
   std::lock_guard lock(mu_);
   if (entries_.size() >= options_.max_entries && !entries_.count(scope)) {

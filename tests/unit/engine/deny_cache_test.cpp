@@ -1,5 +1,6 @@
 #include <tollgate/engine/deny_cache.hpp>
 
+#include <optional>
 #include <random>
 #include <vector>
 
@@ -76,6 +77,25 @@ TEST(DenyCache, FloodingClientCostsTheStoreAlmostNothing) {
   EXPECT_GE(cache.stats().local_rejections.load(), 999u);
   clock.Advance(Duration::Seconds(1));  // one token back: the store is asked again
   EXPECT_TRUE(ApplySync(cache, {.scope = "k", .checks = checks}, d).committed);
+}
+
+// A reload replaces the policy's limits; the new one may take the freed one's address. A bound
+// made for the old bucket does not hold for a larger one at the same address.
+TEST(DenyCache, ABoundIsForTheBucketItWasMadeFor) {
+  testing::FakeClock clock;
+  FakeMono mono(clock);
+  store::MemoryStore memory({.max_keys = 100, .shards = 1}, clock);
+  DenyCache cache(memory, {}, mono);
+  std::optional<Limit> limit(Bucket(1, "0.001"));
+  const std::vector<Check> checks = {{"burst", &*limit, 1}};
+  std::vector<Decision> d(1);
+  ASSERT_TRUE(ApplySync(cache, {.scope = "k", .checks = checks}, d).committed);
+  ASSERT_FALSE(ApplySync(cache, {.scope = "k", .checks = checks}, d).committed);  // remembered
+  limit.reset();
+  limit.emplace(Bucket(100, "0.001"));  // same address, 99 tokens left
+  const ApplyResult r = ApplySync(cache, {.scope = "k", .checks = checks}, d);
+  EXPECT_TRUE(r.committed);
+  EXPECT_EQ(d[0].remaining, 98);
 }
 
 TEST(DenyCache, NeverRejectsWhatTheStoreWouldAllow) {
