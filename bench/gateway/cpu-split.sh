@@ -2,7 +2,8 @@
 # Where a request's CPU goes: tollgate's decision service (answering by itself, as in run.sh's
 # decision and redis-decision modes) on CPU 1, with a redis-server of its own on CPU 1 when
 # STORE=redis, one wrk on CPU 0. Prints, per request, the user and system CPU of tollgate and of
-# Redis (/proc), over one wrk run after a warm-up.
+# Redis (/proc), over one wrk run after a warm-up; with Redis, also its commands per request and
+# the time each takes inside Redis (INFO commandstats over the same run).
 #   bench/gateway/cpu-split.sh [memory|redis] [hot|rand]
 # Knobs: TOLLGATE_BIN (build/tollgate), WRK_DURATION (4s), WRK_KEYS (10000), LIMIT (10000000).
 set -euo pipefail
@@ -32,6 +33,7 @@ wrk_run() { # DURATION
     "http://127.0.0.1:$port/"
 }
 wrk_run 1s >/dev/null
+if [[ $store == redis ]]; then redis-cli -p "$redis_port" CONFIG RESETSTAT >/dev/null; fi
 cpu() { awk '{print $14, $15}' "/proc/$1/stat"; }  # user and system, in clock ticks
 snap() { for p in "${pids[@]}"; do cpu "$p"; done; }
 before=$(snap)
@@ -47,3 +49,9 @@ paste <(echo "$before") <(echo "$after") | awk -v n="$n" -v hz="$hz" -v names="$
   BEGIN { split(names, name, " ") }
   { printf "  %-12s %5.1f us user, %5.1f us system per request\n", name[NR], ($3 - $1) * 1e6 / hz / n,
            ($4 - $2) * 1e6 / hz / n }'
+if [[ $store == redis ]]; then
+  redis-cli -p "$redis_port" INFO commandstats | awk -F'[:=,]' -v n="$n" '
+    /^cmdstat_/ && !/config/ { sub("cmdstat_", "", $1)
+      printf "  redis %-8s %6.3f calls, %6.2f us each, %5.2f us per request\n", $1, $3 / n, $7, $5 / n }' |
+    sort -k2,2  # (a script's time includes its commands')
+fi
