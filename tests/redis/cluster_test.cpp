@@ -22,6 +22,13 @@ using core::Limit;
 
 using testing::ApplySync;
 
+// A token bucket of `capacity` that refills slowly (one token in 1,000 s): within a test, only
+// the tokens taken count.
+Limit Bucket(int64_t capacity) {
+  return Limit::Create({.algorithm = core::Algorithm::kTokenBucket, .capacity = capacity,
+                        .refill = core::Rate::Parse("0.001", 1).value()}).value();
+}
+
 // Waits (bounded) until every node reports the cluster ready.
 bool WaitClusterReady(const std::vector<std::unique_ptr<testing::RedisServer>>& nodes) {
   for (int i = 0; i < 200; ++i) {
@@ -50,6 +57,12 @@ class ClusterTest : public ::testing::Test {
 
   static std::string Url() {
     return "redis-cluster://127.0.0.1:" + std::to_string(nodes_[0]->port());
+  }
+  // A store on the cluster, its keys under `prefix`.
+  static std::unique_ptr<RedisStore> MakeStore(const std::string& prefix, int timeout_ms = 2000) {
+    auto r = RedisStore::Create({.url = Url(), .prefix = prefix, .timeout_ms = timeout_ms});
+    EXPECT_TRUE(r.ok()) << r.error();
+    return r.ok() ? std::move(r).value() : nullptr;
   }
   // The node that serves `slot` now, per CLUSTER NODES on node 0.
   static testing::RedisServer* Owner(int slot) {
@@ -110,11 +123,10 @@ class ClusterTest : public ::testing::Test {
 std::vector<std::unique_ptr<testing::RedisServer>> ClusterTest::nodes_;
 
 TEST_F(ClusterTest, LimitsHoldAcrossSlotsAndEveryCheckOfAKeyShareOneSlot) {
-  auto r = RedisStore::Create({.url = Url(), .prefix = "c", .timeout_ms = 2000});
-  ASSERT_TRUE(r.ok()) << r.error();
-  auto& store = **r;
-  const Limit burst = Limit::Create({.algorithm = core::Algorithm::kTokenBucket, .capacity = 5,
-                                     .refill = core::Rate::Parse("0.001", 1).value()}).value();
+  auto owned = MakeStore("c");
+  ASSERT_NE(owned, nullptr);
+  auto& store = *owned;
+  const Limit burst = Bucket(5);
   const Limit daily = Limit::Create({.algorithm = core::Algorithm::kQuota, .ceiling = 100}).value();
   const std::vector<Check> checks = {{"burst", &burst, 1}, {"daily", &daily, 1}};
   std::vector<Decision> d(2);
@@ -136,11 +148,10 @@ TEST_F(ClusterTest, LimitsHoldAcrossSlotsAndEveryCheckOfAKeyShareOneSlot) {
 }
 
 TEST_F(ClusterTest, ReshardingMovedIsFollowed) {
-  auto r = RedisStore::Create({.url = Url(), .prefix = "m", .timeout_ms = 2000});
-  ASSERT_TRUE(r.ok()) << r.error();
-  auto& store = **r;
-  const Limit burst = Limit::Create({.algorithm = core::Algorithm::kTokenBucket, .capacity = 50,
-                                     .refill = core::Rate::Parse("0.001", 1).value()}).value();
+  auto owned = MakeStore("m");
+  ASSERT_NE(owned, nullptr);
+  auto& store = *owned;
+  const Limit burst = Bucket(50);
   const std::vector<Check> checks = {{"burst", &burst, 1}};
   std::vector<Decision> d(1);
   const std::string scope = "key:moving";
@@ -162,11 +173,10 @@ TEST_F(ClusterTest, ReshardingMovedIsFollowed) {
 // answered ASK (slot migrating, key already on the importing node) or MOVED (slot moved) sends
 // each of its decisions on, and the budget stays exact across both nodes.
 TEST_F(ClusterTest, GroupedDecisionsFollowAskThenMoved) {
-  auto r = RedisStore::Create({.url = Url(), .prefix = "g", .timeout_ms = 2000});
-  ASSERT_TRUE(r.ok()) << r.error();
-  auto& store = **r;
-  const Limit burst = Limit::Create({.algorithm = core::Algorithm::kTokenBucket, .capacity = 100,
-                                     .refill = core::Rate::Parse("0.001", 1).value()}).value();
+  auto owned = MakeStore("g");
+  ASSERT_NE(owned, nullptr);
+  auto& store = *owned;
+  const Limit burst = Bucket(100);
   const std::vector<Check> checks = {{"burst", &burst, 1}};
   const std::string scope = "key:grouped";
   const std::string key = "'g:{key:grouped}:burst:tb'";
@@ -206,11 +216,10 @@ TEST_F(ClusterTest, GroupedDecisionsFollowAskThenMoved) {
 // (absent keys are full buckets here), gets TRYAGAIN: the store tries again until the slot has
 // moved, and the budget stays exact.
 TEST_F(ClusterTest, TryAgainDuringMigrationIsRetried) {
-  auto r = RedisStore::Create({.url = Url(), .prefix = "t", .timeout_ms = 3000});
-  ASSERT_TRUE(r.ok()) << r.error();
-  auto& store = **r;
-  const Limit burst = Limit::Create({.algorithm = core::Algorithm::kTokenBucket, .capacity = 10,
-                                     .refill = core::Rate::Parse("0.001", 1).value()}).value();
+  auto owned = MakeStore("t", 3000);
+  ASSERT_NE(owned, nullptr);
+  auto& store = *owned;
+  const Limit burst = Bucket(10);
   const Limit daily = Limit::Create({.algorithm = core::Algorithm::kQuota, .ceiling = 100}).value();
   const std::string scope = "key:tryagain";
   std::vector<Decision> d(2);
@@ -240,9 +249,9 @@ TEST_F(ClusterTest, TryAgainDuringMigrationIsRetried) {
 // reported as not run (so the usage meter sends it again) and the store learns the new owner;
 // a read follows the redirect.
 TEST_F(ClusterTest, PlainCommandsFollowMovedSlots) {
-  auto r = RedisStore::Create({.url = Url(), .prefix = "p", .timeout_ms = 2000});
-  ASSERT_TRUE(r.ok()) << r.error();
-  auto& store = **r;
+  auto owned = MakeStore("p");
+  ASSERT_NE(owned, nullptr);
+  auto& store = *owned;
   const std::string key = "p:{usage:acct}:day";
   auto fire = [&] {
     std::promise<RedisStore::FireResult> result;
@@ -278,11 +287,10 @@ TEST_F(ClusterTest, PlainCommandsFollowMovedSlots) {
 // A node importing a slot may lack the script (flushed, or a restarted node): the EVAL that
 // answers NOSCRIPT after ASK goes there with ASKING too, or the node would send it back.
 TEST_F(ClusterTest, NoScriptAfterAskIsResentWithAsking) {
-  auto r = RedisStore::Create({.url = Url(), .prefix = "n", .timeout_ms = 2000});
-  ASSERT_TRUE(r.ok()) << r.error();
-  auto& store = **r;
-  const Limit burst = Limit::Create({.algorithm = core::Algorithm::kTokenBucket, .capacity = 10,
-                                     .refill = core::Rate::Parse("0.001", 1).value()}).value();
+  auto owned = MakeStore("n");
+  ASSERT_NE(owned, nullptr);
+  auto& store = *owned;
+  const Limit burst = Bucket(10);
   const std::vector<Check> checks = {{"burst", &burst, 1}};
   std::vector<Decision> d(1);
   for (int k = 0; k < 30; ++k) {  // a connection to every node, each with the script loaded
@@ -306,8 +314,7 @@ TEST_F(ClusterTest, SlotMapComesFromTheFirstSeedThatAnswers) {
   auto r = RedisStore::Create({.url = url, .prefix = "s", .timeout_ms = 2000});
   ASSERT_TRUE(r.ok()) << r.error();
   auto& store = **r;
-  const Limit burst = Limit::Create({.algorithm = core::Algorithm::kTokenBucket, .capacity = 1,
-                                     .refill = core::Rate::Parse("0.001", 1).value()}).value();
+  const Limit burst = Bucket(1);
   const std::vector<Check> checks = {{"burst", &burst, 1}};
   std::vector<Decision> d(1);
   // Identities on every node: each decision goes to its slot's owner, none to the dead seed.
@@ -390,8 +397,7 @@ TEST(ClusterFailover, SlotsOfADeadMasterFollowItsReplica) {
                                .prefix = "f", .timeout_ms = 200});
   ASSERT_TRUE(r.ok()) << r.error();
   auto& store = **r;
-  const Limit burst = Limit::Create({.algorithm = core::Algorithm::kTokenBucket, .capacity = 10,
-                                     .refill = core::Rate::Parse("0.001", 1).value()}).value();
+  const Limit burst = Bucket(10);
   const std::vector<Check> checks = {{"burst", &burst, 1}};
   const Batch batch{.scope = "key:failover", .checks = checks};
   std::vector<Decision> d(1);
@@ -436,11 +442,10 @@ uint64_t ReadsProcessed(const std::vector<std::unique_ptr<testing::RedisServer>>
 // Decisions of many identities issued at once leave together: a batch holds a script call for
 // each slot, so a node gets them in a few writes, not two decisions per round trip.
 TEST_F(ClusterTest, ManyIdentitiesLeaveInBatches) {
-  auto r = RedisStore::Create({.url = Url(), .prefix = "b", .timeout_ms = 2000});
-  ASSERT_TRUE(r.ok()) << r.error();
-  auto& store = **r;
-  const Limit burst = Limit::Create({.algorithm = core::Algorithm::kTokenBucket, .capacity = 2,
-                                     .refill = core::Rate::Parse("0.001", 1).value()}).value();
+  auto owned = MakeStore("b");
+  ASSERT_NE(owned, nullptr);
+  auto& store = *owned;
+  const Limit burst = Bucket(2);
   const std::vector<Check> checks = {{"burst", &burst, 1}};
   std::vector<Decision> one(1);
   for (int k = 0; k < 30; ++k) {  // connects to every node
@@ -507,10 +512,7 @@ TEST(TlsCluster, LimitsHoldWithEveryNodeOverTls) {
                           .tls_ca_file = certs.File("ca.crt")});
   ASSERT_TRUE(r.ok()) << r.error();
   auto& store = **r;
-  const Limit burst = Limit::Create({.algorithm = core::Algorithm::kTokenBucket,
-                                     .capacity = 3,
-                                     .refill = core::Rate::Parse("0.001", 1).value()})
-                          .value();
+  const Limit burst = Bucket(3);
   const std::vector<Check> checks = {{"burst", &burst, 1}};
   std::vector<Decision> d(1);
   for (int k = 0; k < 30; ++k) {
