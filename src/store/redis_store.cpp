@@ -1366,14 +1366,9 @@ void RedisStore::Impl::FireAndForget(std::vector<Fire> commands) {
   net::post(ioc_, [this, commands = std::move(commands)]() mutable {
     for (Fire& c : commands) {
       Connection& conn = NodeFor(c.slot);
-      if (!c.done) {  // a handler that fits in std::function without allocating
-        conn.Send(c.command, [this, slot = c.slot, &conn](const redisReply* r, Failure f) {
-          OnFired(slot, conn, r, f);
-        }, c.replies);
-        continue;
-      }
       conn.Send(c.command, [this, slot = c.slot, &conn, done = std::move(c.done)](const redisReply* r, Failure f) {
-        done(OnFired(slot, conn, r, f));
+        const FireResult result = OnFired(slot, conn, r, f);
+        if (done) done(result);
       }, c.replies);
     }
   });
