@@ -1,15 +1,74 @@
 #!/usr/bin/env bash
-# Fuzzes ParseRequestHead against Beast's parser with libFuzzer (clang-14, ASan+UBSan) for
-# SECONDS seconds (default 60). Not part of the test suite: run by hand after changing
-# src/http/request_head.cpp. Needs clang-14 and libclang-rt-14-dev.
-# Usage: fuzz/run.sh [SECONDS]
+# Fuzzes the parsers of untrusted input with libFuzzer (clang-14, ASan+UBSan), each for SECONDS
+# seconds (default 60), starting from its checked-in corpus fuzz/corpus/NAME (copied to a temp
+# dir: the repo is not modified; copy an input worth keeping into it by hand):
+#   request_head  ParseRequestHead against Beast's parser (src/http/request_head.cpp)
+#   target        CanonicalizeTarget: its contract, and Boost.URL's normalisation
+#                 (src/http/target.cpp)
+# A fuzzer is rebuilt when a source or a header is newer than it. Crashes are written to
+# FUZZ_DIR (default /tmp/tollgate-fuzz) as NAME-crash-*; replay one with
+# `$FUZZ_DIR/NAME_fuzz FILE`. Needs clang-14 and libclang-rt-14-dev (scripts/install-deps.sh).
+# Usage: fuzz/run.sh [SECONDS] [NAME...]      (fuzz/smoke.sh runs it from ctest, 10 s each)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+seconds=${1:-60}
+shift || true
+names=("$@")
+[[ ${#names[@]} -eq 0 ]] && names=(request_head target)
 out=${FUZZ_DIR:-/tmp/tollgate-fuzz}
-mkdir -p "$out/corpus"
-printf 'GET /v1/items?page=2 HTTP/1.1\r\nHost: api\r\nX-API-Key: k-1\r\nConnection: keep-alive\r\n\r\n' > "$out/corpus/seed1"
-printf 'POST /x HTTP/1.0\r\nContent-Length: 0\r\nConnection: Keep-Alive, Upgrade\r\nA:\r\n\r\n' > "$out/corpus/seed2"
-clang++-14 -std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
-  -DBOOST_ASIO_NO_DEPRECATED -Iinclude \
-  fuzz/request_head_fuzz.cpp src/http/request_head.cpp -o "$out/request_head_fuzz"
-"$out/request_head_fuzz" -max_total_time="${1:-60}" -max_len=4096 "$out/corpus"
+mkdir -p "$out"
+
+if ! command -v clang++-14 >/dev/null; then
+  echo "fuzz/run.sh: clang++-14 not found; install clang-14 and libclang-rt-14-dev" >&2
+  exit 1
+fi
+
+# The sources of each fuzzer, and the extra libFuzzer flags it runs with.
+sources() {
+  case $1 in
+    request_head) echo fuzz/request_head_fuzz.cpp src/http/request_head.cpp ;;
+    target) echo fuzz/target_fuzz.cpp src/http/target.cpp ;;
+    *) echo "fuzz/run.sh: unknown fuzzer '$1' (request_head, target)" >&2; exit 2 ;;
+  esac
+}
+run_flags() {
+  case $1 in
+    target) echo "-dict=fuzz/target.dict" ;;
+  esac
+}
+
+build() {
+  local name=$1 bin="$out/$1_fuzz"
+  local srcs
+  read -r -a srcs <<<"$(sources "$name")"
+  if [[ -x $bin && -z $(find include "${srcs[@]}" fuzz/run.sh -newer "$bin" -print -quit) ]]; then
+    return 0
+  fi
+  echo "fuzz/run.sh: building $bin" >&2
+  # Boost.URL is compiled into target_fuzz (boost/url/src.hpp), with the sanitizers.
+  clang++-14 -std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
+    -DBOOST_ASIO_NO_DEPRECATED -Iinclude "${srcs[@]}" -o "$bin.tmp"
+  mv "$bin.tmp" "$bin"
+}
+
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+failed=()
+for name in "${names[@]}"; do
+  sources "$name" >/dev/null
+  build "$name"
+  cp -r "fuzz/corpus/$name" "$tmp/$name"
+  flags=()
+  read -r -a flags <<<"$(run_flags "$name")"
+  echo "fuzz/run.sh: $name for ${seconds}s" >&2
+  if ! "$out/${name}_fuzz" -max_total_time="$seconds" -max_len=4096 -timeout=10 -print_final_stats=1 \
+       -artifact_prefix="$out/$name-" "${flags[@]}" "$tmp/$name" 2>"$tmp/$name.log"; then
+    failed+=("$name")
+    grep -v '^#[0-9]' "$tmp/$name.log" | tail -n 60 >&2
+  fi
+  grep -E '^(Done|stat::number_of_executed_units|stat::average_exec_per_sec)' "$tmp/$name.log" >&2 || true
+done
+if [[ ${#failed[@]} -gt 0 ]]; then
+  echo "fuzz/run.sh: FAILED: ${failed[*]} (inputs in $out)" >&2
+  exit 1
+fi

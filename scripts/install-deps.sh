@@ -7,10 +7,11 @@ packages=(
   g++ cmake ninja-build ccache make pkg-config
   libboost1.81-dev libboost-json1.81-dev libboost-url1.81-dev
   libyaml-cpp-dev libhiredis-dev libssl-dev openssl ca-certificates libabsl-dev
-  libgtest-dev libgmock-dev libbenchmark-dev
+  libgtest-dev libgmock-dev libbenchmark-dev libxxhash-dev
   redis-server redis-tools curl python3
   libpq-dev postgresql nginx-light
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
+  clang-14 libclang-rt-14-dev
 )
 if [[ ${TOLLGATE_EXTRA_PACKAGES:-} ]]; then
   read -r -a extra <<<"$TOLLGATE_EXTRA_PACKAGES"

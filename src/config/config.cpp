@@ -2,6 +2,7 @@
 
 #include <openssl/evp.h>
 
+#include <cctype>
 #include <charconv>
 #include <cstdint>
 #include <cstdio>
@@ -49,6 +50,26 @@ std::string Str(const YAML::Node& n, const std::string& path) {
   return n.as<std::string>();
 }
 
+// A name that reaches HTTP fields (key ids, accounts, plan and limit names): a CR/LF in one
+// would inject header lines into every upstream request of that key.
+std::string Name(const YAML::Node& n, const std::string& path) {
+  std::string s = Str(n, path);
+  if (!IsFieldSafe(s)) Fail(path, "must not contain control characters (CR, LF, NUL, ...)");
+  return s;
+}
+
+// RFC 9110 token: a header name.
+bool IsToken(std::string_view s) {
+  static constexpr std::string_view kSpecials = "!#$%&'*+-.^_`|~";
+  if (s.empty()) return false;
+  for (char ch : s) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (!std::isalnum(c) && kSpecials.find(ch) == std::string_view::npos) return false;
+  }
+  return true;
+}
+
+
 int64_t Int(const YAML::Node& n, const std::string& path, int64_t min, int64_t max) {
   if (!n.IsScalar()) Fail(path, "must be an integer");
   const std::string s = n.as<std::string>();
@@ -67,6 +88,16 @@ bool Bool(const YAML::Node& n, const std::string& path) {
   if (s == "true") return true;
   if (s == "false") return false;
   Fail(path, "must be true or false, got '" + s + "'");
+}
+
+TargetConfig ParseTarget(const YAML::Node& n, const std::string& path) {
+  OnlyKeys(n, path, {"allow_encoded_slash", "allow_path_parameters"});
+  TargetConfig t;
+  if (n["allow_encoded_slash"]) t.allow_encoded_slash = Bool(n["allow_encoded_slash"], Join(path, "allow_encoded_slash"));
+  if (n["allow_path_parameters"]) {
+    t.allow_path_parameters = Bool(n["allow_path_parameters"], Join(path, "allow_path_parameters"));
+  }
+  return t;
 }
 
 template <class T>
@@ -182,7 +213,7 @@ LimitConfig ParseLimit(const YAML::Node& n, const std::string& path, bool plan_l
   OnlyKeys(n, path, allowed);
   LimitConfig l;
   if (!n["name"]) Fail(Join(path, "name"), "required");
-  l.name = Str(n["name"], Join(path, "name"));
+  l.name = Name(n["name"], Join(path, "name"));
   if (l.name.empty() || l.name.find_first_of(" \t\",;:{}") != std::string::npos) {
     Fail(Join(path, "name"), "must be a plain word (letters, digits, - or _)");
   }
@@ -283,11 +314,11 @@ KeyConfig ParseKey(const YAML::Node& n, const std::string& path, const Config& c
     Fail(path, "key or sha256 is required");
   }
   if (!n["id"]) Fail(Join(path, "id"), "required");
-  k.id = Str(n["id"], Join(path, "id"));
+  k.id = Name(n["id"], Join(path, "id"));
   if (k.id.empty()) Fail(Join(path, "id"), "must not be empty");
-  k.account = n["account"] ? Str(n["account"], Join(path, "account")) : k.id;
+  k.account = n["account"] ? Name(n["account"], Join(path, "account")) : k.id;
   if (!n["plan"]) Fail(Join(path, "plan"), "required");
-  k.plan = Str(n["plan"], Join(path, "plan"));
+  k.plan = Name(n["plan"], Join(path, "plan"));
   // An unknown plan is not an error: the key gets the strictest plan (DESIGN.md).
   if (const YAML::Node o = n["overrides"]) {
     const PlanConfig* plan = nullptr;
@@ -319,13 +350,17 @@ Config Parse(const YAML::Node& root, const std::string& base_dir) {
   OnlyKeys(root, "", {"server", "upstream", "store", "mode", "identity", "plans", "keys",
                       "keys_file", "routes", "anonymous", "headers", "decision", "rls"});
   if (const YAML::Node s = root["server"]) {
-    OnlyKeys(s, "server", {"listen", "admin_listen", "threads", "max_connections", "max_header_bytes",
+    OnlyKeys(s, "server", {"listen", "admin_listen", "threads", "max_connections",
+                           "max_connections_per_address", "admin_max_connections", "max_header_bytes",
                            "max_body_bytes", "header_timeout_ms", "idle_timeout_ms",
-                           "drain_timeout_ms", "access_log"});
+                           "drain_timeout_ms", "access_log", "request_target"});
     if (s["listen"]) c.server.listen = Str(s["listen"], "server.listen");
     if (s["admin_listen"]) c.server.admin_listen = Str(s["admin_listen"], "server.admin_listen");
     Set(s, "threads", "server", c.server.threads, 0, 256);
-    Set(s, "max_connections", "server", c.server.max_connections, 1, 1'000'000);
+    Set(s, "max_connections", "server", c.server.max_connections, 0, 1'000'000);
+    Set(s, "max_connections_per_address", "server", c.server.max_connections_per_address, 0, 1'000'000);
+    Set(s, "admin_max_connections", "server", c.server.admin_max_connections, 1, 10'000);
+    if (s["request_target"]) c.server.request_target = ParseTarget(s["request_target"], "server.request_target");
     Set(s, "max_header_bytes", "server", c.server.max_header_bytes, 1024, 1 << 20);
     Set(s, "max_body_bytes", "server", c.server.max_body_bytes, 0, int64_t{1} << 40);
     Set(s, "header_timeout_ms", "server", c.server.header_timeout_ms, 1, 3'600'000);
@@ -334,12 +369,15 @@ Config Parse(const YAML::Node& root, const std::string& base_dir) {
     if (s["access_log"]) c.server.access_log = Bool(s["access_log"], "server.access_log");
   }
   if (const YAML::Node u = root["upstream"]) {
-    OnlyKeys(u, "upstream", {"url", "connect_timeout_ms", "timeout_ms", "max_connections"});
+    OnlyKeys(u, "upstream", {"url", "connect_timeout_ms", "timeout_ms", "max_connections", "queue_size",
+                             "queue_timeout_ms"});
     if (u["url"]) c.upstream.url = Str(u["url"], "upstream.url");
     if (c.upstream.url.rfind("http://", 0) != 0) Fail("upstream.url", "must start with http://");
     Set(u, "connect_timeout_ms", "upstream", c.upstream.connect_timeout_ms, 1, 600'000);
     Set(u, "timeout_ms", "upstream", c.upstream.timeout_ms, 1, 3'600'000);
     Set(u, "max_connections", "upstream", c.upstream.max_connections, 1, 100'000);
+    Set(u, "queue_size", "upstream", c.upstream.queue_size, 0, 1'000'000);
+    Set(u, "queue_timeout_ms", "upstream", c.upstream.queue_timeout_ms, 1, 600'000);
   }
   if (const YAML::Node s = root["store"]) {
     OnlyKeys(s, "store", {"type", "max_keys", "prefix", "url", "timeout_ms", "connect_timeout_ms",
@@ -383,6 +421,11 @@ Config Parse(const YAML::Node& root, const std::string& base_dir) {
     if (id["api_key_headers"]) {
       c.identity.api_key_headers = StrList(id["api_key_headers"], "identity.api_key_headers");
       if (c.identity.api_key_headers.empty()) Fail("identity.api_key_headers", "must not be empty");
+      for (size_t i = 0; i < c.identity.api_key_headers.size(); ++i) {
+        if (!IsToken(c.identity.api_key_headers[i])) {
+          Fail(Index("identity.api_key_headers", i), "must be a header name (letters, digits, -, ...)");
+        }
+      }
     }
     if (id["trusted_proxies"]) c.identity.trusted_proxies = StrList(id["trusted_proxies"], "identity.trusted_proxies");
     if (const YAML::Node l = id["invalid_key_limit"]) {
@@ -397,6 +440,7 @@ Config Parse(const YAML::Node& root, const std::string& base_dir) {
     for (const auto& kv : plans) {
       const std::string name = kv.first.as<std::string>();
       const std::string path = Join("plans", name);
+      if (!IsFieldSafe(name) || name.empty()) Fail(path, "a plan name must not be empty or contain control characters");
       OnlyKeys(kv.second, path, {"mode", "scope", "limits"});
       PlanConfig p;
       p.name = name;
@@ -460,9 +504,12 @@ Config Parse(const YAML::Node& root, const std::string& base_dir) {
       OnlyKeys(r, path, {"path", "method", "cost", "fail_mode", "identity"});
       RouteConfig rc;
       if (!r["path"]) Fail(Join(path, "path"), "required");
-      rc.path = Str(r["path"], Join(path, "path"));
+      rc.path = Name(r["path"], Join(path, "path"));
       if (rc.path.empty() || rc.path[0] != '/') Fail(Join(path, "path"), "must start with /");
-      if (r["method"]) rc.method = Str(r["method"], Join(path, "method"));
+      if (r["method"]) {
+        rc.method = Str(r["method"], Join(path, "method"));
+        if (!IsToken(rc.method)) Fail(Join(path, "method"), "must be a method name (GET, POST, ...)");
+      }
       if (const YAML::Node cost = r["cost"]) {
         if (cost.IsScalar()) {
           rc.cost.fixed = Int(cost, Join(path, "cost"), 1, int64_t{1} << 40);
@@ -495,9 +542,17 @@ Config Parse(const YAML::Node& root, const std::string& base_dir) {
     if (a["limits"]) c.anonymous = ParseLimits(a["limits"], "anonymous.limits", false);
   }
   if (const YAML::Node d = root["decision"]) {
-    OnlyKeys(d, "decision", {"listen", "deny_status"});
+    OnlyKeys(d, "decision", {"listen", "deny_status", "proxy", "request_target"});
     if (d["listen"]) c.decision.listen = Str(d["listen"], "decision.listen");
     Set(d, "deny_status", "decision", c.decision.deny_status, 400, 599);
+    if (d["proxy"]) {
+      const std::string p = Str(d["proxy"], "decision.proxy");
+      if (p == "nginx") c.decision.proxy = DecisionProxy::kNginx;
+      else if (p == "traefik") c.decision.proxy = DecisionProxy::kTraefik;
+      else if (p == "envoy") c.decision.proxy = DecisionProxy::kEnvoy;
+      else Fail("decision.proxy", "must be nginx, traefik or envoy, got '" + p + "'");
+    }
+    if (d["request_target"]) c.decision.request_target = ParseTarget(d["request_target"], "decision.request_target");
   }
   if (const YAML::Node r = root["rls"]) {
     OnlyKeys(r, "rls", {"listen", "domains"});
@@ -569,6 +624,14 @@ core::Result<std::vector<OverrideConfig>> ParseOverrides(const OverrideFields& o
   } catch (const YAML::Exception& e) {
     return core::Error{std::string("invalid overrides: ") + e.what()};
   }
+}
+
+bool IsFieldSafe(std::string_view text) {
+  for (char ch : text) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (c < 0x20 || c == 0x7f) return false;
+  }
+  return true;
 }
 
 std::string Sha256Raw(std::string_view text) {

@@ -38,6 +38,7 @@
 #include <tollgate/engine/engine.hpp>
 #include <tollgate/http/contract.hpp>
 #include <tollgate/http/request_head.hpp>
+#include <tollgate/http/target.hpp>
 #include <tollgate/metrics/metrics.hpp>
 #include <tollgate/policy/policy.hpp>
 #include <tollgate/core/calendar.hpp>
@@ -50,7 +51,13 @@
 #include <tollgate/store/redis_usage.hpp>
 #include <tollgate/util/clock.hpp>
 #include <tollgate/util/hash.hpp>
+#include <tollgate/util/query.hpp>
 #include <tollgate/util/text.hpp>
+
+#include <sys/resource.h>
+#include <sys/socket.h>
+
+#include <deque>
 
 #include "socket.hpp"
 #ifdef TOLLGATE_HAVE_RLS
@@ -108,6 +115,35 @@ UpstreamTarget ParseUpstream(const std::string& url) {
   if (rest.find(':') == std::string::npos) rest += ":80";
   t.endpoint = SplitHostPort(rest, "upstream.url");
   return t;
+}
+
+// server.max_connections when the file says 0 or more than the process can open: the soft
+// RLIMIT_NOFILE is raised to the hard one first (as nginx's worker_rlimit_nofile does), and the
+// descriptors the process needs besides client connections are kept apart.
+config::ServerConfig WithFileLimit(const config::Config& config) {
+  config::ServerConfig server = config.server;
+  rlimit lim{};
+  if (::getrlimit(RLIMIT_NOFILE, &lim) != 0) return server;
+  if (lim.rlim_cur < lim.rlim_max) {
+    rlimit raised = lim;
+    raised.rlim_cur = lim.rlim_max;
+    if (::setrlimit(RLIMIT_NOFILE, &raised) == 0) lim = raised;
+  }
+  // Upstream pool, admin budget, store and key-source connections, listeners, logs.
+  const size_t reserve = config.upstream.max_connections + config.server.admin_max_connections + 64 +
+                         4 * static_cast<size_t>(std::max(1, config.server.threads > 0 ? config.server.threads
+                                                                                        : static_cast<int>(std::thread::hardware_concurrency())));
+  const size_t files = lim.rlim_cur == RLIM_INFINITY ? SIZE_MAX : static_cast<size_t>(lim.rlim_cur);
+  const size_t fit = files > reserve + 16 ? files - reserve : 16;
+  const size_t wanted = server.max_connections == 0 ? std::min<size_t>(10'000, fit) : server.max_connections;
+  if (wanted > fit) {
+    std::fprintf(stderr,
+                 "{\"level\":\"warn\",\"msg\":\"server.max_connections lowered to fit the file limit\","
+                 "\"configured\":%zu,\"max_connections\":%zu,\"nofile\":%zu}\n",
+                 wanted, fit, files);
+  }
+  server.max_connections = std::min(wanted, fit);
+  return server;
 }
 
 double SecondsSince(Clock::time_point start) {
@@ -330,6 +366,8 @@ class Conn {
 
 // Deadlines are enforced to within this.
 constexpr milliseconds kSweepInterval{10};
+// After an accept failed for want of descriptors or memory.
+constexpr milliseconds kAcceptBackoff{50};
 
 struct UpstreamConnection {
   UpstreamConnection(Conn*& list, net::io_context& ioc) : conn(list, ioc) {}
@@ -362,6 +400,7 @@ struct Gateway::Impl {
   const config::ServerConfig server;  // not reloadable: needs a restart
   const config::UpstreamConfig upstream_config;
   const UpstreamTarget upstream;
+  const std::string upstream_host;  // host[:port] of upstream.url, for requests without Host
 
   std::mutex policy_mu;
   std::shared_ptr<const policy::Policy> policy;
@@ -405,7 +444,18 @@ struct Gateway::Impl {
   // Store failures are logged at most once a second (every one is counted).
   void LogStoreFailure(store::StoreErrc errc);
 
-  std::atomic<size_t> connections{0};
+  std::atomic<size_t> connections{0};  // gateway and decision listeners (server.max_connections)
+  std::atomic<size_t> admin_connections{0};  // the admin listener's own budget
+  // Open connections per client address (server.max_connections_per_address).
+  struct AddressCounts {
+    std::mutex mu;
+    absl::flat_hash_map<std::string, size_t> counts;
+  } by_address;
+  std::atomic<uint64_t>& upstream_busy = metrics.Counter("tollgate_upstream_busy_total");
+  std::atomic<uint64_t>& upstream_stale = metrics.Counter("tollgate_upstream_stale_total");
+  std::atomic<uint64_t>& upstream_retries = metrics.Counter("tollgate_upstream_retries_total");
+  std::atomic<uint64_t>& accept_errors = metrics.Counter("tollgate_accept_errors_total");
+  std::atomic<uint64_t>& untrusted_headers = metrics.Counter("tollgate_decision_untrusted_headers_total");
   std::atomic<size_t> in_flight{0};
   std::atomic<bool> draining{false};
 
@@ -418,6 +468,53 @@ struct Gateway::Impl {
     std::lock_guard lock(policy_mu);
     return policy;
   }
+};
+
+// A client connection's place in the connection budgets: its listener's total and, unless the
+// peer is a trusted proxy, its address's count. Released when the connection ends. Not
+// thread-safe; moved from the accepting coroutine into the connection's.
+class ConnectionSlot {
+ public:
+  ConnectionSlot() = default;
+  ConnectionSlot(const ConnectionSlot&) = delete;
+  ConnectionSlot& operator=(const ConnectionSlot&) = delete;
+  ConnectionSlot(ConnectionSlot&& o) noexcept
+      : total_(std::exchange(o.total_, nullptr)), by_address_(std::exchange(o.by_address_, nullptr)),
+        address_(std::move(o.address_)) {}
+  ~ConnectionSlot() {
+    if (total_) total_->fetch_sub(1);
+    if (!by_address_) return;
+    std::lock_guard lock(by_address_->mu);
+    auto it = by_address_->counts.find(address_);
+    if (--it->second == 0) by_address_->counts.erase(it);
+  }
+  // Takes a place in `total` if fewer than `limit` are taken.
+  bool TakeTotal(std::atomic<size_t>& total, size_t limit) {
+    if (total.fetch_add(1) >= limit) {
+      total.fetch_sub(1);
+      return false;
+    }
+    total_ = &total;
+    return true;
+  }
+  // Takes a place among `address`'s connections if fewer than `limit` are taken.
+  bool TakeAddress(Gateway::Impl::AddressCounts& counts, std::string address, size_t limit) {
+    std::lock_guard lock(counts.mu);
+    size_t& n = counts.counts[address];
+    if (n >= limit) {
+      if (n == 0) counts.counts.erase(address);
+      return false;
+    }
+    ++n;
+    by_address_ = &counts;
+    address_ = std::move(address);
+    return true;
+  }
+
+ private:
+  std::atomic<size_t>* total_ = nullptr;
+  Gateway::Impl::AddressCounts* by_address_ = nullptr;
+  std::string address_;
 };
 
 struct Worker {
@@ -512,19 +609,29 @@ struct Worker {
     return key_cache.emplace(presented, pol.FindByKey(presented)).first->second;
   }
 
-  // Idle keep-alive connections to the upstream, this thread's share of max_connections.
+  // Keep-alive connections to the upstream: this thread's share of upstream.max_connections,
+  // and of upstream.queue_size for requests waiting for one of them.
   std::vector<std::unique_ptr<UpstreamConnection>> idle;
-  size_t upstream_open = 0;
+  std::atomic<size_t> upstream_open{0};  // idle and busy; read by /metrics
+  struct PoolWaiter {
+    net::steady_timer* timer;
+    bool granted = false;  // a connection was released for it
+  };
+  std::deque<PoolWaiter*> pool_waiters;  // oldest first
+  std::atomic<size_t> pool_waiting{0};   // pool_waiters.size(), for /metrics
 
   net::awaitable<void> Accept(tcp::acceptor& acceptor, Listener listener);
-  net::awaitable<void> Session(tcp::socket socket, Listener listener);
+  net::awaitable<void> Session(tcp::socket socket, Listener listener, ConnectionSlot slot);
   net::awaitable<void> SweepDeadlines();
   // A request is handled in steps (see Session()): those that need no waiting are plain
   // functions, which render our own responses (Reply) into scratch.out; only waiting on the
   // store, the usage meter or the upstream takes a coroutine.
   Step Begin(Exchange& ex, Scratch& scratch, const RequestHead& head, RequestParser* body_parser,
-             std::string_view peer, Listener listener);
+             std::string_view peer, std::string_view peer_ip, Listener listener);
   Step Conclude(Exchange& ex, Scratch& scratch);  // after the decision, in ex.verdict
+  // The decision service: the original request's method (into ex.method) and target, from the
+  // headers of the configured proxy (decision.proxy), believed only from a trusted peer.
+  void DescribedRequest(Exchange& ex, const RequestHead& head, const policy::Policy& pol, std::string_view& target);
   Step Pass(Exchange& ex, Scratch& scratch);  // allowed: forwarded, or the decision service's 200
   Step Reply(Exchange& ex, Scratch& scratch, bhttp::status status, std::string_view body,
              std::string_view headers = {}, std::string_view type = "application/json");
@@ -539,9 +646,15 @@ struct Worker {
   // live until the result is awaited.
   net::awaitable<engine::Verdict> Decide(const engine::Engine::Request& request,
                                          std::span<core::Decision> decisions);
-  // An upstream connection: an idle one of the pool, else a new one (Connect).
+  // An upstream connection: an idle one of the pool that has stayed quiet, else a new one
+  // (Connect), else one released to this request while it waits in the queue. Null with
+  // `*busy` when the queue is full or the wait ends first; null with `ec` when Connect fails.
+  net::awaitable<std::unique_ptr<UpstreamConnection>> Acquire(beast::error_code& ec, bool* pooled, bool* busy);
   std::unique_ptr<UpstreamConnection> TakeIdle();
   net::awaitable<std::unique_ptr<UpstreamConnection>> Connect(beast::error_code& ec);
+  // Gives a connection back: to the pool when `reusable`, else closed; a waiting request gets
+  // its turn either way.
+  void Release(std::unique_ptr<UpstreamConnection> c, bool reusable);
   // GET /admin/usage and GET /v1/usage: the status, the body into `body` (and its type).
   net::awaitable<bhttp::status> UsageExport(std::string_view query, std::string& body, std::string_view& type);
   net::awaitable<bhttp::status> KeyUsage(const policy::Key& key, core::Instant now, std::string& body);
@@ -836,10 +949,14 @@ struct Exchange {
   uint64_t generation = 0;  // the policy's
   const RequestHead* head = nullptr;
   RequestParser* body_parser = nullptr;  // Beast's, when it read the head (and for a body)
-  std::string_view peer;
+  std::string_view peer;     // the client address of the connection, as limits name it
+  std::string_view peer_ip;  // the socket's peer address as text
   bool decision_service = false;
-  // Views into the request, which stays as it was read.
-  std::string_view method, path, query, forwarded_for, presented;
+  // Views into the request, which stays as it was read, or into its Scratch: the canonical
+  // target (`path`, `query`, and `authority` of an absolute-form target, which becomes the
+  // forwarded Host) and every X-Forwarded-For line joined.
+  std::string_view method, path, query, authority, forwarded_for, presented;
+  bool has_query = false;
   bool client_keep_alive = false;
   bool reply_keep = false;  // after Reply()
   RequestLog log;
@@ -870,28 +987,101 @@ struct Scratch {
   std::string out;  // what the gateway writes of its own: a response, a forwarded head
   std::string body;  // the body of a response of ours, before `out` is rendered around it
   std::string log_line;
+  std::string target;         // the canonical target, when it differs from the request's
+  std::string forwarded_for;  // X-Forwarded-For lines joined, when there are several
   HeaderList rate_headers;
   SimpleHead upstream_head;
   RequestHead head;
   Exchange exchange;
 };
 
+namespace {
+// Whether nothing arrived on an idle upstream connection: no byte and no end of stream. A
+// connection that became readable while idle is never reused: the bytes are a response to
+// something the upstream read that we did not send (a GET body it took for a request, issue
+// 18), and an EOF means it closed (Node.js closes idle connections after 5 s).
+bool StayedQuiet(int fd) {
+  char byte;
+  const ssize_t n = ::recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+  return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
+}
+
+// RFC 9110 9.2.2: a request that may be sent again when a connection fails under it.
+bool IsIdempotent(std::string_view method) {
+  return method == "GET" || method == "HEAD" || method == "OPTIONS" || method == "TRACE" || method == "PUT" ||
+         method == "DELETE";
+}
+}  // namespace
+
 std::unique_ptr<UpstreamConnection> Worker::TakeIdle() {
   while (!idle.empty()) {
     auto c = std::move(idle.back());
     idle.pop_back();
-    if (c->conn.socket.is_open()) return c;
-    --upstream_open;
+    if (c->conn.socket.is_open() && StayedQuiet(c->conn.socket.native_handle())) return c;
+    gw.upstream_stale.fetch_add(1, std::memory_order_relaxed);
+    upstream_open.fetch_sub(1, std::memory_order_relaxed);
   }
   return nullptr;
 }
 
-net::awaitable<std::unique_ptr<UpstreamConnection>> Worker::Connect(beast::error_code& ec) {
-  const size_t share = std::max<size_t>(1, gw.upstream_config.max_connections / gw.workers.size());
-  if (upstream_open >= share) {
-    ec = net::error::no_buffer_space;
-    co_return nullptr;
+void Worker::Release(std::unique_ptr<UpstreamConnection> c, bool reusable) {
+  if (c && reusable) {
+    idle.push_back(std::move(c));
+  } else {
+    c.reset();
+    upstream_open.fetch_sub(1, std::memory_order_relaxed);
   }
+  if (!pool_waiters.empty()) {
+    PoolWaiter* w = pool_waiters.front();
+    pool_waiters.pop_front();
+    pool_waiting.store(pool_waiters.size(), std::memory_order_relaxed);
+    w->granted = true;
+    w->timer->cancel();
+  }
+}
+
+net::awaitable<std::unique_ptr<UpstreamConnection>> Worker::Acquire(beast::error_code& ec, bool* pooled, bool* busy) {
+  const size_t workers = gw.workers.size();
+  const size_t share = std::max<size_t>(1, gw.upstream_config.max_connections / workers);
+  const size_t queue_share = gw.upstream_config.queue_size == 0 ? 0 : std::max<size_t>(1, gw.upstream_config.queue_size / workers);
+  std::optional<net::steady_timer> timer;
+  for (;;) {
+    if (auto c = TakeIdle()) {
+      *pooled = true;
+      co_return c;
+    }
+    *pooled = false;
+    if (upstream_open.load(std::memory_order_relaxed) < share) co_return co_await Connect(ec);
+    // Every connection is busy (slow clients reading large responses hold theirs): wait for one,
+    // in a bounded queue for a bounded time, rather than fail at once.
+    if (pool_waiters.size() >= queue_share) break;
+    if (!timer) {
+      timer.emplace(ioc);
+      timer->expires_after(milliseconds(gw.upstream_config.queue_timeout_ms));
+    }
+    PoolWaiter w{&*timer};
+    pool_waiters.push_back(&w);
+    pool_waiting.store(pool_waiters.size(), std::memory_order_relaxed);
+    co_await timer->async_wait(kTuple);
+    if (!w.granted) {
+      pool_waiters.erase(std::find(pool_waiters.begin(), pool_waiters.end(), &w));
+      pool_waiting.store(pool_waiters.size(), std::memory_order_relaxed);
+      break;
+    }
+  }
+  *busy = true;
+  co_return nullptr;
+}
+
+net::awaitable<std::unique_ptr<UpstreamConnection>> Worker::Connect(beast::error_code& ec) {
+  // The place is taken before the first wait: requests connecting at once cannot overshoot it.
+  upstream_open.fetch_add(1, std::memory_order_relaxed);
+  struct Undo {
+    Worker* w;
+    ~Undo() {
+      if (w) w->Release(nullptr, false);
+    }
+  } undo{this};
   auto c = std::make_unique<UpstreamConnection>(conns, ioc);
   tcp::resolver resolver(ioc);
   auto [rec, results] = co_await resolver.async_resolve(gw.upstream.endpoint.host,
@@ -909,26 +1099,55 @@ net::awaitable<std::unique_ptr<UpstreamConnection>> Worker::Connect(beast::error
   beast::error_code ignored;
   c->conn.socket.set_option(tcp::no_delay(true), ignored);
   c->conn.socket.non_blocking(true, ignored);  // for WriteAll's first attempt
-  ++upstream_open;
+  undo.w = nullptr;
   co_return c;
 }
 
 net::awaitable<void> Worker::Accept(tcp::acceptor& a, Listener listener) {
+  const bool admin_listener = listener == Listener::kAdmin;
+  const char* const listener_name = admin_listener ? "admin" : listener == Listener::kDecision ? "decision" : "gateway";
+  auto refused = [&](const char* reason) -> std::atomic<uint64_t>& {
+    return gw.metrics.Counter("tollgate_connections_refused_total",
+                              std::string("listener=\"") + listener_name + "\",reason=\"" + reason + "\"");
+  };
+  std::atomic<uint64_t>& refused_total = refused("max_connections");
+  std::atomic<uint64_t>& refused_address = refused("per_address");
+  net::steady_timer backoff(ioc);
   for (;;) {
     auto [ec, socket] = co_await a.async_accept(kTuple);
     if (ec) {
       if (ec == net::error::operation_aborted || !a.is_open()) co_return;
-      continue;  // e.g. EMFILE: keep accepting
-    }
-    if (gw.connections.load() >= gw.server.max_connections) {
-      beast::error_code ignored;
-      socket.close(ignored);
+      gw.accept_errors.fetch_add(1, std::memory_order_relaxed);
+      // Out of descriptors or buffers: accepting again at once fails again at once (a busy loop
+      // that starves every connection). Wait for connections to end.
+      if (ec == net::error::no_descriptors || ec == net::error::no_buffer_space || ec == net::error::no_memory ||
+          ec == boost::system::errc::too_many_files_open_in_system) {
+        backoff.expires_after(kAcceptBackoff);
+        co_await backoff.async_wait(kTuple);
+      }
       continue;
     }
     beast::error_code ignored;
+    ConnectionSlot slot;
+    if (!slot.TakeTotal(admin_listener ? gw.admin_connections : gw.connections,
+                        admin_listener ? gw.server.admin_max_connections : gw.server.max_connections)) {
+      refused_total.fetch_add(1, std::memory_order_relaxed);
+      socket.close(ignored);
+      continue;
+    }
+    if (!admin_listener && gw.server.max_connections_per_address > 0) {
+      const auto remote = socket.remote_endpoint(ignored);
+      std::string address = ignored ? std::string() : remote.address().to_string();
+      if (!Policy()->IsTrusted(address) &&
+          !slot.TakeAddress(gw.by_address, std::move(address), gw.server.max_connections_per_address)) {
+        refused_address.fetch_add(1, std::memory_order_relaxed);
+        socket.close(ignored);
+        continue;
+      }
+    }
     socket.set_option(tcp::no_delay(true), ignored);
     socket.non_blocking(true, ignored);  // for WriteAll's first attempt
-    net::co_spawn(ioc, Session(std::move(socket), listener),
+    net::co_spawn(ioc, Session(std::move(socket), listener, std::move(slot)),
                   [this](std::exception_ptr e) {
                     if (!e) return;
                     try {
@@ -951,19 +1170,16 @@ net::awaitable<void> Worker::SweepDeadlines() {
   }
 }
 
-net::awaitable<void> Worker::Session(tcp::socket socket, Listener listener) {
+net::awaitable<void> Worker::Session(tcp::socket socket, Listener listener, ConnectionSlot slot) {
   Conn stream(conns, std::move(socket));
   stream.socket.DrainedReads(true);  // see socket.hpp
-  gw.connections.fetch_add(1);
-  struct Release {
-    std::atomic<size_t>& n;
-    ~Release() { n.fetch_sub(1); }
-  } release{gw.connections};
+  const ConnectionSlot held = std::move(slot);  // released when the connection ends
   beast::error_code ec;
   const auto remote = stream.socket.remote_endpoint(ec);
+  const std::string peer_ip = ec ? "" : remote.address().to_string();
   // Normalised once (an IPv4-mapped peer becomes IPv4): a request without X-Forwarded-For uses
   // it as its client address as it is.
-  const std::string peer = ec ? "" : Policy()->ClientAddress(remote.address().to_string(), {});
+  const std::string peer = ec ? "" : Policy()->ClientAddress(peer_ip, {});
   beast::flat_buffer buffer;
   Scratch scratch;
   std::pmr::monotonic_buffer_resource fields_arena(scratch.arena.data(), scratch.arena.size(),
@@ -1045,7 +1261,7 @@ net::awaitable<void> Worker::Session(tcp::socket socket, Listener listener) {
       // The request, in steps (see Worker::Begin), here rather than in a coroutine of its own:
       // a request answered by us with the memory store allocates no coroutine frame.
       Exchange& ex = scratch.exchange;
-      Step step = Begin(ex, scratch, head, parser ? &*parser : nullptr, peer, listener);
+      Step step = Begin(ex, scratch, head, parser ? &*parser : nullptr, peer, peer_ip, listener);
       if (step == Step::kAdminUsage || step == Step::kKeyUsage) {
         std::string_view type = "application/json";
         const bhttp::status status = step == Step::kAdminUsage ? co_await UsageExport(ex.query, scratch.body, type)
@@ -1099,32 +1315,9 @@ std::string CountsJson(const store::UsageCounts& c) {
   return out + "}";
 }
 
-// "a=1&b=2" -> the decoded value of `name` ('+' and %XX), or empty.
+// The decoded value of query parameter `name`, or empty.
 std::string QueryValue(std::string_view query, std::string_view name) {
-  while (!query.empty()) {
-    const size_t amp = query.find('&');
-    const std::string_view pair = query.substr(0, amp);
-    const size_t eq = pair.find('=');
-    if (pair.substr(0, eq) == name && eq != std::string_view::npos) {
-      std::string out;
-      const std::string_view v = pair.substr(eq + 1);
-      for (size_t i = 0; i < v.size(); ++i) {
-        if (v[i] == '+') {
-          out += ' ';
-        } else if (v[i] == '%' && i + 2 < v.size() && std::isxdigit(static_cast<unsigned char>(v[i + 1])) &&
-                   std::isxdigit(static_cast<unsigned char>(v[i + 2]))) {
-          out += static_cast<char>(std::stoi(std::string(v.substr(i + 1, 2)), nullptr, 16));
-          i += 2;
-        } else {
-          out += v[i];
-        }
-      }
-      return out;
-    }
-    if (amp == std::string_view::npos) break;
-    query.remove_prefix(amp + 1);
-  }
-  return {};
+  return util::QueryValue(query, name).value_or(std::string());
 }
 
 // GET /admin/keys/ID.
@@ -1292,46 +1485,58 @@ Step Worker::Reply(Exchange& ex, Scratch& scratch, bhttp::status status, std::st
 }
 
 Step Worker::Begin(Exchange& ex, Scratch& scratch, const RequestHead& head, RequestParser* body_parser,
-                   std::string_view peer, Listener listener) {
+                   std::string_view peer, std::string_view peer_ip, Listener listener) {
   ex.start = Clock::now();
   ex.policy = Policy();
   ex.generation = generation;
   ex.head = &head;
   ex.body_parser = body_parser;
   ex.peer = peer;
+  ex.peer_ip = peer_ip;
   ex.log = {};
   ex.key = nullptr;
   ex.plan = nullptr;
   ex.n_checks = 0;
   ex.invalid_key = false;
   ex.status_endpoint = false;
-  ex.presented = ex.forwarded_for = {};
+  ex.presented = ex.forwarded_for = ex.authority = {};
   scratch.rate_headers.Clear();
   const policy::Policy& pol = *ex.policy;
   ex.decision_service = listener == Listener::kDecision;
+  ex.client_keep_alive = head.keep_alive;
   // The request stays as it was read for the whole exchange (the forwarded head is rendered
   // apart), so views into it stay valid. The decision service decides about the original
   // request, which the proxy in front describes in headers.
   std::string_view target = head.target;
   ex.method = head.method;
-  if (ex.decision_service) {
-    for (const char* h : {"X-Original-URI", "X-Forwarded-Uri"}) {
-      if (const std::string_view v = head.Get(h); !v.empty()) {
-        target = v;
-        break;
-      }
-    }
-    for (const char* h : {"X-Original-Method", "X-Forwarded-Method"}) {
-      if (const std::string_view v = head.Get(h); !v.empty()) {
-        ex.method = v;
-        break;
-      }
-    }
+  ex.path = target;  // for the log line of a refusal
+  ex.query = {};
+  if (ex.decision_service) DescribedRequest(ex, head, pol, target);
+
+  // Framing and Host first (RFC 9112), then one canonical target for everything after:
+  // routes, cost, the log and the forwarded request line (issue 18).
+  std::string_view host;
+  const char* bad = CheckRequestHead(head, &host);
+  const char* detail = bad ? "see docs/http-contract.md" : nullptr;
+  CanonicalTarget canonical;
+  if (!bad) {
+    const config::TargetConfig& tc = ex.decision_service ? gw.decision.request_target : gw.server.request_target;
+    detail = CanonicalizeTarget(ex.method, target,
+                                {.allow_encoded_slash = tc.allow_encoded_slash,
+                                 .allow_path_parameters = tc.allow_path_parameters},
+                                scratch.target, canonical);
+    if (detail) bad = "invalid_request_target";
   }
-  ex.client_keep_alive = head.keep_alive;
-  const size_t qmark = target.find('?');
-  ex.path = target.substr(0, qmark);
-  ex.query = qmark == std::string_view::npos ? std::string_view() : target.substr(qmark + 1);
+  if (bad) {
+    gw.metrics.Counter("tollgate_bad_requests_total", std::string("code=\"") + bad + "\"")
+        .fetch_add(1, std::memory_order_relaxed);
+    ex.client_keep_alive = false;  // what follows on the connection cannot be trusted to be framed
+    return Reply(ex, scratch, bhttp::status::bad_request, ErrorBody(bad, detail));
+  }
+  ex.path = canonical.path;
+  ex.query = canonical.query;
+  ex.has_query = canonical.has_query;
+  ex.authority = canonical.authority;
   const std::string_view method = ex.method, path = ex.path;
 
   // Built-in endpoints, on every listener.
@@ -1362,12 +1567,23 @@ Step Worker::Begin(Exchange& ex, Scratch& scratch, const RequestHead& head, Requ
   ex.now = util::SystemClock::Instance().Now();
   ex.status_endpoint = !ex.decision_service && method == "GET" && path == "/v1/rate-limit";
   const bool usage_endpoint = !ex.decision_service && method == "GET" && path == "/v1/usage";
-  // `peer` is already in the form ClientAddress() gives (see Session()).
-  ex.forwarded_for = head.Get("X-Forwarded-For");
+  // Every X-Forwarded-For line is one list (RFC 9110 5.3): a trusted proxy that appends its
+  // own line after the client's must be read, not the client's first line.
+  size_t forwarded_lines = 0;
+  for (const RequestHead::Field& f : head.fields) {
+    if (f.name.size() != 15 || !policy::Policy::EqualsIgnoreCase(f.name, "X-Forwarded-For")) continue;
+    if (++forwarded_lines == 1) {
+      ex.forwarded_for = f.value;
+      continue;
+    }
+    if (forwarded_lines == 2) scratch.forwarded_for.assign(ex.forwarded_for);
+    scratch.forwarded_for.append(", ").append(f.value);
+    ex.forwarded_for = scratch.forwarded_for;
+  }
   if (ex.forwarded_for.empty()) {
-    ex.client.assign(peer);
+    ex.client.assign(peer);  // already in the form ClientAddress() gives (see Session())
   } else {
-    ex.client = pol.ClientAddress(peer, ex.forwarded_for);
+    ex.client = pol.ClientAddress(peer_ip, ex.forwarded_for);
   }
   ex.deny_status = ex.decision_service ? static_cast<bhttp::status>(gw.decision.deny_status)
                                        : bhttp::status::too_many_requests;
@@ -1413,6 +1629,34 @@ Step Worker::Begin(Exchange& ex, Scratch& scratch, const RequestHead& head, Requ
   }
   if (ex.status_endpoint) return Reply(ex, scratch, bhttp::status::not_found, ErrorBody("not_found", "no limits apply"));
   return Pass(ex, scratch);
+}
+
+void Worker::DescribedRequest(Exchange& ex, const RequestHead& head, const policy::Policy& pol,
+                              std::string_view& target) {
+  // One proxy's headers only: Traefik forwards every client header to the check, so a client's
+  // own X-Original-URI beside Traefik's X-Forwarded-Uri must not be read (issue 18). Envoy's
+  // ext_authz sends the original method and path as the check request's own.
+  std::string_view uri, method;
+  switch (gw.decision.proxy) {
+    case config::DecisionProxy::kNginx:
+      uri = head.Get("X-Original-URI");
+      method = head.Get("X-Original-Method");
+      break;
+    case config::DecisionProxy::kTraefik:
+      uri = head.Get("X-Forwarded-Uri");
+      method = head.Get("X-Forwarded-Method");
+      break;
+    case config::DecisionProxy::kEnvoy: return;
+  }
+  if (uri.empty() && method.empty()) return;
+  if (!pol.IsTrusted(ex.peer_ip)) {
+    // Anyone who can reach the listener could name a cheaper route: decided on the check
+    // request's own line instead, and counted.
+    gw.untrusted_headers.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  if (!uri.empty()) target = uri;
+  if (!method.empty()) ex.method = method;
 }
 
 Step Worker::Conclude(Exchange& ex, Scratch& scratch) {
@@ -1511,13 +1755,36 @@ net::awaitable<bool> Worker::Forward(Conn& stream, beast::flat_buffer& buffer, S
   // this coroutine's frame, which is allocated per request.
   [&] {
     util::StringAppender head(scratch.out);
-    head << req.method << " " << gw.upstream.base_path << req.target << " HTTP/1.1\r\n";
-    AppendEndToEnd(req, head, [](std::string_view name) {
-      return policy::Policy::EqualsIgnoreCase(name, "X-Forwarded-For") ||
-             policy::Policy::EqualsIgnoreCase(name, "X-Tollgate-Key-Id") ||
-             policy::Policy::EqualsIgnoreCase(name, "X-Tollgate-Plan") ||
-             policy::Policy::EqualsIgnoreCase(name, "Expect");
+    // The canonical target, the one that was matched and costed (issue 18).
+    head << req.method << " ";
+    if (ex.path == "*") {
+      head << "*";
+    } else {
+      head << gw.upstream.base_path << ex.path;
+    }
+    if (ex.has_query) head << "?" << ex.query;
+    head << " HTTP/1.1\r\n";
+    const bool replace_host = !ex.authority.empty();  // an absolute-form target names the host
+    const auto& key_headers = ex.policy->config().identity.api_key_headers;
+    AppendEndToEnd(req, head, [&](std::string_view name) {
+      // Ours: the whole X-Tollgate- family and X-Forwarded-For, in any spelling an upstream
+      // may read as them ('_' for '-': CGI, WSGI, PHP); and a key header spelt with '_',
+      // which tollgate did not read as a key but the upstream might.
+      if (ReadsAs(name, "x-tollgate-", true) || ReadsAs(name, "x-forwarded-for") ||
+          policy::Policy::EqualsIgnoreCase(name, "Expect") ||
+          (replace_host && policy::Policy::EqualsIgnoreCase(name, "Host"))) {
+        return true;
+      }
+      return name.find('_') != std::string_view::npos &&
+             std::any_of(key_headers.begin(), key_headers.end(),
+                         [name](const std::string& h) { return ReadsAs(name, h); });
     });
+    if (replace_host) {
+      head << "Host: " << ex.authority << "\r\n";
+    } else if (req.Get("Host").empty() && req.version < 11) {
+      // HTTP/1.0 may omit Host; HTTP/1.1, which we send, may not (RFC 9112 3.2).
+      head << "Host: " << gw.upstream_host << "\r\n";
+    }
     head << "X-Forwarded-For: " << ex.forwarded_for << (ex.forwarded_for.empty() ? "" : ", ") << ex.peer << "\r\n";
     if (ex.key) head << "X-Tollgate-Key-Id: " << ex.key->id << "\r\nX-Tollgate-Plan: " << ex.plan->name << "\r\n";
     if (request_chunked) {
@@ -1546,15 +1813,18 @@ net::awaitable<bool> Worker::Forward(Conn& stream, beast::flat_buffer& buffer, S
   bool reached_upstream = false;
   size_t head_size = 0;  // of the upstream response's head, once ReadHead() found it
   const auto t_up = Clock::now();
-  // One retry on a fresh connection when a pooled one turns out closed before any response
-  // byte and no request body was sent.
+  bool busy = false;
+  // One retry on a fresh connection when a pooled one fails before any response byte, for a
+  // request without a body (it cannot be read from the client twice) that is idempotent or of
+  // which nothing was written: the upstream may have executed a POST that got no answer.
   for (int attempt = 0; attempt < 2; ++attempt) {
-    up = TakeIdle();
-    const bool pooled = up != nullptr;
-    if (!up) up = co_await Connect(ec);
+    bool pooled = true;
+    up = TakeIdle();  // most requests: no coroutine frame for Acquire()
+    if (!up) up = co_await Acquire(ec, &pooled, &busy);
     if (!up) break;
     bool client_failed = false;
     bool after_request = false;
+    bool nothing_written = false;
     if (request_has_body) {
       ec = co_await Relay(*ex.body_parser, stream, buffer, up->conn, scratch.out, request_chunked,
                           milliseconds(gw.upstream_config.timeout_ms), &client_failed);
@@ -1562,6 +1832,7 @@ net::awaitable<bool> Worker::Forward(Conn& stream, beast::flat_buffer& buffer, S
       // The head alone, most requests: written here, without Relay()'s coroutine.
       beast::buffers_suffix<net::const_buffer> rest(net::buffer(scratch.out));
       ec = WriteNow(up->conn.socket, rest);
+      nothing_written = ec && beast::buffer_bytes(rest) == scratch.out.size();
       if (!ec && beast::buffer_bytes(rest) > 0) {
         ec = co_await WriteRest(up->conn, rest, milliseconds(gw.upstream_config.timeout_ms));
       } else {
@@ -1571,7 +1842,7 @@ net::awaitable<bool> Worker::Forward(Conn& stream, beast::flat_buffer& buffer, S
       }
     }
     if (client_failed) {
-      --upstream_open;
+      Release(std::move(up), false);
       if (ec == bhttp::error::body_limit) {
         // A chunked body grew past server.max_body_bytes; nothing was sent to the client yet.
         [&] { Reply(ex, scratch, bhttp::status::payload_too_large, ErrorBody("body_too_large", ec.message())); }();
@@ -1583,9 +1854,11 @@ net::awaitable<bool> Worker::Forward(Conn& stream, beast::flat_buffer& buffer, S
     if (!ec) ec = co_await ReadHead(up->conn, up->buffer, milliseconds(gw.upstream_config.timeout_ms), after_request,
                                      &head_size);
     if (!ec) break;
-    --upstream_open;
-    up.reset();
-    if (!(pooled && !request_has_body && ec != beast::error::timeout)) break;
+    Release(std::move(up), false);
+    if (!(pooled && !request_has_body && ec != beast::error::timeout && (IsIdempotent(req.method) || nothing_written))) {
+      break;
+    }
+    gw.upstream_retries.fetch_add(1, std::memory_order_relaxed);
   }
   if (up && !ec) {
     if (ParseSimpleHead(View(up->buffer).substr(0, head_size), is_head, scratch.upstream_head)) {
@@ -1601,10 +1874,16 @@ net::awaitable<bool> Worker::Forward(Conn& stream, beast::flat_buffer& buffer, S
       auto [rec, rn] = co_await bhttp::async_read_header(up->conn.socket, up->buffer, *rp, kTuple);
       ec = up->conn.Check(rec);
     }
-    if (ec) {
-      --upstream_open;
-      up.reset();
-    }
+    if (ec) Release(std::move(up), false);
+  }
+  if (busy) {
+    [&] {  // in a lambda: its temporaries stay out of the coroutine's frame
+      gw.upstream_busy.fetch_add(1, std::memory_order_relaxed);
+      scratch.rate_headers.Add("Retry-After", 1);
+      Reply(ex, scratch, bhttp::status::service_unavailable,
+            ErrorBody("upstream_busy", "every upstream connection is busy; try again"), scratch.rate_headers.Rendered());
+    }();
+    co_return co_await Write(stream, scratch.out, ex.reply_keep);
   }
   if (!up || ec) {
     const bool timeout = ec == beast::error::timeout;
@@ -1672,11 +1951,13 @@ net::awaitable<bool> Worker::Forward(Conn& stream, beast::flat_buffer& buffer, S
   }
   Finish(ex, scratch, ex.log.upstream_status);
   // Bytes past the response would be read as the next one's: such a connection is not reused.
-  if (!ec && upstream_keep_alive && (simple || rp->is_done()) && up->buffer.size() == 0) {
-    idle.push_back(std::move(up));
-  } else {
-    --upstream_open;
-  }
+  // Nor is one that carried a body with a method that gives a body no meaning (GET, HEAD,
+  // DELETE, OPTIONS, TRACE: RFC 9110 9.3): an upstream that ignores it may read it as another
+  // request and answer that later, after the connection went back to the pool (issue 18).
+  const bool ignorable_body = request_has_body && IsIdempotent(req.method) && req.method != "PUT";
+  const bool reusable = !ec && upstream_keep_alive && (simple || rp->is_done()) && up->buffer.size() == 0 &&
+                        !ignorable_body;
+  Release(std::move(up), reusable);
   co_return !ec && keep;
 }
 
@@ -1684,9 +1965,10 @@ net::awaitable<bool> Worker::Forward(Conn& stream, beast::flat_buffer& buffer, S
 
 Gateway::Impl::Impl(std::string path, config::Config config)
     : config_path(std::move(path)),
-      server(config.server),
+      server(WithFileLimit(config)),
       upstream_config(config.upstream),
       upstream(ParseUpstream(config.upstream.url)),
+      upstream_host(config.upstream.url.substr(7, config.upstream.url.find('/', 7) - 7)),
       decision(config.decision) {
   const config::StoreConfig& sc = config.store;
   store::Store* store = nullptr;
@@ -1751,6 +2033,9 @@ Gateway::Impl::Impl(std::string path, config::Config config)
                   [this] { return static_cast<double>(memory->size()); });
     metrics.Gauge("tollgate_store_evictions_total", "Live keys evicted from the full memory store.",
                   [this] { return static_cast<double>(memory->stats().evicted_live.load()); });
+    metrics.Gauge("tollgate_store_full_rejections_total",
+                  "New identities rejected because the memory store was full of state that still restricts a client.",
+                  [this] { return static_cast<double>(memory->stats().full_rejections.load()); });
   }
   if (redis) {
     const auto& st = redis->stats();
@@ -1866,6 +2151,22 @@ Gateway::Gateway(std::string config_path, config::Config config)
     return a;
   };
   for (size_t i = 0; i < threads; ++i) g.workers.push_back(std::make_unique<Worker>(g, i));
+  auto sum = [&g](auto field) {
+    return [&g, field] {
+      size_t n = 0;
+      for (const auto& w : g.workers) n += ((*w).*field).load(std::memory_order_relaxed);
+      return static_cast<double>(n);
+    };
+  };
+  g.metrics.Gauge("tollgate_upstream_pool_per_worker",
+                  "Upstream connections each worker thread may open (upstream.max_connections / threads).",
+                  [&g] { return static_cast<double>(std::max<size_t>(1, g.upstream_config.max_connections / g.workers.size())); });
+  g.metrics.Gauge("tollgate_upstream_connections", "Open upstream connections, idle and busy, all workers.",
+                  sum(&Worker::upstream_open));
+  g.metrics.Gauge("tollgate_upstream_queue_waiting", "Requests waiting for an upstream connection.",
+                  sum(&Worker::pool_waiting));
+  g.metrics.Gauge("tollgate_max_connections", "Client connections allowed (server.max_connections, after the file limit).",
+                  [&g] { return static_cast<double>(g.server.max_connections); });
   // Each worker talks to Redis from its own loop: a decision never changes threads.
   if (g.redis) {
     for (auto& w : g.workers) w->redis_lane = g.redis->AddLane(w->ioc);

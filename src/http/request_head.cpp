@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cctype>
 
 #include <tollgate/policy/policy.hpp>
 
@@ -14,6 +15,15 @@ using policy::Policy;
 constexpr std::array<bool, 256> kTokenChars = [] {
   std::array<bool, 256> t{};
   for (unsigned char c : std::string_view("!#$%&'*+-.^_`|~")) t[c] = true;
+  for (int c = '0'; c <= '9'; ++c) t[c] = true;
+  for (int c = 'a'; c <= 'z'; ++c) t[c] = t[c - 'a' + 'A'] = true;
+  return t;
+}();
+
+// RFC 3986 reg-name: unreserved and sub-delims (no '@' of userinfo, no '%', space or '/').
+constexpr std::array<bool, 256> kRegNameChars = [] {
+  std::array<bool, 256> t{};
+  for (unsigned char c : std::string_view("-._~!$&'()*+,;=")) t[c] = true;
   for (int c = '0'; c <= '9'; ++c) t[c] = true;
   for (int c = 'a'; c <= 'z'; ++c) t[c] = t[c - 'a' + 'A'] = true;
   return t;
@@ -53,6 +63,69 @@ void RequestHead::Clear() {
 
 bool HasToken(std::string_view value, std::string_view token) {
   return Policy::AnyListElement(value, [token](std::string_view e) { return Policy::EqualsIgnoreCase(e, token); });
+}
+
+bool ReadsAs(std::string_view name, std::string_view canonical, bool prefix) {
+  if (prefix ? name.size() < canonical.size() : name.size() != canonical.size()) return false;
+  for (size_t i = 0; i < canonical.size(); ++i) {
+    auto fold = [](char c) {
+      if (c == '_') return '-';
+      return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c;
+    };
+    if (fold(name[i]) != fold(canonical[i])) return false;
+  }
+  return true;
+}
+
+bool IsValidHost(std::string_view host) {
+  std::string_view name = host;
+  if (!host.empty() && host.front() == '[') {
+    const size_t close = host.find(']');
+    if (close == std::string_view::npos || close < 3) return false;
+    for (char c : host.substr(1, close - 1)) {
+      if (!std::isxdigit(static_cast<unsigned char>(c)) && c != ':' && c != '.') return false;
+    }
+    name = {};
+    host.remove_prefix(close + 1);
+    if (!host.empty() && host.front() != ':') return false;
+  } else {
+    const size_t colon = host.find(':');
+    name = host.substr(0, colon);
+    host = colon == std::string_view::npos ? std::string_view() : host.substr(colon);
+    for (char c : name) {
+      if (!kRegNameChars[static_cast<unsigned char>(c)]) return false;
+    }
+  }
+  if (host.empty()) return true;
+  host.remove_prefix(1);  // ':'
+  if (host.size() > 5) return false;
+  for (char c : host) {
+    if (c < '0' || c > '9') return false;
+  }
+  return true;
+}
+
+const char* CheckRequestHead(const RequestHead& head, std::string_view* host) {
+  size_t hosts = 0;
+  size_t codings = 0;
+  bool chunked_only = true;
+  *host = {};
+  for (const RequestHead::Field& f : head.fields) {
+    if (f.name.size() == 4 && Policy::EqualsIgnoreCase(f.name, "Host")) {
+      ++hosts;
+      *host = f.value;
+    } else if (f.name.size() == 17 && Policy::EqualsIgnoreCase(f.name, "Transfer-Encoding")) {
+      // Every line and every element of each: "chunked" once, nothing else.
+      Policy::AnyListElement(f.value, [&](std::string_view coding) {
+        ++codings;
+        if (!Policy::EqualsIgnoreCase(coding, "chunked")) chunked_only = false;
+        return false;
+      });
+    }
+  }
+  if (codings > 0 && (codings > 1 || !chunked_only || head.version < 11)) return "invalid_transfer_encoding";
+  if (hosts > 1 || (hosts == 0 && head.version >= 11) || !IsValidHost(*host)) return "invalid_host";
+  return nullptr;
 }
 
 HeadParse ParseRequestHead(std::string_view data, size_t max_size, RequestHead& out, size_t* size) {

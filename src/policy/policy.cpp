@@ -1,5 +1,7 @@
 #include <tollgate/policy/policy.hpp>
 
+#include <tollgate/util/query.hpp>
+
 #include <arpa/inet.h>
 
 #include <algorithm>
@@ -26,21 +28,6 @@ std::vector<NamedLimit> Compile(const std::vector<config::LimitConfig>& limits) 
   std::vector<NamedLimit> out;
   for (const auto& l : limits) out.push_back({l.name, MustCreate(l.spec)});
   return out;
-}
-
-// "pages=120&x=1" -> "120" for "pages".
-std::optional<std::string_view> QueryParam(std::string_view query, std::string_view name) {
-  while (!query.empty()) {
-    const size_t amp = query.find('&');
-    const std::string_view pair = query.substr(0, amp);
-    const size_t eq = pair.find('=');
-    if (pair.substr(0, eq) == name) {
-      return eq == std::string_view::npos ? std::string_view() : pair.substr(eq + 1);
-    }
-    if (amp == std::string_view::npos) break;
-    query.remove_prefix(amp + 1);
-  }
-  return std::nullopt;
 }
 
 }  // namespace
@@ -161,6 +148,9 @@ core::Result<std::shared_ptr<const Policy>> Policy::Build(config::Config config)
     Route r;
     r.prefix = rc.path.back() == '*';
     r.path = r.prefix ? rc.path.substr(0, rc.path.size() - 1) : rc.path;
+    // Matched by whole segments (see Match): "/public/*" and "/v1/export*" are both the
+    // segment prefix "/public" or "/v1/export"; an exact "/login/" is "/login".
+    while (!r.path.empty() && r.path.back() == '/') r.path.pop_back();
     r.method = rc.method;
     r.cost = rc.cost;
     r.fail_mode = rc.fail_mode;
@@ -193,10 +183,24 @@ const Key* Policy::FindById(std::string_view id) const {
   return it == by_id_.end() ? nullptr : &keys_[it->second];
 }
 
+namespace {
+bool RouteMatchesPath(const Route& r, std::string_view path) {
+  // `path` is canonical (http/target.hpp): no empty or dot segments. An exact route matches
+  // with or without one trailing slash; a prefix route matches its own path and anything
+  // below it, never a longer segment ("/public" is not a prefix of "/publicity").
+  if (path.substr(0, r.path.size()) != r.path) return false;
+  const std::string_view rest = path.substr(r.path.size());
+  if (rest.empty() || rest == "/") return true;
+  return r.prefix && rest.front() == '/';
+}
+}  // namespace
+
 const Route& Policy::Match(std::string_view method, std::string_view path) const {
   for (const Route& r : routes_) {
-    if (!r.method.empty() && r.method != method) continue;
-    if (r.prefix ? path.substr(0, r.path.size()) == r.path : path == r.path) return r;
+    // Methods are case-sensitive (RFC 9110 9.1); HEAD is GET without the body, and costs and
+    // limits what GET does.
+    if (!r.method.empty() && r.method != method && !(method == "HEAD" && r.method == "GET")) continue;
+    if (RouteMatchesPath(r, path)) return r;
   }
   return default_route_;
 }
@@ -204,15 +208,31 @@ const Route& Policy::Match(std::string_view method, std::string_view path) const
 core::Result<int64_t> Policy::Cost(const Route& route, std::string_view query) const {
   const config::CostConfig& c = route.cost;
   if (c.query.empty()) return c.fixed;
-  const auto value = QueryParam(query, c.query);
-  if (!value) return c.min;
-  int64_t n = 0;
-  const auto [p, ec] = std::from_chars(value->data(), value->data() + value->size(), n);
-  if (ec != std::errc() || p != value->data() + value->size() || n < 0) {
-    return core::Error{"query parameter '" + c.query + "' must be a non-negative integer"};
-  }
-  const int64_t cost = n / c.per + (n % c.per != 0);
+  // Read as the upstream's framework reads it (names and values decoded); a parameter given
+  // more than once counts its largest value, whichever of them the upstream takes (issue 18).
+  std::optional<int64_t> count;
+  bool valid = true;
+  util::ForEachQueryParam(query, [&](std::string_view name, std::string_view value, bool) {
+    if (name != c.query) return true;
+    int64_t n = 0;
+    const auto [p, ec] = std::from_chars(value.data(), value.data() + value.size(), n);
+    if (ec != std::errc() || p != value.data() + value.size() || n < 0) {
+      valid = false;
+      return false;
+    }
+    count = std::max(count.value_or(0), n);
+    return true;
+  });
+  if (!valid) return core::Error{"query parameter '" + c.query + "' must be a non-negative integer"};
+  if (!count) return c.min;
+  const int64_t cost = *count / c.per + (*count % c.per != 0);
   return std::max(c.min, cost);
+}
+
+bool Policy::IsTrusted(std::string_view peer) const {
+  if (trusted_.empty()) return false;
+  const auto addr = ParseAddress(peer);
+  return addr && std::any_of(trusted_.begin(), trusted_.end(), [&](const Cidr& c) { return c.Contains(*addr); });
 }
 
 std::string Policy::ClientAddress(std::string_view peer, std::string_view forwarded_for) const {

@@ -190,6 +190,14 @@ std::optional<config::KeyConfig> CheckRow(const KeyRecord& r,
     problems.push_back({"key_id: must not be empty", "row skipped"});
     return std::nullopt;
   }
+  // These travel in the X-Tollgate-* fields of upstream requests: a CR/LF would inject lines.
+  for (const auto& [field, value] : {std::pair<const char*, const std::string*>{"key_id", &r.key_id},
+                                     {"account_id", &r.account_id}, {"plan", &r.plan}}) {
+    if (!config::IsFieldSafe(*value)) {
+      problems.push_back({std::string(field) + ": must not contain control characters", "row skipped"});
+      return std::nullopt;
+    }
+  }
   config::KeyConfig k;
   k.id = r.key_id;
   // char(64) pads with spaces; digests compare in lowercase.

@@ -233,7 +233,7 @@ class Upstream:
 class Gateway:
     """A running `tollgate serve` with its config file in the fixture's temp dir."""
 
-    def __init__(self, fixture, config, name="tollgate"):
+    def __init__(self, fixture, config, name="tollgate", wrapper=()):
         self.fixture = fixture
         self.config_path = os.path.join(fixture.tmpdir, name + ".yaml")
         self.process = None
@@ -249,7 +249,9 @@ class Gateway:
             server.setdefault("threads", 2)
             self.config["server"] = server
             self.write_config(self.config)
-            self.process = fixture.spawn(name, [BINARY, "serve", "--config", self.config_path])
+            # `wrapper`: a command that execs the binary in place (e.g. prlimit), so the PID
+            # stays the gateway's.
+            self.process = fixture.spawn(name, list(wrapper) + [BINARY, "serve", "--config", self.config_path])
             if self._wait_ready():
                 return
             self.process.stop()

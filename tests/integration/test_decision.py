@@ -84,11 +84,13 @@ class DecisionTestCase(GatewayTestCase):
         super().setUp()
         self.extra_logs = []  # (label, path) printed with the processes' logs on failure
 
+    PROXY = "nginx"  # decision.proxy: whose headers describe the original request
+
     def start_decision(self, cfg, deny_status=None, rls_domains=None):
         cfg = dict(cfg)
         self.decision_port, held = reserve_port()
         self.held_sockets.append(held)
-        cfg["decision"] = {"listen": "127.0.0.1:%d" % self.decision_port}
+        cfg["decision"] = {"listen": "127.0.0.1:%d" % self.decision_port, "proxy": self.PROXY}
         if deny_status is not None:
             cfg["decision"]["deny_status"] = deny_status
         if rls_domains is not None:
@@ -360,6 +362,7 @@ class NginxTests(DecisionTestCase):
 
 
 class TraefikForwardAuthTests(DecisionTestCase):
+    PROXY = "traefik"
     """What Traefik's forwardAuth middleware sends (deny_status: the default, 429). Traefik
     returns a denial to the client as it is: status, headers and body."""
 
@@ -407,12 +410,28 @@ class TraefikForwardAuthTests(DecisionTestCase):
         self.assertEqual(r.status, 200, r)
         self.assertEqual(r.header("RateLimit-Remaining"), "1", r)
 
-    def test_forwarded_for_from_an_untrusted_peer_is_ignored(self):
+    def test_forwarded_headers_from_an_untrusted_peer_are_ignored(self):
+        # Issue 18: whoever reaches the listener could otherwise name a cheaper route. From a
+        # peer that is not a trusted proxy, the check is its own request, GET / (keyed).
         self.start_decision(config(identity={"trusted_proxies": []}))
-        # Every check comes from 127.0.0.1, whatever X-Forwarded-For claims: one budget.
         for xff in ("203.0.113.7", "203.0.113.8"):
-            self.assertEqual(self.decide("GET", "/public/doc", xff=xff).status, 200)
-        self.assertRateLimited(self.decide("GET", "/public/doc", xff="203.0.113.9"))
+            r = self.decide("GET", "/public/doc", xff=xff)
+            self.assertEqual(r.status, 401, r)
+            self.assertEqual(r.json()["code"], "missing_api_key", r)
+        self.assertEqual(self.gateway.metrics().get("tollgate_decision_untrusted_headers_total"), 2)
+
+    def test_only_traefiks_headers_are_read(self):
+        # Traefik forwards the client's own headers to the check: a client's X-Original-URI
+        # beside Traefik's X-Forwarded-Uri must not choose the route.
+        self.start_decision(config())
+        r = self.decide("GET", "/v1/items", xff="203.0.113.7",
+                        headers={"X-Original-URI": "/public/doc", "X-Original-Method": "GET"})
+        self.assertEqual(r.status, 401, r)
+        r = self.decide("GET", "/public/../v1/items", xff="203.0.113.7")
+        self.assertEqual(r.status, 401, r)  # canonical: /v1/items, keyed
+        r = self.decide("GET", "/public/..%2fv1/items", xff="203.0.113.7")
+        self.assertEqual(r.status, 400, r)
+        self.assertEqual(r.json()["code"], "invalid_request_target", r)
 
     def test_missing_or_invalid_key_is_401(self):
         self.start_decision(config())
@@ -427,6 +446,23 @@ class TraefikForwardAuthTests(DecisionTestCase):
 class EnvoyExtAuthzTests(DecisionTestCase):
     """Envoy's ext_authz filter with an http_service sends the original method and path as
     the check request itself (no path_prefix), with the allowed headers."""
+    PROXY = "envoy"
+
+    def test_forwarded_for_from_an_untrusted_peer_is_ignored(self):
+        self.start_decision(config(identity={"trusted_proxies": []}))
+        # Every check comes from 127.0.0.1, whatever X-Forwarded-For claims: one budget.
+        for xff in ("203.0.113.7", "203.0.113.8"):
+            r = http_request(self.decision_port, "GET", "/public/doc", headers={"X-Forwarded-For": xff})
+            self.assertEqual(r.status, 200, r)
+        r = http_request(self.decision_port, "GET", "/public/doc", headers={"X-Forwarded-For": "203.0.113.9"})
+        self.assertRateLimited(r)
+
+    def test_client_original_uri_is_not_read(self):
+        # With proxy: envoy no header names the request, even from a trusted peer.
+        self.start_decision(config())
+        r = http_request(self.decision_port, "GET", "/v1/items",
+                         headers={"X-Original-URI": "/public/doc", "X-Forwarded-Uri": "/public/doc"})
+        self.assertEqual(r.status, 401, r)
 
     def test_check_request_is_the_original_method_and_path(self):
         self.start_decision(config(capacity=2))

@@ -13,11 +13,27 @@
 
 namespace tollgate::config {
 
+// How a listener treats request targets that the canonical form cannot carry unchanged
+// (docs/http-contract.md, "The request target"). Both default to refusing with 400.
+struct TargetConfig {
+  bool allow_encoded_slash = false;    // %2F and %5C in the path: kept encoded instead of 400
+  bool allow_path_parameters = false;  // ';' in the path: kept instead of 400
+};
+
 struct ServerConfig {
   std::string listen = "127.0.0.1:8080";        // host:port of the gateway
   std::string admin_listen = "127.0.0.1:9090";  // host:port of the admin API; loopback by default
   int threads = 0;                              // io threads; 0 = one per core
-  size_t max_connections = 10'000;              // per process; more are closed at accept
+  // Client connections of the gateway and decision listeners, per process; more are closed at
+  // accept. 0 (default): derived at start from the file-descriptor limit (RLIMIT_NOFILE, whose
+  // soft limit is raised to the hard one), leaving room for upstream, store and admin sockets,
+  // and at most 10,000. A configured value above what the limit allows is lowered, with a warning.
+  size_t max_connections = 0;
+  // Open connections from one client address (the TCP peer); more are closed at accept.
+  // Peers in identity.trusted_proxies are exempt (a load balancer is many clients). 0: no cap.
+  size_t max_connections_per_address = 512;
+  size_t admin_max_connections = 64;            // the admin listener's own budget
+  TargetConfig request_target;                  // the gateway listener's
   size_t max_header_bytes = 16 * 1024;          // request line + headers; larger gets 431
   uint64_t max_body_bytes = 100 * 1024 * 1024;  // request bodies larger get 413
   int header_timeout_ms = 10'000;               // to read a request's headers (slow clients)
@@ -31,6 +47,10 @@ struct UpstreamConfig {
   int connect_timeout_ms = 1'000;
   int timeout_ms = 30'000;                    // until the upstream's response headers
   size_t max_connections = 256;               // pooled keep-alive connections, per process
+  // Requests waiting for a connection when all max_connections are busy, per process; past
+  // it, or after queue_timeout_ms of waiting, 503 upstream_busy.
+  size_t queue_size = 1'024;
+  int queue_timeout_ms = 1'000;
 };
 
 struct StoreConfig {
@@ -60,9 +80,19 @@ struct KeySourceConfig {
 
 // The decision service for gateways people already run (nginx auth_request, Traefik
 // ForwardAuth, Envoy ext_authz over HTTP). Off unless `listen` is set.
+// The proxy in front of the decision service: which headers describe the original request.
+// They are believed only from peers in identity.trusted_proxies.
+enum class DecisionProxy {
+  kNginx,    // X-Original-Method, X-Original-URI
+  kTraefik,  // X-Forwarded-Method, X-Forwarded-Uri
+  kEnvoy,    // none: ext_authz sends the original method and path as the check's own
+};
+
 struct DecisionConfig {
   std::string listen;    // host:port
   int deny_status = 429;  // nginx auth_request needs 403 (it turns anything else into 500)
+  DecisionProxy proxy = DecisionProxy::kNginx;
+  TargetConfig request_target;
 };
 
 // Envoy's rate limit service API v3 over gRPC. Off unless `listen` is set.
@@ -185,6 +215,11 @@ using OverrideFields = std::map<std::string, std::map<std::string, std::string>>
 // >= 1, got -5").
 core::Result<std::vector<OverrideConfig>> ParseOverrides(const OverrideFields& overrides,
                                                          const PlanConfig& plan);
+
+// Whether `text` may travel in an HTTP field value tollgate writes (a key id, an account, a plan
+// or limit name): no control characters (CR, LF, NUL, ...) and no DEL. Every key source checks
+// with this.
+bool IsFieldSafe(std::string_view text);
 
 // Lowercase hex SHA-256 of `text`.
 std::string Sha256Hex(std::string_view text);

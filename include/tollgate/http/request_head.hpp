@@ -46,4 +46,23 @@ HeadParse ParseRequestHead(std::string_view data, size_t max_size, RequestHead& 
 // Whether `value`, a comma-separated list (Connection), holds `token` (any case).
 bool HasToken(std::string_view value, std::string_view token);
 
+// What RFC 9112 requires of a request's framing and Host before anything else reads it: the
+// code of the 400 answer (docs/http-contract.md), or nullptr when the head is acceptable.
+// - "invalid_transfer_encoding": Transfer-Encoding other than exactly `chunked` (a final coding
+//   that is not chunked, chunked twice, an unknown coding), or any in HTTP/1.0. Read as having
+//   no body, such a request's body would be parsed as the next request (RFC 9112 6.1, 6.3).
+// - "invalid_host": HTTP/1.1 without Host, more than one Host, or a Host that is not
+//   `host[:port]` (RFC 9112 3.2, RFC 3986 3.2.2: a reg-name, an IPv4 address or [IPv6]).
+// Sets `*host` to the Host value (empty when there is none).
+const char* CheckRequestHead(const RequestHead& head, std::string_view* host);
+
+// Whether field name `name` reads as `canonical` to an upstream that ignores case and takes
+// '_' for '-' (CGI, WSGI, PHP, many frameworks): "X_Tollgate_Key_Id" as "X-Tollgate-Key-Id".
+// With `prefix`, whether `name` starts so.
+bool ReadsAs(std::string_view name, std::string_view canonical, bool prefix = false);
+
+// Whether `host` is an RFC 3986 host with an optional port (what Host and an absolute-form
+// target's authority may hold; no userinfo).
+bool IsValidHost(std::string_view host);
+
 }  // namespace tollgate::http

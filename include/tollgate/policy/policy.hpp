@@ -77,14 +77,20 @@ class Policy {
   // By the key as presented (hashed here: keys are only compared as digests).
   const Key* FindByKey(std::string_view presented) const;
   const Key* FindById(std::string_view id) const;
-  // First matching route, or the default route (identity key, cost 1, fail open).
+  // First matching route, or the default route (identity key, cost 1, fail open). `path` is
+  // canonical (http/target.hpp). Exact routes match with one trailing slash too; prefix routes
+  // match whole segments; a GET route matches HEAD.
   const Route& Match(std::string_view method, std::string_view path) const;
   // The request's cost from the route and the query string ("pages=120&x=1"). Errors are
   // client errors (400): a count that is not a non-negative integer.
   core::Result<int64_t> Cost(const Route& route, std::string_view query) const;
   // The client address for limits: the peer, or the right-most X-Forwarded-For entry that is
   // not a trusted proxy when the peer is one. IPv6 is grouped by /64 ("2001:db8:0:1::/64").
+  // `peer` is the socket's address as text ("10.0.0.1", "::ffff:10.0.0.1", "2001:db8::1");
+  // `forwarded_for` every X-Forwarded-For line of the request joined with ", ", in order.
   std::string ClientAddress(std::string_view peer, std::string_view forwarded_for) const;
+  // Whether `peer` (an address as text) is in identity.trusted_proxies.
+  bool IsTrusted(std::string_view peer) const;
   // The key presented in the configured headers (Authorization: Bearer …, X-API-Key); empty
   // when none. `header(name)` returns a header's value or empty.
   template <class HeaderFn>

@@ -12,9 +12,26 @@
 namespace tollgate::store {
 
 struct MemoryStoreOptions {
-  // Most keys held at once (one key = one check of one identity). When full, expired and fully
-  // recovered state is dropped first (a full bucket carries no information), then the entries
-  // nearest to expiry. Default: 1,000,000 (about 40 MB). REQUIRES: > 0.
+  // Most keys held at once (one key = one check of one identity; sliding-window logs are
+  // counted apart, up to as many again). Default: 1,000,000 (about 40 MB). REQUIRES: > 0.
+  //
+  // A new key in a full shard takes the place of the least restrictive of a sample of 16 of its
+  // entries (a batch's own keys are never evicted to make room for it). Restrictive means: at
+  // the time of the batch, the entry would reject a request of cost 1 (an exhausted bucket, a
+  // full window, a quota at its ceiling), or else has used more of its limit (1 - remaining / q).
+  // So expired and fully recovered state goes first, then the state that restricts its client
+  // least, and state that rejects now never goes while a sampled entry does not: a client
+  // cannot clear its own exhausted bucket by creating new identities. While every sampled entry
+  // rejects, up to 64 are examined; if all of them reject, the shard is full: the batch is
+  // rejected (RejectCode::kRateLimited, remaining 0), nothing of it is stored, and
+  // MemoryStoreStats::full_rejections counts it. Its Retry-After is the soonest time at which
+  // one of the entries examined stops rejecting (and so becomes evictable); 1 s if none gave a
+  // time. Shadow checks never cause that rejection: their new keys are stored only if room is
+  // left. An entry is ranked under the limit it was created with (a reload that changes a limit
+  // takes effect on its keys' ranking once they expire).
+  //
+  // A shard holds at least 16 keys (one batch), so fewer than 16 x `shards` keys use fewer
+  // shards, and a max_keys under 16 holds 16.
   size_t max_keys = 1'000'000;
   // Independent locks; a batch locks one. Default: 64. REQUIRES: > 0.
   size_t shards = 64;
@@ -22,14 +39,18 @@ struct MemoryStoreOptions {
 
 // Counters for /metrics. Thread-safe (relaxed atomics).
 struct MemoryStoreStats {
-  std::atomic<uint64_t> evicted_live{0};   // dropped while still holding information
-  std::atomic<uint64_t> expired{0};        // dropped after expiry
+  std::atomic<uint64_t> evicted_live{0};  // dropped while still holding information
+  std::atomic<uint64_t> expired{0};       // dropped after expiry
+  // Batches rejected because their new keys found a full shard: every candidate for eviction
+  // still rejected its client (MemoryStoreOptions::max_keys).
+  std::atomic<uint64_t> full_rejections{0};
 };
 
 // Thread-safe: state is split into shards, each behind its own mutex. Every Apply() completes
 // before it returns. Each key costs 32 bytes in a fixed open-addressing table sized for
 // max_keys at 80 % load (~40 bytes per key), allocated once; sliding-window logs keep their
-// entries beside it (O(limit) per key).
+// entries beside it (O(limit) per key). Each shard also keeps one copy of every distinct limit
+// its keys use, for eviction.
 class MemoryStore final : public Store {
  public:
   explicit MemoryStore(MemoryStoreOptions options = {},

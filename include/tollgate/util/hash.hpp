@@ -1,49 +1,75 @@
-// A fast, seeded 64-bit hash for in-memory tables (not cryptographic).
+// A fast 64-bit hash for in-memory tables, seeded per process (not cryptographic).
 #pragma once
 
 #include <cstdint>
-#include <cstring>
+#include <random>
 #include <string_view>
+
+#if defined(__linux__)
+#include <sys/random.h>
+#endif
+
+// Header-only xxHash (Debian's libxxhash-dev): the short inputs hashed here (scopes, check
+// names, API keys) then compile to a few inlined instructions, with no call into libxxhash.
+#ifndef XXH_INLINE_ALL
+#define XXH_INLINE_ALL
+#endif
+#include <xxhash.h>
+static_assert(XXH_VERSION_NUMBER >= 800, "XXH3 is stable from xxHash 0.8.0");
 
 namespace tollgate::util {
 
 namespace internal {
+
 inline uint64_t Mix(uint64_t a, uint64_t b) {
   const unsigned __int128 r = static_cast<unsigned __int128>(a) * b;
   return static_cast<uint64_t>(r) ^ static_cast<uint64_t>(r >> 64);
 }
-inline uint64_t Read64(const char* p) {
-  uint64_t v;
-  std::memcpy(&v, p, 8);
-  return v;
+
+// 64 bits from the kernel's random source; std::random_device where getrandom() is missing or
+// fails. Never 0.
+inline uint64_t RandomSeed() {
+  uint64_t seed = 0;
+#if defined(__linux__)
+  if (getrandom(&seed, sizeof seed, 0) != static_cast<ssize_t>(sizeof seed)) seed = 0;
+#endif
+  if (seed == 0) {
+    std::random_device device;
+    seed = (uint64_t{device()} << 32) ^ device();
+  }
+  return seed == 0 ? 0x9e3779b97f4a7c15ull : seed;
 }
+
 }  // namespace internal
 
-// Thread-safe (pure). Multiply-mix over 8-byte words, in the spirit of wyhash.
+// Thread-safe. A random 64-bit value chosen at this function's first call and fixed for the
+// life of the process; never 0. Every Hash64() mixes it in, so that identities a client chooses
+// (addresses, /64s, API keys) cannot be crafted offline to collide in the memory store's table
+// or the gateway's key cache.
+inline uint64_t ProcessSeed() {
+  static const uint64_t seed = internal::RandomSeed();
+  return seed;
+}
+
+// Thread-safe. XXH3-64 of `s` under ProcessSeed() ^ `seed`: equal inputs and seeds hash equally
+// within one process, differently from one process to the next. `seed` separates uses (two
+// seeds give unrelated hashes of the same string). For in-process tables only: never persist a
+// Hash64() or send it to another process (a value that must be stable needs a fixed-seed hash).
 inline uint64_t Hash64(std::string_view s, uint64_t seed = 0) {
-  constexpr uint64_t k0 = 0xa0761d6478bd642full;
-  constexpr uint64_t k1 = 0xe7037ed1a0b428dbull;
-  constexpr uint64_t k2 = 0x8ebc6af09c88c6e3ull;
-  const char* p = s.data();
-  size_t n = s.size();
-  uint64_t h = seed ^ internal::Mix(seed ^ k0, n ^ k1);
-  while (n >= 16) {
-    h = internal::Mix(internal::Read64(p) ^ k1, internal::Read64(p + 8) ^ h);
-    p += 16;
-    n -= 16;
-  }
-  uint64_t a = 0;
-  uint64_t b = 0;
-  if (n >= 8) {
-    a = internal::Read64(p);
-    b = internal::Read64(p + n - 8);
-  } else if (n > 0) {
-    char buf[8] = {};
-    std::memcpy(buf, p, n);
-    a = internal::Read64(buf);
-    b = n;
-  }
-  return internal::Mix(internal::Mix(a ^ k1, b ^ h) ^ k2, n ^ k0);
+  return XXH3_64bits_withSeed(s.data(), s.size(), ProcessSeed() ^ seed);
+}
+
+// Two 64-bit hashes of one string, for a table that needs more than 64 bits to tell keys apart.
+struct Hash128Value {
+  uint64_t low;
+  uint64_t high;
+};
+
+// Thread-safe. XXH3-128 of `s` under ProcessSeed() ^ `seed`, as Hash64() is XXH3-64: one call
+// costs about what one Hash64() does. Same rules: in-process tables only.
+inline Hash128Value Hash128(std::string_view s, uint64_t seed = 0) {
+  const XXH128_hash_t h = XXH3_128bits_withSeed(s.data(), s.size(), ProcessSeed() ^ seed);
+  return {h.low64, h.high64};
 }
 
 }  // namespace tollgate::util

@@ -58,6 +58,50 @@ TEST(Config, ErrorsNameTheField) {
   EXPECT_NE(ErrorOf("plans: [unclosed"), "");
 }
 
+TEST(Config, NamesThatReachHeadersRefuseControlCharacters) {
+  // Issue 18: a CR/LF in a key id injected "X-Evil: 1" into every upstream request of the key.
+  const std::string plan = "plans: {free: {limits: [{name: b, capacity: 5, refill_per_second: 1}]}}\n";
+  EXPECT_EQ(ErrorOf(plan + "keys: [{key: k, id: \"a\\r\\nX-Evil: 1\", plan: free}]"),
+            "keys[0].id: must not contain control characters (CR, LF, NUL, ...)");
+  EXPECT_EQ(ErrorOf(plan + "keys: [{key: k, id: a, account: \"x\\ny\", plan: free}]"),
+            "keys[0].account: must not contain control characters (CR, LF, NUL, ...)");
+  EXPECT_EQ(ErrorOf(plan + "keys: [{key: k, id: a, plan: \"free\\r\"}]"),
+            "keys[0].plan: must not contain control characters (CR, LF, NUL, ...)");
+  EXPECT_EQ(ErrorOf("plans: {\"free\\n\": {limits: [{name: b, capacity: 5, refill_per_second: 1}]}}"),
+            "plans.free\n: a plan name must not be empty or contain control characters");
+  EXPECT_EQ(ErrorOf("plans: {free: {limits: [{name: \"b\\r\", capacity: 5, refill_per_second: 1}]}}"),
+            "plans.free.limits[0].name: must not contain control characters (CR, LF, NUL, ...)");
+  EXPECT_EQ(ErrorOf(plan + "identity: {api_key_headers: [\"X-Key\\r\\nX-Evil\"]}"),
+            "identity.api_key_headers[0]: must be a header name (letters, digits, -, ...)");
+  EXPECT_EQ(ErrorOf(plan + "routes: [{path: /x, method: \"GET /\"}]"),
+            "routes[0].method: must be a method name (GET, POST, ...)");
+  EXPECT_TRUE(IsFieldSafe("k-1 caf\xc3\xa9"));
+  EXPECT_FALSE(IsFieldSafe(std::string("a\0b", 3)));
+  EXPECT_FALSE(IsFieldSafe("a\x7f"));
+}
+
+TEST(Config, ListenerAndPoolSettings) {
+  const std::string plan = "plans: {free: {limits: [{name: b, capacity: 5, refill_per_second: 1}]}}\n";
+  auto c = ParseConfig(plan + R"(
+server: {max_connections_per_address: 3, admin_max_connections: 5,
+         request_target: {allow_encoded_slash: true}}
+upstream: {queue_size: 7, queue_timeout_ms: 250}
+decision: {listen: "127.0.0.1:1", proxy: traefik, request_target: {allow_path_parameters: true}}
+)");
+  ASSERT_TRUE(c.ok()) << c.error();
+  EXPECT_EQ(c->server.max_connections, 0u);  // derived from the file limit at start
+  EXPECT_EQ(c->server.max_connections_per_address, 3u);
+  EXPECT_EQ(c->server.admin_max_connections, 5u);
+  EXPECT_TRUE(c->server.request_target.allow_encoded_slash);
+  EXPECT_FALSE(c->server.request_target.allow_path_parameters);
+  EXPECT_EQ(c->upstream.queue_size, 7u);
+  EXPECT_EQ(c->upstream.queue_timeout_ms, 250);
+  EXPECT_EQ(c->decision.proxy, DecisionProxy::kTraefik);
+  EXPECT_TRUE(c->decision.request_target.allow_path_parameters);
+  EXPECT_EQ(ErrorOf(plan + "decision: {proxy: haproxy}"), "decision.proxy: must be nginx, traefik or envoy, got 'haproxy'");
+  EXPECT_EQ(ErrorOf(plan + "server: {request_target: {allow_dots: true}}"), "server.request_target.allow_dots: unknown field");
+}
+
 TEST(Config, StoreTls) {
   // Files that exist (their contents are the store's to check).
   const std::string pem = TOLLGATE_SOURCE_DIR "/README.md";

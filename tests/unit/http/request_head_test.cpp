@@ -1,6 +1,7 @@
 #include <tollgate/http/request_head.hpp>
 
 #include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -127,6 +128,65 @@ TEST(RequestHeadTest, AHeadLargerThanTheLimitIsLeftToTheGeneralParser) {
   // Incomplete and already at the limit: it cannot become a head within it.
   EXPECT_EQ(Parse(head.substr(0, 100), h, &size, 100), HeadParse::kNotSimple);
   EXPECT_EQ(Parse(head.substr(0, 99), h, &size, 100), HeadParse::kNeedMore);
+}
+
+// Issue 18: framing and Host, as RFC 9112 requires them before anything reads the request.
+TEST(RequestHeadTest, CheckRequestHeadRefusesFramingAndHostItCannotTrust) {
+  struct Row {
+    unsigned version;
+    std::vector<RequestHead::Field> fields;
+    const char* code;  // nullptr: accepted
+  };
+  const std::vector<Row> rows = {
+      {11, {{"Host", "api"}}, nullptr},
+      {11, {{"Host", "api.example.com:8080"}}, nullptr},
+      {11, {{"host", "[::1]:8080"}}, nullptr},
+      {11, {{"Host", "10.0.0.1"}}, nullptr},
+      {11, {{"Host", ""}}, nullptr},  // RFC 9112 3.2: empty when the target has no authority
+      {10, {}, nullptr},
+      {11, {}, "invalid_host"},
+      {11, {{"Host", "a"}, {"Host", "a"}}, "invalid_host"},
+      {10, {{"Host", "a"}, {"host", "b"}}, "invalid_host"},
+      {11, {{"Host", "a b@evil"}}, "invalid_host"},
+      {11, {{"Host", "evil@x"}}, "invalid_host"},
+      {11, {{"Host", "a/b"}}, "invalid_host"},
+      {11, {{"Host", "a:80x"}}, "invalid_host"},
+      {11, {{"Host", "a:123456"}}, "invalid_host"},
+      {11, {{"Host", "[::1"}}, "invalid_host"},
+      {11, {{"Host", "[zz]"}}, "invalid_host"},
+      {11, {{"Host", "a\\b"}}, "invalid_host"},
+      {11, {{"Host", "a"}, {"Transfer-Encoding", "chunked"}}, nullptr},
+      {11, {{"Host", "a"}, {"transfer-encoding", "Chunked"}}, nullptr},
+      {11, {{"Host", "a"}, {"Transfer-Encoding", "xchunked"}}, "invalid_transfer_encoding"},
+      {11, {{"Host", "a"}, {"Transfer-Encoding", "chunked, identity"}}, "invalid_transfer_encoding"},
+      {11, {{"Host", "a"}, {"Transfer-Encoding", "chunked, chunked"}}, "invalid_transfer_encoding"},
+      {11, {{"Host", "a"}, {"Transfer-Encoding", "chunked"}, {"Transfer-Encoding", "chunked"}},
+       "invalid_transfer_encoding"},
+      {11, {{"Host", "a"}, {"Transfer-Encoding", "gzip, chunked"}}, "invalid_transfer_encoding"},
+      {11, {{"Host", "a"}, {"Transfer-Encoding", "identity"}}, "invalid_transfer_encoding"},
+      {11, {{"Host", "a"}, {"Transfer-Encoding", ""}}, "invalid_transfer_encoding"},
+      {10, {{"Transfer-Encoding", "chunked"}}, "invalid_transfer_encoding"},
+  };
+  for (size_t i = 0; i < rows.size(); ++i) {
+    RequestHead head;
+    head.version = rows[i].version;
+    head.fields = rows[i].fields;
+    std::string_view host;
+    const char* code = CheckRequestHead(head, &host);
+    EXPECT_STREQ(code, rows[i].code) << "row " << i;
+  }
+}
+
+TEST(RequestHeadTest, ReadsAsFoldsCaseAndUnderscore) {
+  EXPECT_TRUE(ReadsAs("X_Tollgate_Key_Id", "X-Tollgate-Key-Id"));
+  EXPECT_TRUE(ReadsAs("x-tollgate-plan", "x-tollgate-", true));
+  EXPECT_TRUE(ReadsAs("X_TOLLGATE_ANYTHING", "x-tollgate-", true));
+  EXPECT_TRUE(ReadsAs("X_Forwarded_For", "x-forwarded-for"));
+  EXPECT_TRUE(ReadsAs("x_api_key", "X-API-Key"));
+  EXPECT_FALSE(ReadsAs("X-Tollgate", "x-tollgate-", true));
+  EXPECT_FALSE(ReadsAs("X-Forwarded-Fo", "x-forwarded-for"));
+  EXPECT_FALSE(ReadsAs("X-Forwarded-Fors", "x-forwarded-for"));
+  EXPECT_FALSE(ReadsAs("Y-Tollgate-Plan", "x-tollgate-", true));
 }
 
 }  // namespace

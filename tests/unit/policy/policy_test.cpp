@@ -77,6 +77,43 @@ TEST(Policy, RouteCost) {
   EXPECT_EQ(p->Match("GET", "/public/a/b").identity, config::RouteIdentity::kNone);
 }
 
+TEST(Policy, CostReadsTheQueryAsTheUpstreamDoes) {
+  // Issue 18: a cost parameter spelt another way, or given twice, was costed 1.
+  auto p = Build();
+  const Route& r = p->Match("GET", "/v1/export");
+  EXPECT_EQ(*p->Cost(r, "pag%65s=5000"), 100);
+  EXPECT_EQ(*p->Cost(r, "%70ages=5000"), 100);
+  EXPECT_EQ(*p->Cost(r, "pages=1&pages=5000"), 100);
+  EXPECT_EQ(*p->Cost(r, "pages=5000&pages=1"), 100);
+  EXPECT_EQ(*p->Cost(r, "pages=%35000"), 100);
+  EXPECT_FALSE(p->Cost(r, "pages=1&pages=x").ok());
+  EXPECT_FALSE(p->Cost(r, "pages=+5000").ok());  // a space is not a digit
+}
+
+TEST(Policy, RoutesMatchWholeSegmentsAndExactMethods) {
+  auto p = Build(R"(
+  - {path: /login, method: POST, identity: ip}
+  - {path: /v1/items/, identity: none}
+anonymous:
+  limits: [{name: ip, capacity: 5, refill_per_second: 1}]
+)");
+  const Route& fallback = p->Match("GET", "/nothing");
+  for (const char* path : {"/login", "/login/"}) EXPECT_EQ(p->Match("POST", path).identity, config::RouteIdentity::kIp) << path;
+  for (const char* path : {"/login/x", "/loginx", "/LOGIN", "/logi"}) EXPECT_EQ(&p->Match("POST", path), &fallback) << path;
+  EXPECT_EQ(&p->Match("post", "/login"), &fallback);  // methods are case-sensitive
+  EXPECT_EQ(&p->Match("GET", "/login"), &fallback);
+  EXPECT_EQ(p->Match("GET", "/v1/items").identity, config::RouteIdentity::kNone);  // exact, stored without '/'
+  EXPECT_EQ(p->Match("GET", "/v1/items/").identity, config::RouteIdentity::kNone);
+  // Prefix routes: the segment itself and below it, never a longer segment.
+  for (const char* path : {"/public", "/public/", "/public/a/b"}) {
+    EXPECT_EQ(p->Match("GET", path).identity, config::RouteIdentity::kNone) << path;
+  }
+  EXPECT_EQ(&p->Match("GET", "/publicity"), &fallback);
+  // HEAD is GET without the body: it costs what GET costs.
+  EXPECT_EQ(*p->Cost(p->Match("HEAD", "/v1/export"), "pages=5000"), 100);
+  EXPECT_EQ(*p->Cost(p->Match("HEAD", "/v1/export/"), "pages=5000"), 100);
+}
+
 TEST(Policy, ClientAddressTrustsOnlyConfiguredProxies) {
   auto p = Build();
   // An untrusted peer's X-Forwarded-For is ignored.
