@@ -129,10 +129,11 @@ config::ServerConfig WithFileLimit(const config::Config& config) {
     raised.rlim_cur = lim.rlim_max;
     if (::setrlimit(RLIMIT_NOFILE, &raised) == 0) lim = raised;
   }
-  // Upstream pool, admin budget, store and key-source connections, listeners, logs.
-  const size_t reserve = config.upstream.max_connections + config.server.admin_max_connections + 64 +
-                         4 * static_cast<size_t>(std::max(1, config.server.threads > 0 ? config.server.threads
-                                                                                        : static_cast<int>(std::thread::hardware_concurrency())));
+  // Upstream pool, admin budget, store and key-source connections (a few per thread),
+  // listeners, logs.
+  const size_t threads = config.server.threads > 0 ? static_cast<size_t>(config.server.threads)
+                                                   : std::max(1u, std::thread::hardware_concurrency());
+  const size_t reserve = config.upstream.max_connections + config.server.admin_max_connections + 64 + 4 * threads;
   const size_t files = lim.rlim_cur == RLIM_INFINITY ? SIZE_MAX : static_cast<size_t>(lim.rlim_cur);
   const size_t fit = files > reserve + 16 ? files - reserve : 16;
   const size_t wanted = server.max_connections == 0 ? std::min<size_t>(10'000, fit) : server.max_connections;
