@@ -6,9 +6,9 @@
 #include <benchmark/benchmark.h>
 
 #include <string>
-#include <tollgate/http/target.hpp>
+#include <tollgate/util/target.hpp>
 
-namespace tollgate::http {
+namespace tollgate::util {
 namespace {
 
 void Run(benchmark::State& state, std::string_view raw) {
@@ -59,6 +59,6 @@ void BM_Refused(benchmark::State& state) { Run(state, "/public/..%2fv1/items"); 
 BENCHMARK(BM_Refused);
 
 }  // namespace
-}  // namespace tollgate::http
+}  // namespace tollgate::util
 
 BENCHMARK_MAIN();

@@ -11,15 +11,15 @@
 #include <cstring>
 #include <string>
 #include <string_view>
-#include <tollgate/http/target.hpp>
+#include <tollgate/util/target.hpp>
 
 namespace {
 
 namespace urls = boost::urls;
-using tollgate::http::CanonicalizeTarget;
-using tollgate::http::CanonicalTarget;
-using tollgate::http::TargetOptions;
-namespace internal = tollgate::http::internal;
+using tollgate::util::CanonicalizeTarget;
+using tollgate::util::CanonicalTarget;
+using tollgate::util::TargetOptions;
+namespace internal = tollgate::util::internal;
 
 void Check(bool ok) {
   if (!ok) std::abort();

@@ -21,14 +21,17 @@ namespace tollgate {
 struct Request {
   std::string_view api_key;         // as presented (no "Bearer "); empty: anonymous
   std::string_view method = "GET";
-  std::string_view path = "/";      // with the query string: costs read it ("/export?pages=120")
+  std::string_view path = "/";      // the request target with its query string (costs read it:
+                                    // "/export?pages=120"), made canonical as the gateway does
+                                    // (docs/http-contract.md); one it cannot is a 400
   std::string_view client_address;  // for `identity: ip` routes and invalid-key limiting
 };
 
 struct Answer {
   bool allowed = true;
-  int status = 200;                 // 200, 401, 400 or 429
-  std::string code;                 // "" when allowed; rate_limited, invalid_api_key, ...
+  int status = 200;                 // 200, 400, 401 or 429
+  std::string code;                 // "" when allowed; rate_limited, invalid_api_key,
+                                    // invalid_request_target, ...
   std::vector<std::pair<std::string, std::string>> headers;  // rate-limit headers, Retry-After,
                                                              // WWW-Authenticate (401)
   std::string body;                 // the JSON body to send when not allowed
@@ -45,7 +48,7 @@ class Limiter {
   // Decides (and consumes on success) one request.
   Answer Check(const Request& request);
 
-  struct Impl;  // defined in src/app/limiter.cpp
+  struct Impl;  // defined in src/embed/limiter.cpp
 
  private:
   explicit Limiter(std::unique_ptr<Impl> impl);

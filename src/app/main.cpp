@@ -8,7 +8,9 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstddef>
 #include <cstring>
+#include <memory>
 #include <stdexcept>
 #include <utility>
 #include <exception>
@@ -17,6 +19,9 @@
 #include <tollgate/config/config.hpp>
 #include <tollgate/core/limit.hpp>
 #include <tollgate/http/gateway.hpp>
+#ifdef TOLLGATE_HAVE_RLS
+#include <tollgate/rls/rls_server.hpp>
+#endif
 #include <tollgate/policy/policy.hpp>
 
 namespace {
@@ -182,6 +187,37 @@ int CheckConfig(const std::string& path) {
 
 }  // namespace
 
+// Envoy's rate limit service on the gateway's engine and policy (rls.listen), or nothing.
+#ifdef TOLLGATE_HAVE_RLS
+std::unique_ptr<tollgate::rls::RlsServer> StartRls(const tollgate::config::RlsConfig& config,
+                                                   tollgate::http::Gateway& gateway) {
+  if (config.listen.empty()) return nullptr;
+  tollgate::rls::RlsOptions options{.listen = config.listen};
+  for (const auto& d : config.domains) options.domains.push_back({d.domain, d.key_entry, d.ip_entry});
+  auto server = std::make_unique<tollgate::rls::RlsServer>(std::move(options), gateway.engine(),
+                                                           [&gateway] { return gateway.CurrentPolicy(); });
+  auto port = server->Start();
+  if (!port) throw std::runtime_error(port.error());
+  tollgate::metrics::Registry& m = gateway.metrics();
+  const auto& st = server->stats();
+  m.Gauge("tollgate_rls_ok_total", "Envoy RLS answers OK.", [&st] { return static_cast<double>(st.ok.load()); });
+  m.Gauge("tollgate_rls_over_limit_total", "Envoy RLS answers OVER_LIMIT.",
+          [&st] { return static_cast<double>(st.over_limit.load()); });
+  m.Gauge("tollgate_rls_unknown_domain_total", "Envoy RLS calls for a domain not configured.",
+          [&st] { return static_cast<double>(st.unknown_domain.load()); });
+  m.Gauge("tollgate_rls_unknown_key_total", "Envoy RLS descriptors with an unknown API key.",
+          [&st] { return static_cast<double>(st.unknown_key.load()); });
+  return server;
+}
+#else
+std::nullptr_t StartRls(const tollgate::config::RlsConfig& config, tollgate::http::Gateway&) {
+  if (!config.listen.empty()) {
+    throw std::runtime_error("rls.listen: this build has no gRPC (configure with TOLLGATE_RLS=ON)");
+  }
+  return nullptr;
+}
+#endif
+
 int main(int argc, char** argv) {
   if (argc < 2) {
     std::fputs(kUsage, stderr);
@@ -205,7 +241,9 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "%s: %s\n", path.c_str(), config.error().c_str());
         return 1;
       }
+      const tollgate::config::RlsConfig rls_config = config->rls;
       tollgate::http::Gateway gateway(path, std::move(config).value());
+      const auto rls = StartRls(rls_config, gateway);  // stopped before the gateway goes
       return gateway.Run();
     }
   } catch (const std::exception& e) {

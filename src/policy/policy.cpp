@@ -1,5 +1,6 @@
 #include <tollgate/policy/policy.hpp>
 
+#include <tollgate/util/digest.hpp>
 #include <tollgate/util/query.hpp>
 
 #include <arpa/inet.h>
@@ -175,7 +176,7 @@ const Key* Policy::FindByDigest(std::string_view digest32) const {
 }
 
 const Key* Policy::FindByKey(std::string_view presented) const {
-  return FindByDigest(config::Sha256Raw(presented));
+  return FindByDigest(util::Sha256Raw(presented));
 }
 
 const Key* Policy::FindById(std::string_view id) const {
@@ -185,7 +186,7 @@ const Key* Policy::FindById(std::string_view id) const {
 
 namespace {
 bool RouteMatchesPath(const Route& r, std::string_view path) {
-  // `path` is canonical (http/target.hpp): no empty or dot segments. An exact route matches
+  // `path` is canonical (util/target.hpp): no empty or dot segments. An exact route matches
   // with or without one trailing slash; a prefix route matches its own path and anything
   // below it, never a longer segment ("/public" is not a prefix of "/publicity").
   if (path.substr(0, r.path.size()) != r.path) return false;

@@ -1,11 +1,13 @@
 #include <tollgate/rls/rls_server.hpp>
 
 #include <future>
+#include <span>
+#include <string>
 
 #include <grpcpp/grpcpp.h>
 
 #include <tollgate/engine/checks.hpp>
-#include <tollgate/http/contract.hpp>
+#include <tollgate/contract/contract.hpp>
 #include <tollgate/util/clock.hpp>
 
 #include "rls.grpc.pb.h"
@@ -14,7 +16,7 @@ namespace tollgate::rls {
 namespace {
 
 namespace pb = envoy::service::ratelimit::v3;
-constexpr size_t kMaxChecks = 16;
+using engine::kMaxChecks;
 
 // "N per unit" for Envoy's current_limit: the largest unit in which the policy is a whole
 // number of requests, or the policy's quota per its window rounded down.
@@ -108,9 +110,20 @@ struct RlsServer::Impl final : pb::RateLimitService::Service {
       engine.Decide({.batch = {.scope = scope, .checks = {checks.data(), n}}, .fail_mode = engine::FailMode::kOpen},
                     {decisions.data(), n}, [&done](engine::Verdict v) { done.set_value(v); });
       const engine::Verdict v = done.get_future().get();
-      if (v.kind == engine::Verdict::Kind::kRejected || v.kind == engine::Verdict::Kind::kUnavailable) {
+      // The one answer mapping (contract/): a denial is OVER_LIMIT; its headers are Envoy's to add.
+      contract::HeaderList headers;
+      std::string body;  // RLS has no body
+      const contract::AnswerOptions answer{.headers = &pol->config().headers};
+      const std::span<const store::Check> cs{checks.data(), n};
+      const std::span<const core::Decision> ds{decisions.data(), n};
+      if (!contract::Respond(v, cs, ds, plan->enforced, answer, headers, body).allowed) {
         status->set_code(pb::RateLimitResponse::OVER_LIMIT);
         res->set_overall_code(pb::RateLimitResponse::OVER_LIMIT);
+      }
+      for (auto& [k, val] : headers.Pairs()) {
+        auto* h = res->add_response_headers_to_add();
+        h->set_key(k);
+        h->set_value(val);
       }
       if (v.primary >= 0 && plan->enforced) {
         const auto p = static_cast<size_t>(v.primary);
@@ -121,13 +134,6 @@ struct RlsServer::Impl final : pb::RateLimitService::Service {
         status->set_limit_remaining(static_cast<uint32_t>(std::min<int64_t>(d.remaining, UINT32_MAX)));
         const core::Duration until = !d.allowed && !d.retry_after.IsInfinite() ? d.retry_after : d.reset;
         status->mutable_duration_until_reset()->set_seconds(until.CeilSeconds());
-        http::HeaderList headers;
-        http::AppendRateLimitHeaders(pol->config().headers, {checks.data(), n}, {decisions.data(), n}, v, headers);
-        for (auto& [k, val] : headers.Pairs()) {
-          auto* h = res->add_response_headers_to_add();
-          h->set_key(k);
-          h->set_value(val);
-        }
       }
     }
     (res->overall_code() == pb::RateLimitResponse::OK ? stats.ok : stats.over_limit)

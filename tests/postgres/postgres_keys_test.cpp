@@ -11,6 +11,7 @@
 #include <set>
 #include <tollgate/policy/policy.hpp>
 #include <tollgate/policy/postgres_keys.hpp>
+#include <tollgate/util/digest.hpp>
 
 #include "support/postgres_server.hpp"
 
@@ -36,7 +37,7 @@ plans:
 
 config::Config BaseConfig() { return config::ParseConfig(kPlansYaml).value(); }
 
-std::string Digest(const std::string& key_id) { return config::Sha256Hex("secret-" + key_id); }
+std::string Digest(const std::string& key_id) { return util::Sha256Hex("secret-" + key_id); }
 
 const KeyConfig* Find(const std::vector<KeyConfig>& keys, const std::string& id) {
   for (const auto& k : keys)

@@ -426,6 +426,27 @@ int64_t CommandCalls(testing::RedisServer& server, const std::string& command) {
   return at == std::string::npos ? 0 : std::stoll(info.substr(at + field.size()));
 }
 
+// Polls `condition` until it holds or `limit` has passed; returns whether it held.
+bool WaitUntil(const std::function<bool()>& condition,
+               std::chrono::milliseconds limit = std::chrono::milliseconds(2000)) {
+  const auto end = std::chrono::steady_clock::now() + limit;
+  while (!condition()) {
+    if (std::chrono::steady_clock::now() >= end) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  return true;
+}
+
+// Waits (bounded) until Redis has answered every command `store` sent before this call, and
+// their reply handlers have run: a PING on the same connection, whose reply comes after theirs.
+// Then counts of what Redis ran are final, where a fixed wait only made them likely.
+bool AllAnswered(RedisStore& store) {
+  auto answered = std::make_shared<std::promise<void>>();
+  auto done = answered->get_future();
+  store.Command({"PING"}, 1, [answered](core::Result<RedisValue>) { answered->set_value(); });
+  return done.wait_for(std::chrono::seconds(2)) == std::future_status::ready;
+}
+
 TEST(RedisUsage, CountsSurviveTheProcessAndAddUpAcrossReplicas) {
   testing::RedisServer server;
   UsageRows first;
@@ -467,9 +488,7 @@ TEST(RedisUsage, RequestsOfCostOneTakeOneCounterPerOutcome) {
   rows[1].second.requests = {3, 0, 0, 0};
   rows[1].second.cost = {12, 0, 0, 0};  // an export: cost above the request count
   backend.Add(rows);
-  for (int i = 0; i < 200 && hincrby_calls() < 4; ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // nothing more arrives
+  ASSERT_TRUE(AllAnswered(*store));  // nothing more arrives
   EXPECT_EQ(hincrby_calls(), 4);  // k1: success, rejected; k2: success and its extra cost
   std::promise<core::Result<UsageRows>> p;
   backend.Read({"2026-11-29"}, "acme",
@@ -502,7 +521,7 @@ TEST(RedisUsage, IndexAndTtlAreSentUntilConfirmedThenNoMore) {
   rows[0].second.requests[0] = 1;
   backend.Add(rows);
   ASSERT_EQ(wait_for("'u:{usage:acme}:2026-11-29'", "1"), "1");
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the EXPIREs after it
+  ASSERT_TRUE(AllAnswered(*store));  // the EXPIREs and SADD after it: confirmed
   for (int i = 0; i < 3; ++i) backend.Add(rows);
   ASSERT_EQ(wait_for("'u:{usage:acme}:2026-11-29'", "4"), "4");
   EXPECT_EQ(sadd_calls(), 1);
@@ -516,10 +535,10 @@ TEST(RedisUsage, IndexAndTtlAreSentUntilConfirmedThenNoMore) {
   next[0].second.requests[0] = 1;
   backend.Add(next);
   ASSERT_EQ(wait_for("'u:{usage:acme}:2026-11-30'", "1"), "1");
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  ASSERT_TRUE(AllAnswered(*store));  // the failed SADD: not confirmed
   backend.Add(next);
   ASSERT_EQ(wait_for("'u:{usage:acme}:2026-11-30'", "2"), "2");
-  for (int i = 0; i < 200 && sadd_calls() < 3; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  ASSERT_TRUE(AllAnswered(*store));
   EXPECT_EQ(sadd_calls(), 3);
   EXPECT_GE(store->stats().command_errors.load(), 2u);
   EXPECT_EQ(store->stats().errors.load(), 0u);  // decisions' failures only
@@ -544,14 +563,17 @@ TEST(RedisUsage, CountsSentWhileRedisIsDownArriveWhenItIsBack) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   ASSERT_EQ(server.Cli("HGET " + key + " " + field), "1");
+  const uint64_t reconnects = store->stats().reconnects.load();
   server.Stop();
   // The first flush after the crash may be written to the dead connection: Redis may or may not
-  // have had it, so it is not sent again. Later ones cannot reach Redis and are kept.
+  // have had it, so it is not sent again. Later ones, once the store has seen the connection
+  // fail, cannot reach Redis and are kept.
   backend.Add(rows(100));
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  ASSERT_TRUE(WaitUntil([&] { return store->stats().reconnects.load() > reconnects; }));
   for (int i = 0; i < 3; ++i) {
+    const uint64_t errors = store->stats().command_errors.load();
     backend.Add(rows(1));
-    std::this_thread::sleep_for(std::chrono::milliseconds(30));
+    ASSERT_TRUE(WaitUntil([&] { return store->stats().command_errors.load() > errors; }));  // kept
   }
   server.Start();  // same port, empty
   std::string got;

@@ -6,6 +6,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <tollgate/core/limit.hpp>
@@ -220,10 +221,5 @@ core::Result<std::vector<OverrideConfig>> ParseOverrides(const OverrideFields& o
 // or limit name): no control characters (CR, LF, NUL, ...) and no DEL. Every key source checks
 // with this.
 bool IsFieldSafe(std::string_view text);
-
-// Lowercase hex SHA-256 of `text`.
-std::string Sha256Hex(std::string_view text);
-// The 32 bytes of SHA-256 of `text`.
-std::string Sha256Raw(std::string_view text);
 
 }  // namespace tollgate::config

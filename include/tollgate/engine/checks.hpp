@@ -11,6 +11,10 @@
 
 namespace tollgate::engine {
 
+// The most checks one request makes (a plan has at most 8 limits; room for the route's and
+// the identity's own). Every adapter's per-request arrays are this size.
+inline constexpr size_t kMaxChecks = 16;
+
 // Fills `out` with one check per limit of `plan` (a key's override replaces a plan limit until
 // it expires), each of `cost`, enforced unless the plan is in shadow mode. Returns the count
 // (at most out.size()). `key` may be null (anonymous limits). The checks point into `plan` and

@@ -6,6 +6,9 @@
 #include <string>
 
 #include <tollgate/config/config.hpp>
+#include <tollgate/engine/engine.hpp>
+#include <tollgate/metrics/metrics.hpp>
+#include <tollgate/policy/policy.hpp>
 
 namespace tollgate::http {
 
@@ -20,6 +23,12 @@ class Gateway {
   // Serves until SIGTERM or SIGINT, then drains in-flight requests (server.drain_timeout_ms)
   // and returns the process exit code (0).
   int Run();
+
+  // For other listeners of the process (the Envoy RLS server, composed in app/): the engine,
+  // the policy in force (it changes on reload) and the metrics registry. Thread-safe.
+  engine::Engine& engine();
+  std::shared_ptr<const policy::Policy> CurrentPolicy();
+  metrics::Registry& metrics();
 
   struct Impl;  // defined in gateway.cpp
 

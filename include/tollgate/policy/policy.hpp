@@ -78,7 +78,7 @@ class Policy {
   const Key* FindByKey(std::string_view presented) const;
   const Key* FindById(std::string_view id) const;
   // First matching route, or the default route (identity key, cost 1, fail open). `path` is
-  // canonical (http/target.hpp). Exact routes match with one trailing slash too; prefix routes
+  // canonical (util/target.hpp). Exact routes match with one trailing slash too; prefix routes
   // match whole segments; a GET route matches HEAD.
   const Route& Match(std::string_view method, std::string_view path) const;
   // The request's cost from the route and the query string ("pages=120&x=1"). Errors are

@@ -18,7 +18,9 @@
 
 namespace tollgate::policy {
 namespace internal {
-struct KeyRecord;  // one api_keys row as read, before it is checked
+struct KeyRecord;   // one api_keys row as read, before it is checked
+class Connection;   // one libpq connection, driven without blocking
+class Wakeup;       // the thread's stop and wake-up signal; every wait watches it
 }  // namespace internal
 
 struct PostgresKeySourceOptions {
@@ -96,19 +98,15 @@ class PostgresKeySource {
   const KeySnapshotStats& stats() const { return stats_; }
 
  private:
-  struct Rows;       // the rows held, by key id; the source's thread only (and Start)
-  class Connection;  // one libpq connection, driven without blocking
-  enum class Wait { kReady, kTimeout, kWoken, kStopping };
+  struct Rows;  // the rows held, by key id; the source's thread only (and Start)
+  class Loop;   // the thread: reconnects, NOTIFY, the resync timer
 
   PostgresKeySource(PostgresKeySourceOptions options, ChangeCallback on_change, LogCallback log);
-  void Run();
-  // Waits for `fd` (-1: none) to be readable (writable) until `deadline`; every wait also
-  // watches the stop signal, and returns on SetPlans' wake-up when `return_on_wake`.
-  Wait WaitFor(int fd, bool for_write, std::chrono::steady_clock::time_point deadline,
-               bool return_on_wake);
-  core::Result<std::unique_ptr<Connection>> Connect();
-  // Each returns false with `error` set when the connection failed.
-  bool Listen(std::string& error);
+  // Start without PostgreSQL (which failed with `db_error`): the rows of the snapshot file.
+  // Returns "" or Start's error.
+  std::string StartFromSnapshotFile(std::string db_error);
+  // Each returns false with `error` set when the connection failed (then conn_ may be null).
+  bool ConnectAndListen(std::string& error);
   bool FullLoad(std::string& error);
   bool LoadIds(std::vector<std::string> key_ids, std::string& error);
   bool ReplaceAll(std::vector<internal::KeyRecord> records);  // true: something changed
@@ -128,11 +126,11 @@ class PostgresKeySource {
   std::unique_ptr<std::vector<config::PlanConfig>> pending_plans_;  // guarded by mu_
 
   std::unique_ptr<Rows> rows_;
-  std::unique_ptr<Connection> conn_;
+  // The destructor and SetPlans wake the thread. Declared before conn_, which waits on it.
+  std::unique_ptr<internal::Wakeup> wakeup_;
+  std::unique_ptr<internal::Connection> conn_;
   bool notify_ = false;            // on_change is called once the thread runs
   bool snapshot_written_ = false;  // since this process started
-  int wake_fd_ = -1;               // eventfd: the destructor and SetPlans wake the thread
-  std::atomic<bool> stopping_{false};
   std::thread thread_;
 };
 

@@ -20,6 +20,11 @@ class io_context;
 
 namespace tollgate::store {
 
+namespace redis {  // the implementation's rooms (src/store/redis/)
+class Lane;
+struct SharedState;
+}  // namespace redis
+
 struct RedisStoreOptions {
   // redis://[user:password@]host:port[/db] (standalone) or
   // redis-cluster://host:port[,host:port...] (Redis Cluster; seeds for the slot map);
@@ -126,14 +131,11 @@ class RedisStore final : public Store {
   // Destroys the lanes; after their loops stopped, before those loops are destroyed.
   void CloseLanes();
 
-  class Impl;  // defined in redis_store.cpp
-
  private:
-  RedisStore();
-  struct Shared;  // statistics and the circuit breaker, shared by the lanes
-  std::unique_ptr<Shared> shared_;
-  std::unique_ptr<Impl> impl_;  // the store's own lane, on its own thread
-  std::vector<std::unique_ptr<Impl>> lanes_;
+  explicit RedisStore(std::unique_ptr<redis::SharedState> shared);
+  std::unique_ptr<redis::SharedState> shared_;  // statistics, the circuit breaker, TLS
+  std::unique_ptr<redis::Lane> own_lane_;  // the store's own lane, on its own thread
+  std::vector<std::unique_ptr<redis::Lane>> lanes_;
 };
 
 }  // namespace tollgate::store

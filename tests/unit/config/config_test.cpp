@@ -1,6 +1,9 @@
 #include <tollgate/config/config.hpp>
 
 #include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <tollgate/util/digest.hpp>
 
 namespace tollgate::config {
 namespace {
@@ -27,9 +30,8 @@ TEST(Config, ParsesAndHashesKeys) {
   EXPECT_EQ(c->plans[0].limits[0].spec.capacity, 20);
   EXPECT_EQ(c->plans[0].limits[1].spec.ceiling, 10000);
   ASSERT_EQ(c->keys.size(), 1u);
-  EXPECT_EQ(c->keys[0].sha256_hex, Sha256Hex("k1"));
+  EXPECT_EQ(c->keys[0].sha256_hex, util::Sha256Hex("k1"));
   EXPECT_EQ(c->keys[0].account, "one");  // defaults to the key id
-  EXPECT_EQ(Sha256Hex("abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
 }
 
 TEST(Config, ErrorsNameTheField) {
@@ -299,6 +301,87 @@ rls: {listen: "127.0.0.1:8083", domains: [{domain: api, key_entry: api_key}]}
   EXPECT_EQ(ErrorOf("plans: {free: {limits: [{name: b, capacity: 5, refill_per_second: 1}]}}\n"
                     "rls: {listen: x, domains: [{domain: api}]}\n"),
             "rls.domains[0]: give key_entry or ip_entry");
+}
+
+}  // namespace
+}  // namespace tollgate::config
+
+namespace tollgate::config {
+namespace {
+
+const char* kOnePlan = "plans: {free: {limits: [{name: b, capacity: 5, refill_per_second: 1}]}}\n";
+
+TEST(Config, HeaderSets) {
+  auto c = ParseConfig(std::string(kOnePlan));
+  ASSERT_TRUE(c.ok()) << c.error();
+  EXPECT_TRUE(c->headers.ietf && c->headers.ratelimit && c->headers.x_ratelimit);  // default
+  c = ParseConfig(std::string(kOnePlan) + "headers: [x-ratelimit]\n");
+  ASSERT_TRUE(c.ok()) << c.error();
+  EXPECT_FALSE(c->headers.ietf);
+  EXPECT_FALSE(c->headers.ratelimit);
+  EXPECT_TRUE(c->headers.x_ratelimit);
+  EXPECT_EQ(ErrorOf(std::string(kOnePlan) + "headers: [ietf, draft]\n"),
+            "headers[1]: must be ietf, ratelimit or x-ratelimit, got 'draft'");
+}
+
+TEST(Config, InvalidKeyLimit) {
+  auto c = ParseConfig(std::string(kOnePlan));
+  ASSERT_TRUE(c.ok()) << c.error();
+  EXPECT_EQ(c->identity.invalid_key_limit.capacity, 10);  // default: 10, refilled 0.2/s
+  EXPECT_EQ(c->identity.invalid_key_limit.refill, core::Rate::Parse("0.2", 1).value());
+  c = ParseConfig(std::string(kOnePlan) +
+                  "identity: {invalid_key_limit: {algorithm: fixed_window, window_seconds: 60, "
+                  "limit: 3}}\n");
+  ASSERT_TRUE(c.ok()) << c.error();
+  EXPECT_EQ(c->identity.invalid_key_limit.algorithm, core::Algorithm::kFixedWindow);
+  EXPECT_EQ(c->identity.invalid_key_limit.limit, 3);
+  EXPECT_EQ(ErrorOf(std::string(kOnePlan) + "identity: {invalid_key_limit: {name: x}}\n"),
+            "identity.invalid_key_limit.name: unknown field");
+}
+
+TEST(Config, SectionChecks) {
+  const std::string plan = kOnePlan;
+  EXPECT_EQ(ErrorOf(plan + "upstream: {url: 'https://api'}\n"),
+            "upstream.url: must start with http://");
+  EXPECT_EQ(ErrorOf(plan + "store: {type: redis}\n"), "store.url: required for store.type redis");
+  EXPECT_EQ(ErrorOf(plan + "routes: [{path: /x, identity: who}]\n"),
+            "routes[0].identity: must be key, ip or none, got 'who'");
+  EXPECT_EQ(ErrorOf(plan + "routes: [{path: /x, cost: {per: 5}}]\n"), "routes[0].cost.query: required");
+  auto c = ParseConfig(plan + "routes: [{path: /x, cost: 7}]\n"
+                              "rls: {domains: [{domain: web, ip_entry: remote_address}]}\n");
+  ASSERT_TRUE(c.ok()) << c.error();
+  EXPECT_EQ(c->routes[0].cost.fixed, 7);
+  EXPECT_EQ(c->rls.domains[0].ip_entry, "remote_address");
+}
+
+TEST(Config, KeySourcePathsAreRelativeToTheConfigFile) {
+  auto c = ParseConfig(std::string(kOnePlan) +
+                           "keys: {source: postgres, url: 'postgres://h/db', snapshot: keys.json, "
+                           "resync_seconds: 5}\n",
+                       "/etc/tollgate");
+  ASSERT_TRUE(c.ok()) << c.error();
+  EXPECT_EQ(c->key_source.snapshot, "/etc/tollgate/keys.json");
+  EXPECT_EQ(c->key_source.resync_seconds, 5);
+  EXPECT_EQ(ErrorOf(std::string(kOnePlan) + "keys: {source: postgres, url: x}\nkeys_file: k.yaml\n"),
+            "keys_file: give keys_file or keys.source, not both");
+  EXPECT_EQ(ErrorOf(std::string(kOnePlan) + "keys_file: /no/such/keys.yaml\n"),
+            "keys_file: cannot read '/no/such/keys.yaml'");
+}
+
+// Regression: a readable keys_file was always refused with "keys_file: <file>: invalid node;
+// first invalid key: "keys"": the loader rebound yaml-cpp's node for the missing root["keys"].
+TEST(Config, KeysFileIsRead) {
+  char tmpl[] = "/tmp/tollgate-keys-file-XXXXXX";
+  const int fd = ::mkstemp(tmpl);
+  ASSERT_GE(fd, 0);
+  const std::string text = "- {key: k1, id: one, plan: free}\n";
+  ASSERT_EQ(::write(fd, text.data(), text.size()), static_cast<ssize_t>(text.size()));
+  ::close(fd);
+  auto c = ParseConfig(std::string(kOnePlan) + "keys_file: " + tmpl + "\n");
+  ::unlink(tmpl);
+  ASSERT_TRUE(c.ok()) << c.error();
+  ASSERT_EQ(c->keys.size(), 1u);
+  EXPECT_EQ(c->keys[0].id, "one");
 }
 
 }  // namespace

@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <tollgate/util/digest.hpp>
+
 namespace tollgate::policy {
 namespace {
 
@@ -45,11 +47,11 @@ std::string Raw(const std::string& hex) {
 
 TEST(Policy, UnknownPlanGetsTheStrictestPlan) {
   auto p = Build();
-  const Key* k = p->FindByDigest(Raw(config::Sha256Hex("k-gold")));
+  const Key* k = p->FindByDigest(Raw(util::Sha256Hex("k-gold")));
   ASSERT_NE(k, nullptr);
   EXPECT_EQ(k->plan->name, "free");
   EXPECT_EQ(k->plan_name, "gold");
-  EXPECT_EQ(p->FindByDigest(Raw(config::Sha256Hex("nope"))), nullptr);
+  EXPECT_EQ(p->FindByDigest(Raw(util::Sha256Hex("nope"))), nullptr);
 }
 
 TEST(Policy, OverrideAppliesUntilItExpires) {

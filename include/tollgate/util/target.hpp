@@ -6,7 +6,7 @@
 #include <string>
 #include <string_view>
 
-namespace tollgate::http {
+namespace tollgate::util {
 
 // Per listener, from config.
 struct TargetOptions {
@@ -76,4 +76,4 @@ const char* CanonicalizeTargetSlow(std::string_view method, std::string_view raw
 
 }  // namespace internal
 
-}  // namespace tollgate::http
+}  // namespace tollgate::util

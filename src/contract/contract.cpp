@@ -1,4 +1,4 @@
-#include <tollgate/http/contract.hpp>
+#include <tollgate/contract/contract.hpp>
 
 #include <algorithm>
 #include <cstdio>
@@ -6,7 +6,7 @@
 #include <tollgate/policy/policy.hpp>
 #include <tollgate/util/text.hpp>
 
-namespace tollgate::http {
+namespace tollgate::contract {
 namespace {
 
 bool Advertised(const store::Check& c) { return c.enforced && c.limit->PolicyQuota() > 0; }
@@ -180,8 +180,53 @@ std::string RejectionBody(std::span<const store::Check> checks,
   return body;
 }
 
+Answer Respond(const engine::Verdict& v, std::span<const store::Check> checks,
+               std::span<const core::Decision> decisions, bool advertise, const AnswerOptions& options,
+               HeaderList& headers, std::string& body) {
+  using Kind = engine::Verdict::Kind;
+  switch (v.kind) {
+    case Kind::kAllowed:
+      if (advertise) AppendRateLimitHeaders(*options.headers, checks, decisions, v, headers);
+      return {};
+    case Kind::kDegraded:
+      return {};
+    case Kind::kUnavailable: {
+      AppendRateLimitHeaders(*options.headers, checks, decisions, v, headers);
+      AppendRejectionBody(body, checks, decisions, v);
+      return {.allowed = false,
+              .status = options.deny_unavailable ? options.deny_status : 503,
+              .code = "limiter_unavailable",
+              .content_type = "application/problem+json"};
+    }
+    case Kind::kRejected: {
+      AppendRateLimitHeaders(*options.headers, checks, decisions, v, headers);
+      const std::string_view code = core::RejectCodeName(v.code);
+      if (options.code_header) headers.Add("X-Tollgate-Code", code);
+      AppendRejectionBody(body, checks, decisions, v, options.deny_status);
+      return {.allowed = false, .status = options.deny_status, .code = code, .content_type = "application/problem+json"};
+    }
+  }
+  return {};
+}
+
+Answer RespondInvalidKey(const engine::Verdict& v, const store::Check& check, const core::Decision& decision,
+                         bool key_presented, const AnswerOptions& options, HeaderList& headers, std::string& body) {
+  if (v.kind == engine::Verdict::Kind::kRejected) {
+    headers.Add("Retry-After", std::max<int64_t>(1, v.retry_after.CeilSeconds()));
+    AppendRejectionBody(body, {&check, 1}, {&decision, 1}, v, options.deny_status);
+    return {.allowed = false,
+            .status = options.deny_status,
+            .code = core::RejectCodeName(v.code),
+            .content_type = "application/problem+json"};
+  }
+  headers.Add("WWW-Authenticate", "Bearer");
+  const std::string_view code = key_presented ? "invalid_api_key" : "missing_api_key";
+  body += ErrorBody(code, key_presented ? "the API key is not valid" : "an API key is required");
+  return {.allowed = false, .status = 401, .code = code};
+}
+
 std::string ErrorBody(std::string_view code, std::string_view message) {
   return "{\"code\":\"" + JsonEscape(code) + "\",\"message\":\"" + JsonEscape(message) + "\"}";
 }
 
-}  // namespace tollgate::http
+}  // namespace tollgate::contract

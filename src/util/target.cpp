@@ -2,9 +2,9 @@
 #include <boost/url/authority_view.hpp>
 #include <cstdint>
 #include <cstring>
-#include <tollgate/http/target.hpp>
+#include <tollgate/util/target.hpp>
 
-namespace tollgate::http {
+namespace tollgate::util {
 namespace {
 
 namespace urls = boost::urls;
@@ -396,4 +396,4 @@ const char* CanonicalizeTarget(std::string_view method, std::string_view raw,
   return internal::CanonicalizeTargetSlow(method, raw, options, buffer, out);
 }
 
-}  // namespace tollgate::http
+}  // namespace tollgate::util

@@ -4,10 +4,11 @@
 
 #include <tollgate/engine/checks.hpp>
 #include <tollgate/engine/engine.hpp>
-#include <tollgate/http/contract.hpp>
+#include <tollgate/contract/contract.hpp>
 #include <tollgate/policy/policy.hpp>
 #include <tollgate/store/memory_store.hpp>
 #include <tollgate/util/clock.hpp>
+#include <tollgate/util/target.hpp>
 
 namespace tollgate {
 
@@ -50,61 +51,52 @@ core::Result<std::unique_ptr<Limiter>> Limiter::FromFile(const std::string& path
 
 Answer Limiter::Check(const Request& r) {
   const policy::Policy& pol = *impl_->policy;
-  const std::string_view path = r.path.substr(0, r.path.find('?'));
-  const std::string_view query =
-      r.path.find('?') == std::string_view::npos ? std::string_view() : r.path.substr(r.path.find('?') + 1);
-  const policy::Route& route = pol.Match(r.method, path);
-  const std::string client = pol.ClientAddress(r.client_address, "");
   Answer a;
-  std::array<store::Check, 16> checks;
-  std::array<core::Decision, 16> decisions;
+  // The path is made canonical exactly as the gateway makes it (docs/http-contract.md): an
+  // embedding service whose router resolves "/public/../v1/x" is limited on what it serves.
+  std::string buffer;
+  util::CanonicalTarget target;
+  if (const char* error = util::CanonicalizeTarget(r.method, r.path, {}, buffer, target)) {
+    a.allowed = false;
+    a.status = 400;
+    a.code = "invalid_request_target";
+    a.body = contract::ErrorBody(a.code, error);
+    return a;
+  }
+  const policy::Route& route = pol.Match(r.method, target.path);
+  const std::string client = pol.ClientAddress(r.client_address, "");
+  std::array<store::Check, engine::kMaxChecks> checks;
+  std::array<core::Decision, engine::kMaxChecks> decisions;
   const bool keyed = route.identity == config::RouteIdentity::kKey;
   const policy::Key* key = keyed && !r.api_key.empty() ? pol.FindByKey(r.api_key) : nullptr;
   if (key) a.key_id = key->id;
   std::string scope;
-  const engine::Admission admission = engine::Admit(pol, route, keyed, key, client, query, std::nullopt,
+  const engine::Admission admission = engine::Admit(pol, route, keyed, key, client, target.query, std::nullopt,
                                                     util::SystemClock::Instance().Now(), checks, scope);
   if (admission.kind == engine::Admission::Kind::kNone) return a;
   if (admission.kind == engine::Admission::Kind::kInvalidCost) {
     a.allowed = false;
     a.status = 400;
     a.code = "invalid_cost";
-    a.body = http::ErrorBody(a.code, admission.error);
+    a.body = contract::ErrorBody(a.code, admission.error);
     return a;
   }
   const size_t n = admission.n;
   engine::Verdict v;
   impl_->engine.Decide({.batch = {.scope = scope, .checks = {checks.data(), n}}}, {decisions.data(), n},
                        [&v](engine::Verdict x) { v = x; });
-  if (admission.kind == engine::Admission::Kind::kInvalidKey) {
-    a.allowed = false;
-    if (v.kind == engine::Verdict::Kind::kRejected) {
-      a.status = 429;
-      a.code = "rate_limited";
-      a.body = http::RejectionBody({checks.data(), 1}, {decisions.data(), 1}, v);
-      a.headers.emplace_back("Retry-After", std::to_string(std::max<int64_t>(1, v.retry_after.CeilSeconds())));
-    } else {
-      a.status = 401;
-      a.code = r.api_key.empty() ? "missing_api_key" : "invalid_api_key";
-      a.body = http::ErrorBody(a.code, r.api_key.empty() ? "an API key is required" : "the API key is not valid");
-      a.headers.emplace_back("WWW-Authenticate", "Bearer");
-    }
-    return a;
-  }
-  const policy::Plan* plan = admission.plan;
-  const std::span<const store::Check> cs{checks.data(), n};
-  const std::span<const core::Decision> ds{decisions.data(), n};
-  if (plan->enforced || v.kind == engine::Verdict::Kind::kRejected) {
-    http::HeaderList h;
-    http::AppendRateLimitHeaders(pol.config().headers, cs, ds, v, h);
-    a.headers = h.Pairs();
-  }
-  if (v.kind == engine::Verdict::Kind::kRejected) {
-    a.allowed = false;
-    a.status = 429;
-    a.code = std::string(core::RejectCodeName(v.code));
-    a.body = http::RejectionBody(cs, ds, v);
-  }
+  // The one answer mapping every adapter shares (contract/).
+  contract::HeaderList headers;
+  const contract::AnswerOptions options{.headers = &pol.config().headers};
+  const contract::Answer answer =
+      admission.kind == engine::Admission::Kind::kInvalidKey
+          ? contract::RespondInvalidKey(v, checks[0], decisions[0], !r.api_key.empty(), options, headers, a.body)
+          : contract::Respond(v, {checks.data(), n}, {decisions.data(), n}, admission.plan->enforced, options,
+                              headers, a.body);
+  a.allowed = answer.allowed;
+  a.status = answer.status;
+  a.code = std::string(answer.code);
+  a.headers = headers.Pairs();
   return a;
 }
 

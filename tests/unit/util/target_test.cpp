@@ -1,10 +1,10 @@
 #include <gtest/gtest.h>
 
 #include <string>
-#include <tollgate/http/target.hpp>
+#include <tollgate/util/target.hpp>
 #include <vector>
 
-namespace tollgate::http {
+namespace tollgate::util {
 namespace {
 
 constexpr TargetOptions kDefault{};
@@ -399,4 +399,4 @@ TEST(TargetTest, AReusedBufferHoldsOnlyTheLatestTarget) {
 }
 
 }  // namespace
-}  // namespace tollgate::http
+}  // namespace tollgate::util

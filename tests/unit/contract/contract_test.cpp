@@ -1,10 +1,10 @@
-#include <tollgate/http/contract.hpp>
+#include <tollgate/contract/contract.hpp>
 
 #include <map>
 
 #include <gtest/gtest.h>
 
-namespace tollgate::http {
+namespace tollgate::contract {
 namespace {
 
 using core::Decision;
@@ -181,5 +181,5 @@ TEST(StringAppenderTest, GivesTheConcatenationWhateverThePieceSizes) {
   EXPECT_EQ(out, expected);
 }
 
-}  // namespace tollgate::http
+}  // namespace tollgate::contract
 

@@ -15,7 +15,7 @@
 #include <tollgate/store/store.hpp>
 #include <tollgate/util/text.hpp>
 
-namespace tollgate::http {
+namespace tollgate::contract {
 
 // Response headers, kept as an HTTP/1.1 header block ("Name: value\r\n" per header) that the
 // gateway writes as it is; Pairs() gives them to callers that speak something else (gRPC, the
@@ -102,6 +102,42 @@ std::string RejectionBody(std::span<const store::Check> checks,
                           std::span<const core::Decision> decisions,
                           const engine::Verdict& verdict, int status = 429);
 
+// How an adapter answers. The gateway and libtollgate use the defaults; the decision listener
+// denies with decision.deny_status (nginx auth_request needs 403) and adds the code in a header.
+struct AnswerOptions {
+  const config::HeadersConfig* headers = nullptr;  // which rate-limit header sets. REQUIRES: set
+  int deny_status = 429;     // a rejection, and a store failure on a fail-closed route (below)
+  bool deny_unavailable = false;  // a store failure answers deny_status instead of 503
+  bool code_header = false;  // X-Tollgate-Code on a rejection (nginx drops auth bodies)
+};
+
+// What to send for a decided request: the status, the body's code and type. The headers and
+// body themselves are appended to the caller's HeaderList and string (no allocation of ours).
+struct Answer {
+  bool allowed = true;  // forward the request (also when degraded: fail open)
+  int status = 200;
+  std::string_view code;  // "" when allowed
+  std::string_view content_type = "application/json";
+};
+
+// The one decision -> response mapping of DESIGN.md, for every adapter (gateway, decision
+// listener, Envoy RLS, libtollgate):
+//   allowed      200; rate-limit headers when `advertise` (the plan is enforced)
+//   degraded     200 (fail open); no headers: nothing was decided
+//   rejected     deny_status, problem+json with the violated policies, the headers and
+//                Retry-After (none when the request can never pass)
+//   unavailable  503 limiter_unavailable (or deny_status), Retry-After
+Answer Respond(const engine::Verdict& verdict, std::span<const store::Check> checks,
+               std::span<const core::Decision> decisions, bool advertise, const AnswerOptions& options,
+               HeaderList& headers, std::string& body);
+
+// A request without a valid key on a keyed route: 401 (missing_api_key or invalid_api_key, with
+// WWW-Authenticate: Bearer), or, once the client address has sent too many invalid keys (the
+// verdict of identity.invalid_key_limit, `check` and `decision`), deny_status with Retry-After.
+Answer RespondInvalidKey(const engine::Verdict& verdict, const store::Check& check,
+                         const core::Decision& decision, bool key_presented, const AnswerOptions& options,
+                         HeaderList& headers, std::string& body);
+
 // {"code": "...", "message": "..."} for other errors (401, 400, 502, 504 ...).
 std::string ErrorBody(std::string_view code, std::string_view message);
 
@@ -109,4 +145,4 @@ std::string ErrorBody(std::string_view code, std::string_view message);
 std::string JsonEscape(std::string_view s);
 void AppendJsonEscaped(std::string& out, std::string_view s);
 
-}  // namespace tollgate::http
+}  // namespace tollgate::contract

@@ -1,0 +1,193 @@
+#include "config/keys.hpp"
+
+#include <cctype>
+#include <cstdint>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <tollgate/util/digest.hpp>
+
+#include "config/limits.hpp"
+#include "config/yaml.hpp"
+
+namespace tollgate::config {
+namespace internal {
+namespace {
+
+// The key's digest: `key` (in clear, hashed here) or `sha256` (64 hex digits, either case).
+std::string ReadDigest(const YAML::Node& n, const std::string& path) {
+  if (n["key"] && n["sha256"]) Fail(path, "give key or sha256, not both");
+  if (const YAML::Node key = n["key"]) {
+    const std::string clear = Str(key, Join(path, "key"));
+    if (clear.empty()) Fail(Join(path, "key"), "must not be empty");
+    return util::Sha256Hex(clear);
+  }
+  if (const YAML::Node d = n["sha256"]) {
+    std::string hex = Str(d, Join(path, "sha256"));
+    for (char& ch : hex) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    if (hex.size() != 64 || hex.find_first_not_of("0123456789abcdef") != std::string::npos) {
+      Fail(Join(path, "sha256"), "must be 64 hex digits");
+    }
+    return hex;
+  }
+  Fail(path, "key or sha256 is required");
+}
+
+// rate_limit_per_minute and rate_limit_burst: both or neither, checked by KeyWindowLimit.
+void ReadPerKeyColumns(const YAML::Node& n, const std::string& path, KeyConfig& k) {
+  const YAML::Node per_minute = n["rate_limit_per_minute"];
+  const YAML::Node burst = n["rate_limit_burst"];
+  if (!per_minute && !burst) return;
+  if (!per_minute || !burst)
+    Fail(path, "give both rate_limit_per_minute and rate_limit_burst, or neither");
+  k.rate_limit_per_minute =
+      Int(per_minute, Join(path, "rate_limit_per_minute"), INT64_MIN, INT64_MAX);
+  k.rate_limit_burst = Int(burst, Join(path, "rate_limit_burst"), INT64_MIN, INT64_MAX);
+  auto limit = KeyWindowLimit(*k.rate_limit_per_minute, *k.rate_limit_burst);
+  if (!limit) FailUnder(path, limit.error());
+}
+
+KeyConfig ParseKey(const YAML::Node& n, const std::string& path,
+                   const std::vector<PlanConfig>& plans) {
+  OnlyKeys(n, path,
+           {"key", "sha256", "id", "account", "plan", "overrides", "rate_limit_per_minute",
+            "rate_limit_burst"});
+  KeyConfig k;
+  k.sha256_hex = ReadDigest(n, path);
+  if (!n["id"]) Fail(Join(path, "id"), "required");
+  k.id = Name(n["id"], Join(path, "id"));
+  if (k.id.empty()) Fail(Join(path, "id"), "must not be empty");
+  k.account = n["account"] ? Name(n["account"], Join(path, "account")) : k.id;
+  if (!n["plan"]) Fail(Join(path, "plan"), "required");
+  k.plan = Name(n["plan"], Join(path, "plan"));
+  // An unknown plan is not an error: the key gets the strictest plan (DESIGN.md).
+  if (const YAML::Node o = n["overrides"]) {
+    const PlanConfig* plan = nullptr;
+    for (const auto& p : plans)
+      if (p.name == k.plan) plan = &p;
+    k.overrides = ReadOverrides(o, Join(path, "overrides"), k.plan, plan);
+  }
+  ReadPerKeyColumns(n, path, k);
+  return k;
+}
+
+// The list of keys at `path` (`keys` or the keys file): ids and digests unique.
+void ParseKeyList(const YAML::Node& keys, const std::string& path, Config& c) {
+  if (!keys.IsSequence()) Fail(path, "must be a list of keys");
+  std::set<std::string> ids, digests;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    c.keys.push_back(ParseKey(keys[i], Index(path, i), c.plans));
+    if (!ids.insert(c.keys.back().id).second)
+      Fail(Join(Index(path, i), "id"), "duplicate '" + c.keys.back().id + "'");
+    if (!digests.insert(c.keys.back().sha256_hex).second) Fail(Index(path, i), "duplicate key");
+  }
+}
+
+// keys: {source: postgres, url: ..., snapshot: ..., resync_seconds: ...}
+void ReadKeySource(const YAML::Node& keys, const std::string& base_dir, KeySourceConfig& ks) {
+  OnlyKeys(keys, "keys", {"source", "url", "snapshot", "resync_seconds"});
+  ks.source = keys["source"] ? Str(keys["source"], "keys.source") : "";
+  if (ks.source != "postgres") Fail("keys.source", "must be postgres (or give keys as a list)");
+  if (!keys["url"]) Fail("keys.url", "required for keys.source postgres");
+  ks.url = Str(keys["url"], "keys.url");
+  if (keys["snapshot"]) {
+    ks.snapshot = Str(keys["snapshot"], "keys.snapshot");
+    if (!ks.snapshot.empty() && ks.snapshot[0] != '/') ks.snapshot = base_dir + "/" + ks.snapshot;
+  }
+  Set(keys, "resync_seconds", "keys", ks.resync_seconds, 1, 86'400);
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return {};
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Assigns the YAML of `keys_file` (node `kf`) to `keys`, and its file name to `keys_path`.
+void LoadKeysFile(const YAML::Node& kf, const std::string& base_dir, YAML::Node& keys,
+                  std::string& keys_path) {
+  std::string file = Str(kf, "keys_file");
+  if (!file.empty() && file[0] != '/') file = base_dir + "/" + file;
+  const std::string text = ReadFile(file);
+  if (text.empty()) Fail("keys_file", "cannot read '" + file + "'");
+  try {
+    keys.reset(YAML::Load(text));  // rebinds: `keys = ...` would write into root["keys"]
+  } catch (const YAML::Exception& e) {
+    Fail("keys_file", file + ": " + e.what());
+  }
+  keys_path = file;
+}
+
+}  // namespace
+
+void ParseKeys(const YAML::Node& root, const std::string& base_dir, Config& c) {
+  // A valid node either way: root["keys"] of a file without keys is a "zombie" node, which
+  // yaml-cpp refuses to rebind (a keys_file was always refused for that).
+  YAML::Node keys = root["keys"] ? root["keys"] : YAML::Node(YAML::NodeType::Undefined);
+  std::string keys_path = "keys";
+  if (keys && keys.IsMap()) {
+    ReadKeySource(keys, base_dir, c.key_source);
+    if (root["keys_file"]) Fail("keys_file", "give keys_file or keys.source, not both");
+    keys.reset(
+        YAML::Node(YAML::NodeType::Undefined));  // rebind: `keys = ...` writes into root["keys"]
+  }
+  if (const YAML::Node kf = root["keys_file"]) {
+    if (keys) Fail("keys_file", "give keys or keys_file, not both");
+    LoadKeysFile(kf, base_dir, keys, keys_path);
+  }
+  if (keys) ParseKeyList(keys, keys_path, c);
+}
+
+}  // namespace internal
+
+core::Result<int64_t> KeyWindowLimit(int64_t rate_limit_per_minute, int64_t rate_limit_burst) {
+  // The same bound as every other configured count; the two together must fit as well.
+  constexpr int64_t kMax = int64_t{1} << 53;
+  if (rate_limit_per_minute < 1) {
+    return core::Error{"rate_limit_per_minute: must be >= 1, got " +
+                       std::to_string(rate_limit_per_minute)};
+  }
+  if (rate_limit_burst < 0) {
+    return core::Error{"rate_limit_burst: must be >= 0, got " + std::to_string(rate_limit_burst)};
+  }
+  if (rate_limit_per_minute > kMax) {
+    return core::Error{"rate_limit_per_minute: must be <= " + std::to_string(kMax) + ", got " +
+                       std::to_string(rate_limit_per_minute)};
+  }
+  if (rate_limit_burst > kMax - rate_limit_per_minute) {
+    return core::Error{"rate_limit_burst: rate_limit_per_minute + rate_limit_burst must be <= " +
+                       std::to_string(kMax)};
+  }
+  return rate_limit_per_minute + rate_limit_burst;
+}
+
+core::Result<std::vector<OverrideConfig>> ParseOverrides(const OverrideFields& overrides,
+                                                         const PlanConfig& plan) {
+  // The fields go through the YAML loader's own code: one implementation of what an override
+  // may say (STYLE.md, habit 7).
+  YAML::Node node(YAML::NodeType::Map);
+  for (const auto& [name, fields] : overrides) {
+    YAML::Node body(YAML::NodeType::Map);
+    for (const auto& [field, value] : fields) body[field] = value;
+    node[name] = body;
+  }
+  try {
+    return internal::ReadOverrides(node, "", plan.name, &plan);
+  } catch (const internal::FieldError& e) {
+    return core::Error{internal::ErrorText(e)};
+  } catch (const YAML::Exception& e) {
+    return core::Error{std::string("invalid overrides: ") + e.what()};
+  }
+}
+
+bool IsFieldSafe(std::string_view text) {
+  for (char ch : text) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (c < 0x20 || c == 0x7f) return false;
+  }
+  return true;
+}
+
+}  // namespace tollgate::config

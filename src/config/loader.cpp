@@ -1,0 +1,335 @@
+// The configuration file, section by section: each Parse* step reads one top-level section of
+// the YAML into its struct of config.hpp.
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <tollgate/config/config.hpp>
+
+#include "config/keys.hpp"
+#include "config/limits.hpp"
+#include "config/yaml.hpp"
+
+namespace tollgate::config {
+namespace {
+
+using internal::Bool;
+using internal::Fail;
+using internal::Index;
+using internal::Int;
+using internal::IsToken;
+using internal::Join;
+using internal::Name;
+using internal::OnlyKeys;
+using internal::Set;
+using internal::Str;
+using internal::StrList;
+
+Mode ParseMode(const YAML::Node& n, const std::string& path) {
+  const std::string s = Str(n, path);
+  if (s == "enforce") return Mode::kEnforce;
+  if (s == "shadow") return Mode::kShadow;
+  Fail(path, "must be enforce or shadow, got '" + s + "'");
+}
+
+TargetConfig ParseTarget(const YAML::Node& n, const std::string& path) {
+  OnlyKeys(n, path, {"allow_encoded_slash", "allow_path_parameters"});
+  TargetConfig t;
+  if (n["allow_encoded_slash"])
+    t.allow_encoded_slash = Bool(n["allow_encoded_slash"], Join(path, "allow_encoded_slash"));
+  if (n["allow_path_parameters"]) {
+    t.allow_path_parameters = Bool(n["allow_path_parameters"], Join(path, "allow_path_parameters"));
+  }
+  return t;
+}
+
+void ParseServer(const YAML::Node& s, ServerConfig& server) {
+  OnlyKeys(s, "server",
+           {"listen", "admin_listen", "threads", "max_connections", "max_connections_per_address",
+            "admin_max_connections", "max_header_bytes", "max_body_bytes", "header_timeout_ms",
+            "idle_timeout_ms", "drain_timeout_ms", "access_log", "request_target"});
+  if (s["listen"]) server.listen = Str(s["listen"], "server.listen");
+  if (s["admin_listen"]) server.admin_listen = Str(s["admin_listen"], "server.admin_listen");
+  Set(s, "threads", "server", server.threads, 0, 256);
+  Set(s, "max_connections", "server", server.max_connections, 0, 1'000'000);
+  Set(s, "max_connections_per_address", "server", server.max_connections_per_address, 0, 1'000'000);
+  Set(s, "admin_max_connections", "server", server.admin_max_connections, 1, 10'000);
+  if (s["request_target"])
+    server.request_target = ParseTarget(s["request_target"], "server.request_target");
+  Set(s, "max_header_bytes", "server", server.max_header_bytes, 1024, 1 << 20);
+  Set(s, "max_body_bytes", "server", server.max_body_bytes, 0, int64_t{1} << 40);
+  Set(s, "header_timeout_ms", "server", server.header_timeout_ms, 1, 3'600'000);
+  Set(s, "idle_timeout_ms", "server", server.idle_timeout_ms, 1, 3'600'000);
+  Set(s, "drain_timeout_ms", "server", server.drain_timeout_ms, 0, 3'600'000);
+  if (s["access_log"]) server.access_log = Bool(s["access_log"], "server.access_log");
+}
+
+void ParseUpstream(const YAML::Node& u, UpstreamConfig& upstream) {
+  OnlyKeys(u, "upstream",
+           {"url", "connect_timeout_ms", "timeout_ms", "max_connections", "queue_size",
+            "queue_timeout_ms"});
+  if (u["url"]) upstream.url = Str(u["url"], "upstream.url");
+  if (upstream.url.rfind("http://", 0) != 0) Fail("upstream.url", "must start with http://");
+  Set(u, "connect_timeout_ms", "upstream", upstream.connect_timeout_ms, 1, 600'000);
+  Set(u, "timeout_ms", "upstream", upstream.timeout_ms, 1, 3'600'000);
+  Set(u, "max_connections", "upstream", upstream.max_connections, 1, 100'000);
+  Set(u, "queue_size", "upstream", upstream.queue_size, 0, 1'000'000);
+  Set(u, "queue_timeout_ms", "upstream", upstream.queue_timeout_ms, 1, 600'000);
+}
+
+// store.tls: PEM files, read here too so that check-config finds a missing one; the store
+// parses them.
+void ParseStoreTls(const YAML::Node& t, StoreConfig& store) {
+  OnlyKeys(t, "store.tls", {"ca_file", "cert_file", "key_file"});
+  auto file = [&t](const char* name, std::string& out) {
+    if (!t[name]) return;
+    const std::string field = std::string("store.tls.") + name;
+    out = Str(t[name], field);
+    if (!std::ifstream(out).good()) Fail(field, "cannot read '" + out + "'");
+  };
+  file("ca_file", store.tls_ca_file);
+  file("cert_file", store.tls_cert_file);
+  file("key_file", store.tls_key_file);
+  if (store.tls_cert_file.empty() != store.tls_key_file.empty()) {
+    Fail("store.tls", "cert_file and key_file go together");
+  }
+  if (store.url.rfind("rediss", 0) != 0)
+    Fail("store.tls", "needs a rediss:// or rediss-cluster:// url");
+}
+
+// `s`: the `store` section, undefined when absent (the check of a redis url applies anyway).
+void ParseStore(const YAML::Node& s, StoreConfig& store) {
+  if (s) {
+    OnlyKeys(s, "store",
+             {"type", "max_keys", "prefix", "url", "timeout_ms", "connect_timeout_ms", "deny_cache",
+              "tls"});
+    if (s["type"]) store.type = Str(s["type"], "store.type");
+    if (store.type != "memory" && store.type != "redis") {
+      Fail("store.type", "must be memory or redis, got '" + store.type + "'");
+    }
+    Set(s, "max_keys", "store", store.max_keys, 1, int64_t{1} << 32);
+    if (s["prefix"]) store.prefix = Str(s["prefix"], "store.prefix");
+    if (s["url"]) store.url = Str(s["url"], "store.url");
+    Set(s, "timeout_ms", "store", store.timeout_ms, 1, 60'000);
+    Set(s, "connect_timeout_ms", "store", store.connect_timeout_ms, 1, 60'000);
+    if (s["deny_cache"]) store.deny_cache = Bool(s["deny_cache"], "store.deny_cache");
+    if (store.prefix.empty()) Fail("store.prefix", "must not be empty");
+    if (const YAML::Node t = s["tls"]) ParseStoreTls(t, store);
+  }
+  if (store.type == "redis" && store.url.empty())
+    Fail("store.url", "required for store.type redis");
+}
+
+// `id`: the `identity` section, undefined when absent (invalid_key_limit gets its default).
+void ParseIdentity(const YAML::Node& id, IdentityConfig& identity) {
+  identity.invalid_key_limit = {.algorithm = core::Algorithm::kTokenBucket,
+                                .capacity = 10,
+                                .refill = *core::Rate::Parse("0.2", 1)};
+  if (!id) return;
+  OnlyKeys(id, "identity", {"api_key_headers", "trusted_proxies", "invalid_key_limit"});
+  if (id["api_key_headers"]) {
+    identity.api_key_headers = StrList(id["api_key_headers"], "identity.api_key_headers");
+    if (identity.api_key_headers.empty()) Fail("identity.api_key_headers", "must not be empty");
+    for (size_t i = 0; i < identity.api_key_headers.size(); ++i) {
+      if (!IsToken(identity.api_key_headers[i])) {
+        Fail(Index("identity.api_key_headers", i),
+             "must be a header name (letters, digits, -, ...)");
+      }
+    }
+  }
+  if (id["trusted_proxies"])
+    identity.trusted_proxies = StrList(id["trusted_proxies"], "identity.trusted_proxies");
+  if (const YAML::Node l = id["invalid_key_limit"]) {
+    std::set<std::string> allowed = internal::LimitFields();
+    allowed.erase("name");
+    OnlyKeys(l, "identity.invalid_key_limit", allowed);
+    internal::ReadLimitFields(l, "identity.invalid_key_limit", identity.invalid_key_limit);
+  }
+}
+
+// `plans`: undefined when absent (then refused: at least one plan).
+void ParsePlans(const YAML::Node& plans, std::vector<PlanConfig>& out) {
+  if (plans) {
+    internal::RequireMap(plans, "plans");
+    for (const auto& kv : plans) {
+      const std::string name = kv.first.as<std::string>();
+      const std::string path = Join("plans", name);
+      if (!IsFieldSafe(name) || name.empty())
+        Fail(path, "a plan name must not be empty or contain control characters");
+      OnlyKeys(kv.second, path, {"mode", "scope", "limits"});
+      PlanConfig p;
+      p.name = name;
+      if (kv.second["mode"]) p.mode = ParseMode(kv.second["mode"], Join(path, "mode"));
+      if (kv.second["scope"]) {
+        p.scope = Str(kv.second["scope"], Join(path, "scope"));
+        if (p.scope != "key" && p.scope != "account")
+          Fail(Join(path, "scope"), "must be key or account");
+      }
+      if (!kv.second["limits"]) Fail(Join(path, "limits"), "required");
+      p.limits = internal::ParseLimits(kv.second["limits"], Join(path, "limits"), true);
+      out.push_back(std::move(p));
+    }
+  }
+  if (out.empty()) Fail("plans", "at least one plan is required");
+}
+
+// A route's cost: a number, or {query, per, min}.
+CostConfig ParseCost(const YAML::Node& cost, const std::string& path) {
+  CostConfig c;
+  if (cost.IsScalar()) {
+    c.fixed = Int(cost, Join(path, "cost"), 1, int64_t{1} << 40);
+    return c;
+  }
+  OnlyKeys(cost, Join(path, "cost"), {"query", "per", "min"});
+  if (!cost["query"]) Fail(Join(path, "cost.query"), "required");
+  c.query = Str(cost["query"], Join(path, "cost.query"));
+  Set(cost, "per", Join(path, "cost"), c.per, 1, int64_t{1} << 40);
+  Set(cost, "min", Join(path, "cost"), c.min, 1, int64_t{1} << 40);
+  return c;
+}
+
+RouteConfig ParseRoute(const YAML::Node& r, const std::string& path) {
+  OnlyKeys(r, path, {"path", "method", "cost", "fail_mode", "identity"});
+  RouteConfig rc;
+  if (!r["path"]) Fail(Join(path, "path"), "required");
+  rc.path = Name(r["path"], Join(path, "path"));
+  if (rc.path.empty() || rc.path[0] != '/') Fail(Join(path, "path"), "must start with /");
+  if (r["method"]) {
+    rc.method = Str(r["method"], Join(path, "method"));
+    if (!IsToken(rc.method)) Fail(Join(path, "method"), "must be a method name (GET, POST, ...)");
+  }
+  if (const YAML::Node cost = r["cost"]) rc.cost = ParseCost(cost, path);
+  if (const YAML::Node f = r["fail_mode"]) {
+    const std::string s = Str(f, Join(path, "fail_mode"));
+    if (s == "open")
+      rc.fail_mode = FailMode::kOpen;
+    else if (s == "closed")
+      rc.fail_mode = FailMode::kClosed;
+    else
+      Fail(Join(path, "fail_mode"), "must be open or closed, got '" + s + "'");
+  }
+  if (const YAML::Node id = r["identity"]) {
+    const std::string s = Str(id, Join(path, "identity"));
+    if (s == "key")
+      rc.identity = RouteIdentity::kKey;
+    else if (s == "ip")
+      rc.identity = RouteIdentity::kIp;
+    else if (s == "none")
+      rc.identity = RouteIdentity::kNone;
+    else
+      Fail(Join(path, "identity"), "must be key, ip or none, got '" + s + "'");
+  }
+  return rc;
+}
+
+void ParseRoutes(const YAML::Node& routes, std::vector<RouteConfig>& out) {
+  if (!routes.IsSequence()) Fail("routes", "must be a list");
+  for (size_t i = 0; i < routes.size(); ++i)
+    out.push_back(ParseRoute(routes[i], Index("routes", i)));
+}
+
+void ParseAnonymous(const YAML::Node& a, std::vector<LimitConfig>& anonymous) {
+  OnlyKeys(a, "anonymous", {"limits"});
+  if (a["limits"]) anonymous = internal::ParseLimits(a["limits"], "anonymous.limits", false);
+}
+
+void ParseDecision(const YAML::Node& d, DecisionConfig& decision) {
+  OnlyKeys(d, "decision", {"listen", "deny_status", "proxy", "request_target"});
+  if (d["listen"]) decision.listen = Str(d["listen"], "decision.listen");
+  Set(d, "deny_status", "decision", decision.deny_status, 400, 599);
+  if (d["proxy"]) {
+    const std::string p = Str(d["proxy"], "decision.proxy");
+    if (p == "nginx")
+      decision.proxy = DecisionProxy::kNginx;
+    else if (p == "traefik")
+      decision.proxy = DecisionProxy::kTraefik;
+    else if (p == "envoy")
+      decision.proxy = DecisionProxy::kEnvoy;
+    else
+      Fail("decision.proxy", "must be nginx, traefik or envoy, got '" + p + "'");
+  }
+  if (d["request_target"])
+    decision.request_target = ParseTarget(d["request_target"], "decision.request_target");
+}
+
+RlsDomainConfig ParseRlsDomain(const YAML::Node& d, const std::string& path) {
+  OnlyKeys(d, path, {"domain", "key_entry", "ip_entry"});
+  RlsDomainConfig dc;
+  if (!d["domain"]) Fail(Join(path, "domain"), "required");
+  dc.domain = Str(d["domain"], Join(path, "domain"));
+  if (d["key_entry"]) dc.key_entry = Str(d["key_entry"], Join(path, "key_entry"));
+  if (d["ip_entry"]) dc.ip_entry = Str(d["ip_entry"], Join(path, "ip_entry"));
+  if (dc.key_entry.empty() && dc.ip_entry.empty()) Fail(path, "give key_entry or ip_entry");
+  return dc;
+}
+
+void ParseRls(const YAML::Node& r, RlsConfig& rls) {
+  OnlyKeys(r, "rls", {"listen", "domains"});
+  if (r["listen"]) rls.listen = Str(r["listen"], "rls.listen");
+  if (const YAML::Node ds = r["domains"]) {
+    if (!ds.IsSequence()) Fail("rls.domains", "must be a list");
+    for (size_t i = 0; i < ds.size(); ++i) {
+      rls.domains.push_back(ParseRlsDomain(ds[i], Index("rls.domains", i)));
+    }
+  }
+}
+
+void ParseHeaders(const YAML::Node& h, HeadersConfig& headers) {
+  const auto sets = StrList(h, "headers");
+  headers = {false, false, false};
+  for (size_t i = 0; i < sets.size(); ++i) {
+    if (sets[i] == "ietf")
+      headers.ietf = true;
+    else if (sets[i] == "ratelimit")
+      headers.ratelimit = true;
+    else if (sets[i] == "x-ratelimit")
+      headers.x_ratelimit = true;
+    else
+      Fail(Index("headers", i), "must be ietf, ratelimit or x-ratelimit, got '" + sets[i] + "'");
+  }
+}
+
+// The sections in a fixed order, which decides which error a file with several gets: plans
+// before keys (a key's overrides name its plan's limits).
+Config Parse(const YAML::Node& root, const std::string& base_dir) {
+  Config c;
+  if (!root || root.IsNull()) Fail("", "the configuration is empty");
+  OnlyKeys(root, "",
+           {"server", "upstream", "store", "mode", "identity", "plans", "keys", "keys_file",
+            "routes", "anonymous", "headers", "decision", "rls"});
+  if (const YAML::Node s = root["server"]) ParseServer(s, c.server);
+  if (const YAML::Node u = root["upstream"]) ParseUpstream(u, c.upstream);
+  ParseStore(root["store"], c.store);
+  if (root["mode"]) c.mode = ParseMode(root["mode"], "mode");
+  ParseIdentity(root["identity"], c.identity);
+  ParsePlans(root["plans"], c.plans);
+  internal::ParseKeys(root, base_dir, c);
+  if (const YAML::Node routes = root["routes"]) ParseRoutes(routes, c.routes);
+  if (const YAML::Node a = root["anonymous"]) ParseAnonymous(a, c.anonymous);
+  if (const YAML::Node d = root["decision"]) ParseDecision(d, c.decision);
+  if (const YAML::Node r = root["rls"]) ParseRls(r, c.rls);
+  if (const YAML::Node h = root["headers"]) ParseHeaders(h, c.headers);
+  return c;
+}
+
+}  // namespace
+
+core::Result<Config> ParseConfig(const std::string& yaml_text, const std::string& base_dir) {
+  try {
+    return Parse(YAML::Load(yaml_text), base_dir);
+  } catch (const internal::FieldError& e) {
+    return core::Error{internal::ErrorText(e)};
+  } catch (const YAML::Exception& e) {
+    return core::Error{std::string("invalid YAML: ") + e.what()};
+  }
+}
+
+core::Result<Config> LoadConfigFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return core::Error{"cannot read config file '" + path + "'"};
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const size_t slash = path.rfind('/');
+  return ParseConfig(ss.str(), slash == std::string::npos ? "." : path.substr(0, slash));
+}
+
+}  // namespace tollgate::config

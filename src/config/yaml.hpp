@@ -1,0 +1,64 @@
+// Reading YAML nodes into typed values, each failure naming the field path
+// ("plans.free.limits[0].capacity: must be >= 1, got 0"). Private to the config loader.
+#pragma once
+
+#include <yaml-cpp/yaml.h>
+
+#include <cstdint>
+#include <set>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace tollgate::config::internal {
+
+// Thrown inside the loader only (start-up and reload, never the request path); ParseConfig and
+// ParseOverrides turn it into an error value.
+struct FieldError {
+  std::string path;
+  std::string message;
+};
+
+[[noreturn]] void Fail(const std::string& path, const std::string& message);
+
+// Fails with an error of the form "field: message" (core::Limit::Create, KeyWindowLimit) moved
+// under `path`: "path.field: message". An error without "field: " fails at `path` itself.
+[[noreturn]] void FailUnder(const std::string& path, const std::string& error);
+
+// "path: message", or just the message for the root.
+std::string ErrorText(const FieldError& e);
+
+// "a.b" (just "b" under the root) and "a[3]".
+std::string Join(const std::string& path, const std::string& key);
+std::string Index(const std::string& path, size_t i);
+
+void RequireMap(const YAML::Node& n, const std::string& path);
+
+// Refuses unknown keys: a misspelt field must not be silently ignored.
+void OnlyKeys(const YAML::Node& n, const std::string& path, std::set<std::string> allowed);
+
+std::string Str(const YAML::Node& n, const std::string& path);
+
+// A name that reaches HTTP fields (key ids, accounts, plan and limit names): a CR/LF in one
+// would inject header lines into every upstream request of that key.
+std::string Name(const YAML::Node& n, const std::string& path);
+
+// RFC 9110 token: a header or method name.
+bool IsToken(std::string_view s);
+
+// A decimal integer in [min, max].
+int64_t Int(const YAML::Node& n, const std::string& path, int64_t min, int64_t max);
+
+// true or false, spelt so.
+bool Bool(const YAML::Node& n, const std::string& path);
+
+std::vector<std::string> StrList(const YAML::Node& n, const std::string& path);
+
+// Sets `out` from the integer field `key` of `parent`, when present.
+template <class T>
+void Set(const YAML::Node& parent, const char* key, const std::string& path, T& out, int64_t min,
+         int64_t max) {
+  if (const YAML::Node n = parent[key]) out = static_cast<T>(Int(n, Join(path, key), min, max));
+}
+
+}  // namespace tollgate::config::internal

@@ -1,0 +1,47 @@
+// The JSON access log and the bounded-rate event log on stderr.
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <mutex>
+#include <string>
+#include <string_view>
+
+namespace tollgate::http {
+
+// Thread-safe line writer for the JSON access log and bounded-rate error log.
+class Log {
+ public:
+  void Access(const std::string& line) {
+    std::lock_guard lock(mu_);
+    std::fwrite(line.data(), 1, line.size(), stdout);
+  }
+  void Error(const std::string& line) {
+    std::lock_guard lock(mu_);
+    std::fprintf(stderr, "%s\n", line.c_str());
+    std::fflush(stderr);
+  }
+  void Flush() {
+    std::lock_guard lock(mu_);
+    std::fflush(stdout);
+  }
+
+ private:
+  std::mutex mu_;
+};
+
+// Appends the time now as 2026-11-29T21:59:56.123Z.
+void AppendIsoNow(std::string& out);
+
+// Views into the policy the request holds (and string literals): the log line, if any, is
+// written before the request lets go of it.
+struct RequestLog {
+  bool metered = false;  // counted in usage (a limited request of a known key)
+  std::string_view key_id;
+  std::string_view plan;
+  std::string_view decision = "none";
+  int64_t cost = 0;
+  int upstream_status = 0;
+};
+
+}  // namespace tollgate::http

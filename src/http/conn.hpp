@@ -1,0 +1,105 @@
+// The gateway's sockets: a connection with a deadline that its worker's sweep enforces, and an
+// awaitable for callback-style operations (the store, the usage meter). Asio only.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <type_traits>
+#include <utility>
+
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/beast/core/error.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+
+#include "socket.hpp"
+
+namespace tollgate::http {
+
+namespace net = boost::asio;
+namespace beast = boost::beast;
+using tcp = net::ip::tcp;
+using std::chrono::milliseconds;
+using Clock = std::chrono::steady_clock;
+
+constexpr auto kTuple = net::as_tuple(net::use_awaitable);
+
+// Awaits a callback-style operation: `start(resume)` calls resume(T) once, on any thread; the
+// coroutine resumes on its own executor. Not a coroutine itself (one frame fewer per await):
+// what `start` refers to must live until the result is awaited.
+template <class T, class Start>
+net::awaitable<T> Await(Start start) {
+  // GCC 12 miscompiles a lambda that owns a std::string moved through a coroutine frame (an
+  // invalid free; found by the usage tests): capture references and pointers only.
+  static_assert(std::is_trivially_copyable_v<Start>, "capture references or pointers only");
+  return net::async_initiate<decltype(net::use_awaitable), void(T)>(
+      [start = std::move(start)](auto handler) mutable {
+        auto h = std::make_shared<decltype(handler)>(std::move(handler));
+        start([h](T value) {
+          auto ex = net::get_associated_executor(*h);
+          net::post(ex, [h, value = std::move(value)]() mutable { std::move (*h)(std::move(value)); });
+        });
+      },
+      net::use_awaitable);
+}
+
+// A socket with a deadline. Setting one is a store: the worker's sweep cancels the operations
+// of connections past theirs, which then fail with beast::error::timeout (through Check()).
+// Cheaper than a timer armed and cancelled around every read and write. Lives on its
+// worker's thread, linked into the worker's list while it exists.
+class Conn {
+ public:
+  Conn(Conn*& list, tcp::socket s) : socket(std::move(s)), list_(list), next_(list) {
+    if (next_) next_->prev_ = this;
+    list_ = this;
+  }
+  explicit Conn(Conn*& list, net::io_context& ioc) : Conn(list, tcp::socket(ioc)) {}
+  Conn(const Conn&) = delete;
+  Conn& operator=(const Conn&) = delete;
+  ~Conn() {
+    (prev_ ? prev_->next_ : list_) = next_;
+    if (next_) next_->prev_ = prev_;
+  }
+
+  void ExpiresAfter(Clock::duration d) {
+    deadline_ = Clock::now() + d;
+    timed_out_ = false;
+  }
+  // The result of an operation on `socket`: a cancellation by the sweep reads as a timeout.
+  beast::error_code Check(beast::error_code ec) const {
+    return timed_out_ && ec == net::error::operation_aborted ? beast::error_code(beast::error::timeout) : ec;
+  }
+  // Cancels the operations of every connection in `list` past its deadline.
+  static void Sweep(Conn* list, Clock::time_point now) {
+    for (Conn* c = list; c; c = c->next_) {
+      if (c->deadline_ > now) continue;
+      c->deadline_ = Clock::time_point::max();
+      c->timed_out_ = true;
+      beast::error_code ignored;
+      c->socket.cancel(ignored);
+    }
+  }
+
+  internal::Socket socket;
+
+ private:
+  Conn*& list_;
+  Conn* prev_ = nullptr;
+  Conn* next_;
+  Clock::time_point deadline_ = Clock::time_point::max();
+  bool timed_out_ = false;
+};
+
+// Deadlines are enforced to within this.
+constexpr milliseconds kSweepInterval{10};
+
+struct UpstreamConnection {
+  UpstreamConnection(Conn*& list, net::io_context& ioc) : conn(list, ioc) {}
+  Conn conn;
+  beast::flat_buffer buffer;
+};
+
+}  // namespace tollgate::http

@@ -1,0 +1,401 @@
+// One request's steps (see Worker::Begin): the canonical target, identity and checks, the
+// decision's answer (contract/), the built-in endpoints, and the access log line.
+#include <tollgate/core/calendar.hpp>
+#include <tollgate/util/clock.hpp>
+#include <tollgate/util/query.hpp>
+
+#include "endpoints.hpp"
+#include "fields.hpp"
+#include "worker.hpp"
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+#endif
+
+namespace tollgate::http {
+
+using util::CanonicalizeTarget;
+using util::CanonicalTarget;
+
+// Our own responses (not the upstream's) are rendered whole into one buffer and written with
+// one call.
+void RenderResponse(std::string& out, bhttp::status status, bool keep_alive, unsigned version,
+                    std::string_view content_type, std::string_view headers, std::string_view body) {
+  out.clear();
+  util::StringAppender text(out);
+  text << "HTTP/1.1 " << static_cast<unsigned>(status) << " " << bhttp::obsolete_reason(status)
+       << "\r\nServer: tollgate\r\nContent-Type: " << content_type << "\r\nContent-Length: " << body.size()
+       << "\r\n";
+  if (!keep_alive) {
+    text << "Connection: close\r\n";
+  } else if (version < 11) {
+    text << "Connection: keep-alive\r\n";
+  }
+  text << headers << "\r\n" << body;
+}
+
+// Billing export: tollgate usage --period 2026-11 [--account ID] --format csv|json.
+net::awaitable<bhttp::status> Worker::UsageExport(std::string_view query, std::string& body,
+                                                  std::string_view& type) {
+  const std::string period = QueryValue(query, "period");
+  const std::string format = QueryValue(query, "format");
+  const std::string account = QueryValue(query, "account");
+  auto records = co_await Await<core::Result<std::vector<engine::UsageRecord>>>(
+      [this, &period, &account](auto resume) { gw.meter->Query(period, account, std::move(resume)); });
+  if (!records) {
+    body = ErrorBody("invalid_period", records.error());
+    co_return bhttp::status::bad_request;
+  }
+  if (format == "json") {
+    body = engine::UsageJson(*records);
+  } else {
+    body = engine::UsageCsv(*records);
+    type = "text/csv";
+  }
+  co_return bhttp::status::ok;
+}
+
+// The caller's metered usage today and this month (UTC).
+net::awaitable<bhttp::status> Worker::KeyUsage(const policy::Key& key, core::Instant now, std::string& body) {
+  const std::string day = core::PeriodLabel(core::Period::kDay, now);
+  const std::string month = core::PeriodLabel(core::Period::kMonth, now);
+  body = UsageHead(key);
+  for (const std::string& period : {day, month}) {
+    auto records = co_await Await<core::Result<std::vector<engine::UsageRecord>>>(
+        [this, &period, &key](auto resume) { gw.meter->Query(period, key.account, std::move(resume)); });
+    if (!records) {
+      body = ErrorBody("usage_unavailable", records.error());
+      co_return bhttp::status::service_unavailable;
+    }
+    AppendUsagePeriod(body, period == day ? "day" : "month", period, key.id, *records);
+  }
+  body += "}";
+  co_return bhttp::status::ok;
+}
+
+void Worker::Finish(Exchange& ex, Scratch& scratch, int status) {
+  gw.requests_by_class[static_cast<size_t>(std::clamp(status / 100, 2, 5) - 2)]->fetch_add(
+      1, std::memory_order_relaxed);
+  const RequestLog& rlog = ex.log;
+  if (ex.key && rlog.metered) {
+    gw.meter->Record(ex.key->account, ex.key->id, OutcomeOf(status, rlog.decision == "rejected"), rlog.cost,
+                     util::SystemClock::Instance().Now());
+  }
+  if (!gw.server.access_log) return;
+  // Built in a buffer of the connection; JSON-escaped: paths and addresses are client bytes.
+  std::string& line = scratch.log_line;
+  line.assign("{\"ts\":\"");
+  AppendIsoNow(line);
+  line.append("\",\"method\":\"");
+  AppendJsonEscaped(line, ex.method);
+  line.append("\",\"path\":\"");
+  AppendJsonEscaped(line, ex.path);
+  line.append("\",\"status\":");
+  AppendDecimal(line, status);
+  line.append(",\"client\":\"");
+  AppendJsonEscaped(line, ex.peer);
+  line.append("\",\"key_id\":\"");
+  AppendJsonEscaped(line, rlog.key_id);
+  line.append("\",\"plan\":\"");
+  AppendJsonEscaped(line, rlog.plan);
+  line.append("\",\"decision\":\"").append(rlog.decision).append("\",\"cost\":");
+  AppendDecimal(line, rlog.cost);
+  line.append(",\"upstream_status\":");
+  AppendDecimal(line, rlog.upstream_status);
+  // Milliseconds to the microsecond, without printf's floating-point formatting.
+  const auto us = std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - ex.start).count();
+  const char frac[] = {'.', static_cast<char>('0' + us / 100 % 10), static_cast<char>('0' + us / 10 % 10),
+                       static_cast<char>('0' + us % 10)};
+  line.append(",\"latency_ms\":");
+  AppendDecimal(line, us / 1000);
+  line.append(frac, sizeof frac).append("}\n");
+  gw.log.Access(line);
+}
+
+Step Worker::Reply(Exchange& ex, Scratch& scratch, bhttp::status status, std::string_view body,
+                   std::string_view headers, std::string_view type) {
+  ex.reply_keep = ex.client_keep_alive && ex.RequestRead() && !gw.draining.load();
+  RenderResponse(scratch.out, status, ex.reply_keep, ex.head->version, type, headers, body);
+  Finish(ex, scratch, static_cast<int>(status));
+  return Step::kReply;
+}
+
+Step Worker::Begin(Exchange& ex, Scratch& scratch, const RequestHead& head, RequestParser* body_parser,
+                   std::string_view peer, std::string_view peer_ip, Listener listener) {
+  ex.start = Clock::now();
+  ex.policy = Policy();
+  ex.generation = generation;
+  ex.head = &head;
+  ex.body_parser = body_parser;
+  ex.peer = peer;
+  ex.peer_ip = peer_ip;
+  ex.log = {};
+  ex.key = nullptr;
+  ex.plan = nullptr;
+  ex.n_checks = 0;
+  ex.invalid_key = false;
+  ex.status_endpoint = false;
+  ex.presented = ex.forwarded_for = ex.authority = {};
+  scratch.rate_headers.Clear();
+  ex.decision_service = listener == Listener::kDecision;
+  ex.client_keep_alive = head.keep_alive;
+  if (auto refused = ReadTarget(ex, scratch, head)) return *refused;
+  if (auto answered = BuiltIn(ex, scratch, listener)) return *answered;
+  return Identify(ex, scratch, head);
+}
+
+std::optional<Step> Worker::ReadTarget(Exchange& ex, Scratch& scratch, const RequestHead& head) {
+  // The request stays as it was read for the whole exchange (the forwarded head is rendered
+  // apart), so views into it stay valid. The decision service decides about the original
+  // request, which the proxy in front describes in headers.
+  std::string_view target = head.target;
+  ex.method = head.method;
+  ex.path = target;  // for the log line of a refusal
+  ex.query = {};
+  if (ex.decision_service) DescribedRequest(ex, head, *ex.policy, target);
+
+  // Framing and Host first (RFC 9112), then one canonical target for everything after:
+  // routes, cost, the log and the forwarded request line (issue 18).
+  std::string_view host;
+  const char* bad = CheckRequestHead(head, &host);
+  const char* detail = bad ? "see docs/http-contract.md" : nullptr;
+  CanonicalTarget canonical;
+  if (!bad) {
+    const config::TargetConfig& tc = ex.decision_service ? gw.decision.request_target : gw.server.request_target;
+    detail = CanonicalizeTarget(ex.method, target,
+                                {.allow_encoded_slash = tc.allow_encoded_slash,
+                                 .allow_path_parameters = tc.allow_path_parameters},
+                                scratch.target, canonical);
+    if (detail) bad = "invalid_request_target";
+  }
+  if (bad) {
+    gw.metrics.Counter("tollgate_bad_requests_total", std::string("code=\"") + bad + "\"")
+        .fetch_add(1, std::memory_order_relaxed);
+    ex.client_keep_alive = false;  // what follows on the connection cannot be trusted to be framed
+    return Reply(ex, scratch, bhttp::status::bad_request, ErrorBody(bad, detail));
+  }
+  ex.path = canonical.path;
+  ex.query = canonical.query;
+  ex.has_query = canonical.has_query;
+  ex.authority = canonical.authority;
+  return std::nullopt;
+}
+
+std::optional<Step> Worker::BuiltIn(Exchange& ex, Scratch& scratch, Listener listener) {
+  const std::string_view method = ex.method, path = ex.path;
+  // Built-in endpoints, on every listener.
+  if (method == "GET" && (path == "/healthz" || path == "/readyz") && !ex.decision_service) {
+    return Reply(ex, scratch, bhttp::status::ok,
+                 gw.draining.load() && path == "/readyz" ? "{\"status\":\"draining\"}" : "{\"status\":\"ok\"}");
+  }
+  if (method == "GET" && path == "/metrics" && !ex.decision_service) {
+    return Reply(ex, scratch, bhttp::status::ok, gw.metrics.Render(), {}, "text/plain; version=0.0.4");
+  }
+  if (listener == Listener::kAdmin) {
+    if (method == "POST" && path == "/admin/reload") {
+      auto r = gw.Reload();
+      return r ? Reply(ex, scratch, bhttp::status::ok, "{\"status\":\"reloaded\"}")
+               : Reply(ex, scratch, bhttp::status::bad_request, ErrorBody("invalid_config", r.error()));
+    }
+    if (method == "GET" && path.substr(0, 12) == "/admin/keys/") {
+      const policy::Key* k = ex.policy->FindById(path.substr(12));
+      if (!k) return Reply(ex, scratch, bhttp::status::not_found, ErrorBody("unknown_key", "no key with this id"));
+      return Reply(ex, scratch, bhttp::status::ok, AdminKeyBody(*k));
+    }
+    if (method == "GET" && path == "/admin/usage") return Step::kAdminUsage;
+    return Reply(ex, scratch, bhttp::status::not_found, ErrorBody("not_found", "unknown admin endpoint"));
+  }
+  return std::nullopt;
+}
+
+void Worker::JoinForwardedFor(Exchange& ex, Scratch& scratch, const RequestHead& head) {
+  // Every X-Forwarded-For line is one list (RFC 9110 5.3): a trusted proxy that appends its
+  // own line after the client's must be read, not the client's first line.
+  size_t forwarded_lines = 0;
+  for (const RequestHead::Field& f : head.fields) {
+    if (f.name.size() != 15 || !policy::Policy::EqualsIgnoreCase(f.name, "X-Forwarded-For")) continue;
+    if (++forwarded_lines == 1) {
+      ex.forwarded_for = f.value;
+      continue;
+    }
+    if (forwarded_lines == 2) scratch.forwarded_for.assign(ex.forwarded_for);
+    scratch.forwarded_for.append(", ").append(f.value);
+    ex.forwarded_for = scratch.forwarded_for;
+  }
+  if (ex.forwarded_for.empty()) {
+    ex.client.assign(ex.peer);  // already in the form ClientAddress() gives (see Session())
+  } else {
+    ex.client = ex.policy->ClientAddress(ex.peer_ip, ex.forwarded_for);
+  }
+}
+
+Step Worker::Identify(Exchange& ex, Scratch& scratch, const RequestHead& head) {
+  const policy::Policy& pol = *ex.policy;
+  const std::string_view method = ex.method, path = ex.path;
+  const policy::Route& route = pol.Match(method, path);
+  ex.now = util::SystemClock::Instance().Now();
+  ex.status_endpoint = !ex.decision_service && method == "GET" && path == "/v1/rate-limit";
+  const bool usage_endpoint = !ex.decision_service && method == "GET" && path == "/v1/usage";
+  JoinForwardedFor(ex, scratch, head);
+  ex.deny_status = ex.decision_service ? static_cast<bhttp::status>(gw.decision.deny_status)
+                                       : bhttp::status::too_many_requests;
+
+  // The status and usage endpoints are about the caller's key, whatever the route, and
+  // consume nothing.
+  const bool keyed = route.identity == config::RouteIdentity::kKey || ex.status_endpoint || usage_endpoint;
+  if (keyed) {
+    ex.presented = pol.PresentedKey([&head](const std::string& name) { return head.Get(name); });
+    if (!ex.presented.empty()) ex.key = FindByKey(pol, ex.presented);
+  }
+  const bool costs_nothing = ex.status_endpoint || usage_endpoint;
+  const engine::Admission admission = engine::Admit(pol, route, keyed, ex.key, ex.client, ex.query,
+                                                    costs_nothing ? std::optional<int64_t>(0) : std::nullopt, ex.now,
+                                                    ex.checks, ex.scope);
+  ex.n_checks = admission.n;
+  if (admission.kind == engine::Admission::Kind::kInvalidKey) {
+    // Decided below (Conclude): repeated invalid keys from one address are limited per address.
+    gw.invalid_keys.fetch_add(1, std::memory_order_relaxed);
+    ex.log.decision = "invalid_key";
+    ex.invalid_key = true;
+    ex.request = {.batch = {.scope = ex.scope, .checks = {ex.checks.data(), 1}},
+                  .fail_mode = engine::FailMode::kOpen};
+    return Step::kDecide;
+  }
+  ex.plan = admission.plan;
+  if (ex.key) ex.log.key_id = ex.key->id;
+  if (usage_endpoint) return Step::kKeyUsage;
+  if (ex.plan) ex.log.plan = ex.plan->name;
+  if (admission.kind == engine::Admission::Kind::kInvalidCost) {
+    return Reply(ex, scratch, bhttp::status::bad_request, ErrorBody("invalid_cost", admission.error));
+  }
+  ex.log.cost = admission.cost;
+  ex.log.metered = admission.kind == engine::Admission::Kind::kChecks && !ex.status_endpoint;
+  if (ex.n_checks > 0) {
+    ex.request = {.batch = {.scope = ex.scope,
+                            .checks = {ex.checks.data(), ex.n_checks},
+                            .mode = ex.status_endpoint ? store::Mode::kPeek : store::Mode::kConsume},
+                  .fail_mode = route.fail_mode == config::FailMode::kClosed ? engine::FailMode::kClosed
+                                                                             : engine::FailMode::kOpen};
+    ex.decide_start = Clock::now();
+    return Step::kDecide;
+  }
+  if (ex.status_endpoint) return Reply(ex, scratch, bhttp::status::not_found, ErrorBody("not_found", "no limits apply"));
+  return Pass(ex, scratch);
+}
+
+void Worker::DescribedRequest(Exchange& ex, const RequestHead& head, const policy::Policy& pol,
+                              std::string_view& target) {
+  // One proxy's headers only: Traefik forwards every client header to the check, so a client's
+  // own X-Original-URI beside Traefik's X-Forwarded-Uri must not be read (issue 18). Envoy's
+  // ext_authz sends the original method and path as the check request's own.
+  std::string_view uri, method;
+  switch (gw.decision.proxy) {
+    case config::DecisionProxy::kNginx:
+      uri = head.Get("X-Original-URI");
+      method = head.Get("X-Original-Method");
+      break;
+    case config::DecisionProxy::kTraefik:
+      uri = head.Get("X-Forwarded-Uri");
+      method = head.Get("X-Forwarded-Method");
+      break;
+    case config::DecisionProxy::kEnvoy: return;
+  }
+  if (uri.empty() && method.empty()) return;
+  if (!pol.IsTrusted(ex.peer_ip)) {
+    // Anyone who can reach the listener could name a cheaper route: decided on the check
+    // request's own line instead, and counted.
+    gw.untrusted_headers.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  if (!uri.empty()) target = uri;
+  if (!method.empty()) ex.method = method;
+}
+
+Step Worker::Conclude(Exchange& ex, Scratch& scratch) {
+  const policy::Policy& pol = *ex.policy;
+  const engine::Verdict& v = ex.verdict;
+  HeaderList& rate_headers = scratch.rate_headers;
+  const std::span<const store::Check> cs{ex.checks.data(), ex.n_checks};
+  const std::span<const core::Decision> ds{ex.decisions.data(), ex.n_checks};
+  // The decision listener denies with its own status, and nginx drops an auth subrequest's
+  // body: the code travels in a header too.
+  const contract::AnswerOptions options{.headers = &pol.config().headers,
+                                        .deny_status = static_cast<int>(ex.deny_status),
+                                        .deny_unavailable = ex.decision_service,
+                                        .code_header = ex.decision_service};
+  scratch.body.clear();
+  if (ex.invalid_key) {
+    const contract::Answer a =
+        contract::RespondInvalidKey(v, cs[0], ds[0], !ex.presented.empty(), options, rate_headers, scratch.body);
+    return Reply(ex, scratch, static_cast<bhttp::status>(a.status), scratch.body, rate_headers.Rendered(),
+                 a.content_type);
+  }
+  gw.limiter_latency.Observe(SecondsSince(ex.decide_start));
+  const policy::Plan& plan = *ex.plan;
+
+  if (ex.status_endpoint) {
+    // GET /v1/rate-limit: the caller's limits and usage; consumes nothing.
+    if (v.kind == engine::Verdict::Kind::kDegraded || v.kind == engine::Verdict::Kind::kUnavailable) {
+      return Reply(ex, scratch, bhttp::status::service_unavailable,
+                   RejectionBody(cs, ds, engine::Verdict{.kind = engine::Verdict::Kind::kUnavailable}),
+                   "Retry-After: 1\r\n", "application/problem+json");
+    }
+    AppendRateLimitHeaders(pol.config().headers, cs, ds, v, rate_headers);
+    ex.log.decision = "status";
+    return Reply(ex, scratch, bhttp::status::ok, RateLimitStatusBody(*ex.key, plan, cs, ds, v),
+                 plan.enforced ? std::string_view(rate_headers.Rendered()) : "");
+  }
+
+  CountDecision(ex, plan, cs, ds);
+  const contract::Answer a = contract::Respond(v, cs, ds, plan.enforced, options, rate_headers, scratch.body);
+  if (!a.allowed) {
+    return Reply(ex, scratch, static_cast<bhttp::status>(a.status), scratch.body, rate_headers.Rendered(),
+                 a.content_type);
+  }
+  return Pass(ex, scratch);
+}
+
+void Worker::CountDecision(Exchange& ex, const policy::Plan& plan, std::span<const store::Check> cs,
+                           std::span<const core::Decision> ds) {
+  const engine::Verdict& v = ex.verdict;
+  for (size_t i = 0; i < cs.size(); ++i) {
+    const int result = ds[i].allowed ? 0 : (cs[i].enforced ? 1 : 2);
+    DecisionCounter(ex.generation, plan, i, result).fetch_add(1, std::memory_order_relaxed);
+  }
+  if (v.shadow_rejections > 0) {
+    ShadowRejectionCounter(ex.generation, plan).fetch_add(1, std::memory_order_relaxed);
+    ex.log.decision = "shadow_rejected";
+  }
+  switch (v.kind) {
+    case engine::Verdict::Kind::kAllowed:
+      if (ex.log.decision == "none") ex.log.decision = "allowed";
+      break;
+    case engine::Verdict::Kind::kDegraded:
+      ex.log.decision = "degraded";
+      gw.metrics.Counter("tollgate_degraded_total").fetch_add(1, std::memory_order_relaxed);
+      gw.LogStoreFailure(v.store_error);
+      break;
+    case engine::Verdict::Kind::kUnavailable:
+      ex.log.decision = "unavailable";
+      gw.metrics.Counter("tollgate_limiter_unavailable_total").fetch_add(1, std::memory_order_relaxed);
+      gw.LogStoreFailure(v.store_error);
+      break;
+    case engine::Verdict::Kind::kRejected:
+      ex.log.decision = "rejected";
+      RejectionCounter(ex.generation, plan, v.code).fetch_add(1, std::memory_order_relaxed);
+      break;
+  }
+}
+
+Step Worker::Pass(Exchange& ex, Scratch& scratch) {
+  if (!ex.decision_service) return Step::kForward;
+  // Allowed: the proxy in front forwards the request itself. The key id and plan go back in
+  // headers the proxy may pass upstream (nginx: auth_request_set).
+  if (ex.key) {
+    scratch.rate_headers.Add("X-Tollgate-Key-Id", ex.key->id);
+    scratch.rate_headers.Add("X-Tollgate-Plan", ex.plan->name);
+  }
+  return Reply(ex, scratch, bhttp::status::ok, "", scratch.rate_headers.Rendered(), "text/plain");
+}
+
+}  // namespace tollgate::http

@@ -1,0 +1,91 @@
+// Which fields of a request or response the relay copies: the end-to-end ones, not those that
+// describe one connection (RFC 9110 7.6.1), nor the framing, which the relay writes itself.
+// Pure (no I/O); used by the forwarder and the upstream response head parser.
+#pragma once
+
+#include <algorithm>
+#include <string_view>
+#include <vector>
+
+#include <tollgate/http/request_head.hpp>
+#include <tollgate/policy/policy.hpp>
+#include <tollgate/util/text.hpp>
+
+namespace tollgate::http {
+
+// Fields that describe one connection (RFC 9110 7.6.1), and the framing fields, which the relay
+// writes itself for the body it sends.
+enum class FieldKind { kEndToEnd, kConnection, kContentLength, kTransferEncoding, kOtherHopByHop };
+
+inline FieldKind Classify(std::string_view name) {
+  // By length first: this runs for every field of every proxied request and response, and
+  // most fields have a length none of these has.
+  using policy::Policy;
+  auto is = [name](std::string_view f) { return Policy::EqualsIgnoreCase(name, f); };
+  bool hop = false;
+  switch (name.size()) {
+    case 2: hop = is("TE"); break;
+    case 7: hop = is("Trailer") || is("Upgrade"); break;
+    case 10:
+      if (is("Connection")) return FieldKind::kConnection;
+      hop = is("Keep-Alive");
+      break;
+    case 14: return is("Content-Length") ? FieldKind::kContentLength : FieldKind::kEndToEnd;
+    case 16: hop = is("Proxy-Connection"); break;
+    case 17: return is("Transfer-Encoding") ? FieldKind::kTransferEncoding : FieldKind::kEndToEnd;
+    case 18: hop = is("Proxy-Authenticate"); break;
+    case 19: hop = is("Proxy-Authorization"); break;
+    default: break;
+  }
+  return hop ? FieldKind::kOtherHopByHop : FieldKind::kEndToEnd;
+}
+
+inline bool IsHopByHopOrFraming(std::string_view name) { return Classify(name) != FieldKind::kEndToEnd; }
+
+// Appends the end-to-end fields as "Name: value\r\n" lines. Dropped: hop-by-hop and framing
+// fields, those named in Connection, and those `skip` says the gateway sets itself.
+// `for_each(fn)` calls fn(name, value) for each field, in order.
+template <class ForEach, class Skip>
+void AppendEndToEndFields(ForEach for_each, util::StringAppender& out, Skip skip) {
+  std::vector<std::string_view> named;  // by Connection, other than close and keep-alive
+  for_each([&named](std::string_view name, std::string_view v) {
+    if (!policy::Policy::EqualsIgnoreCase(name, "Connection")) return;
+    policy::Policy::AnyListElement(v, [&named](std::string_view token) {
+      if (!token.empty() && !policy::Policy::EqualsIgnoreCase(token, "close") &&
+          !policy::Policy::EqualsIgnoreCase(token, "keep-alive")) {
+        named.push_back(token);
+      }
+      return false;  // every element
+    });
+  });
+  for_each([&](std::string_view name, std::string_view value) {
+    if (IsHopByHopOrFraming(name) || skip(name)) return;
+    if (std::any_of(named.begin(), named.end(),
+                    [name](std::string_view n) { return policy::Policy::EqualsIgnoreCase(n, name); })) {
+      return;
+    }
+    out << name << ": " << value << "\r\n";
+  });
+}
+
+// The upstream's response head, when Beast's parser read it.
+template <class Fields, class Skip>
+void AppendEndToEnd(const Fields& f, util::StringAppender& out, Skip skip) {
+  AppendEndToEndFields(
+      [&f](auto fn) {
+        for (const auto& field : f) fn(field.name_string(), field.value());
+      },
+      out, skip);
+}
+
+// The client's request head.
+template <class Skip>
+void AppendEndToEnd(const RequestHead& head, util::StringAppender& out, Skip skip) {
+  AppendEndToEndFields(
+      [&head](auto fn) {
+        for (const RequestHead::Field& field : head.fields) fn(field.name, field.value);
+      },
+      out, skip);
+}
+
+}  // namespace tollgate::http

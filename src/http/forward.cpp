@@ -1,0 +1,243 @@
+// The proxy (Step::kForward): the request's head rendered with the canonical target and
+// tollgate's own identity headers, its body relayed, the upstream's answer relayed back.
+#include "fields.hpp"
+#include "relay.hpp"
+#include "worker.hpp"
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+#endif
+
+namespace tollgate::http {
+
+// Forwards the request to the upstream and relays its response (Step::kForward).
+// The request's head as the upstream gets it, into scratch.out: the canonical target (the one
+// that was matched and costed, issue 18), the client's end-to-end fields but for those that
+// read as tollgate's own, and tollgate's identity headers.
+void Worker::RenderForwardHead(Exchange& ex, Scratch& scratch) {
+  const RequestHead& req = *ex.head;
+  scratch.out.clear();
+  util::StringAppender head(scratch.out);
+  head << req.method << " ";
+  if (ex.path == "*") {
+    head << "*";
+  } else {
+    head << gw.upstream.base_path << ex.path;
+  }
+  if (ex.has_query) head << "?" << ex.query;
+  head << " HTTP/1.1\r\n";
+  const bool replace_host = !ex.authority.empty();  // an absolute-form target names the host
+  const auto& key_headers = ex.policy->config().identity.api_key_headers;
+  AppendEndToEnd(req, head, [&](std::string_view name) {
+    // Ours: the whole X-Tollgate- family and X-Forwarded-For, in any spelling an upstream
+    // may read as them ('_' for '-': CGI, WSGI, PHP); and a key header spelt with '_',
+    // which tollgate did not read as a key but the upstream might.
+    if (ReadsAs(name, "x-tollgate-", true) || ReadsAs(name, "x-forwarded-for") ||
+        policy::Policy::EqualsIgnoreCase(name, "Expect") ||
+        (replace_host && policy::Policy::EqualsIgnoreCase(name, "Host"))) {
+      return true;
+    }
+    return name.find('_') != std::string_view::npos &&
+           std::any_of(key_headers.begin(), key_headers.end(),
+                       [name](const std::string& h) { return ReadsAs(name, h); });
+  });
+  if (replace_host) {
+    head << "Host: " << ex.authority << "\r\n";
+  } else if (req.Get("Host").empty() && req.version < 11) {
+    // HTTP/1.0 may omit Host; HTTP/1.1, which we send, may not (RFC 9112 3.2).
+    head << "Host: " << gw.upstream_host << "\r\n";
+  }
+  head << "X-Forwarded-For: " << ex.forwarded_for << (ex.forwarded_for.empty() ? "" : ", ") << ex.peer << "\r\n";
+  if (ex.key) head << "X-Tollgate-Key-Id: " << ex.key->id << "\r\nX-Tollgate-Plan: " << ex.plan->name << "\r\n";
+  if (req.chunked) {
+    head << "Transfer-Encoding: chunked\r\n";
+  } else if (req.content_length) {
+    head << "Content-Length: " << *req.content_length << "\r\n";
+  }
+  head << "\r\n";
+}
+
+// One try at sending the request on a connection of the pool (or a new one) and reading the
+// head of its answer into up->buffer.
+net::awaitable<beast::error_code> Worker::SendOnce(Conn& stream, beast::flat_buffer& buffer, Scratch& scratch,
+                                                   UpstreamTry& t) {
+  Exchange& ex = scratch.exchange;
+  beast::error_code ec;
+  t.pooled = true;
+  t.up = TakeIdle();
+  if (!t.up) t.up = co_await Acquire(ec, &t.pooled, &t.busy);
+  if (!t.up) co_return ec;
+  const milliseconds timeout(gw.upstream_config.timeout_ms);
+  bool after_request = false;
+  if (t.request_has_body) {
+    ec = co_await Relay(*ex.body_parser, stream, buffer, t.up->conn, scratch.out, ex.head->chunked, timeout,
+                        &t.client_failed);
+    if (t.client_failed) co_return ec;
+  } else {
+    // The head alone, most requests: written here, without Relay()'s coroutine.
+    beast::buffers_suffix<net::const_buffer> rest(net::buffer(scratch.out));
+    ec = WriteNow(t.up->conn.socket, rest);
+    t.nothing_written = ec && beast::buffer_bytes(rest) == scratch.out.size();
+    if (!ec && beast::buffer_bytes(rest) > 0) {
+      ec = co_await WriteRest(t.up->conn, rest, timeout);
+    } else {
+      // Written in this turn of the event loop, on a connection with nothing unread (a pooled
+      // one's last response was read whole): nothing of the answer can be there yet.
+      after_request = true;
+    }
+  }
+  t.reached_upstream = true;
+  if (!ec) ec = co_await ReadHead(t.up->conn, t.up->buffer, timeout, after_request, &t.head_size);
+  co_return ec;
+}
+
+// An answer head of another shape than ParseSimpleHead() takes, read by Beast's parser
+// (interim 1xx responses are dropped: the client gets the final one).
+net::awaitable<beast::error_code> Worker::ReadOtherHead(UpstreamConnection& up, bool is_head, ResponseParserPtr& rp) {
+  beast::error_code ec;
+  while (!ec && (!rp || rp->get().result_int() / 100 == 1)) {
+    rp = std::make_unique<bhttp::response_parser<bhttp::buffer_body>>();
+    rp->header_limit(kMaxUpstreamHead);
+    rp->body_limit(boost::none);
+    if (is_head) rp->skip(true);
+    up.conn.ExpiresAfter(milliseconds(gw.upstream_config.timeout_ms));
+    auto [rec, rn] = co_await bhttp::async_read_header(up.conn.socket, up.buffer, *rp, kTuple);
+    ec = up.conn.Check(rec);
+  }
+  co_return ec;
+}
+
+// The answer when no upstream answer came: 503 upstream_busy, 504 or 502.
+void Worker::ReplyUpstreamFailure(Exchange& ex, Scratch& scratch, const UpstreamTry& t, beast::error_code ec) {
+  if (t.busy) {
+    gw.upstream_busy.fetch_add(1, std::memory_order_relaxed);
+    scratch.rate_headers.Add("Retry-After", 1);
+    Reply(ex, scratch, bhttp::status::service_unavailable,
+          ErrorBody("upstream_busy", "every upstream connection is busy; try again"), scratch.rate_headers.Rendered());
+    return;
+  }
+  const bool timeout = ec == beast::error::timeout;
+  const char* kind = timeout ? "timeout" : t.reached_upstream ? "protocol" : "connect";
+  gw.metrics.Counter("tollgate_upstream_errors_total", std::string("kind=\"") + kind + "\"")
+      .fetch_add(1, std::memory_order_relaxed);
+  Reply(ex, scratch, timeout ? bhttp::status::gateway_timeout : bhttp::status::bad_gateway,
+        ErrorBody(timeout ? "upstream_timeout" : "upstream_unavailable", ec ? ec.message() : "no upstream connection"),
+        scratch.rate_headers.Rendered());
+}
+
+// The answer's head as the client gets it, into scratch.out: our rate-limit headers in place
+// of any of the same name, and framing for the body we send: the upstream's length, else
+// chunked (HTTP/1.0 clients: the body runs to the connection's close).
+Worker::ResponseFraming Worker::RenderResponseHead(Exchange& ex, Scratch& scratch, const SimpleHead* simple,
+                                                   const ResponseParserPtr& rp) {
+  const RequestHead& req = *ex.head;
+  const auto skip = [&scratch](std::string_view name) { return scratch.rate_headers.Has(name); };
+  const unsigned status = simple ? simple->status : rp->get().result_int();
+  ResponseFraming f;
+  f.upstream_keep_alive = simple ? simple->keep_alive : rp->get().keep_alive();
+  f.length = simple ? simple->content_length : std::nullopt;
+  if (!simple && rp->content_length()) f.length = *rp->content_length();
+  const bool unframed = !simple && !f.length && !rp->is_done();
+  f.chunked = unframed && req.version >= 11;
+  f.keep = ex.client_keep_alive && ex.RequestRead() && !gw.draining.load() && !(unframed && !f.chunked);
+  ex.log.upstream_status = static_cast<int>(status);
+  scratch.out.clear();
+  util::StringAppender head(scratch.out);
+  head << "HTTP/1.1 " << status << " " << (simple ? simple->reason : std::string_view(rp->get().reason())) << "\r\n";
+  if (simple) {
+    for (size_t i = 0; i < simple->line_count; ++i) {
+      const SimpleHead::Line& l = simple->lines[i];
+      if (!skip(l.text.substr(0, l.name_size))) head << l.text << "\r\n";
+    }
+  } else {
+    AppendEndToEnd(rp->get(), head, skip);
+  }
+  head << scratch.rate_headers.Rendered();
+  if (f.length) {
+    head << "Content-Length: " << *f.length << "\r\n";
+  } else if (f.chunked) {
+    head << "Transfer-Encoding: chunked\r\n";
+  }
+  if (!f.keep) {
+    head << "Connection: close\r\n";
+  } else if (req.version < 11) {
+    head << "Connection: keep-alive\r\n";
+  }
+  head << "\r\n";
+  return f;
+}
+
+net::awaitable<bool> Worker::Forward(Conn& stream, beast::flat_buffer& buffer, Scratch& scratch) {
+  Exchange& ex = scratch.exchange;
+  const RequestHead& req = *ex.head;
+  RenderForwardHead(ex, scratch);
+  UpstreamTry t{.request_has_body = !ex.RequestRead()};
+  const milliseconds timeout(gw.upstream_config.timeout_ms);
+  if (t.request_has_body && policy::Policy::EqualsIgnoreCase(req.Get("Expect"), "100-continue")) {
+    // The client waits for our go-ahead before its body: given now that the limits let the
+    // request through, so a rejected request never uploads its body. The upstream sees no Expect.
+    static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
+    if (co_await WriteAll(stream, net::buffer(kContinue.data(), kContinue.size()), timeout)) co_return false;
+  }
+  const bool is_head = req.method == "HEAD";
+  const auto t_up = Clock::now();
+  beast::error_code ec;
+  // One retry on a fresh connection when a pooled one fails before any response byte, for a
+  // request without a body (it cannot be read from the client twice) that is idempotent or of
+  // which nothing was written: the upstream may have executed a POST that got no answer.
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    ec = co_await SendOnce(stream, buffer, scratch, t);
+    if (t.client_failed) {
+      Release(std::move(t.up), false);
+      if (ec == bhttp::error::body_limit) {
+        // A chunked body grew past server.max_body_bytes; nothing was sent to the client yet.
+        Reply(ex, scratch, bhttp::status::payload_too_large, ErrorBody("body_too_large", ec.message()));
+        co_await Write(stream, scratch.out, ex.reply_keep);
+      }
+      co_return false;  // the client went away mid-body, or sent too much
+    }
+    if (!t.up || !ec) break;
+    Release(std::move(t.up), false);
+    if (!t.pooled || t.request_has_body || ec == beast::error::timeout ||
+        !(IsIdempotent(req.method) || t.nothing_written)) {
+      break;
+    }
+    gw.upstream_retries.fetch_add(1, std::memory_order_relaxed);
+  }
+  const SimpleHead* simple = nullptr;
+  ResponseParserPtr rp;  // heads of other shapes
+  if (t.up && !ec) {
+    if (ParseSimpleHead(View(t.up->buffer).substr(0, t.head_size), is_head, scratch.upstream_head)) {
+      simple = &scratch.upstream_head;
+    } else {
+      ec = co_await ReadOtherHead(*t.up, is_head, rp);
+    }
+    if (ec) Release(std::move(t.up), false);
+  }
+  if (t.busy || !t.up || ec) {
+    ReplyUpstreamFailure(ex, scratch, t, ec);
+    co_return co_await Write(stream, scratch.out, ex.reply_keep);
+  }
+  gw.upstream_latency.Observe(SecondsSince(t_up));
+  const ResponseFraming f = RenderResponseHead(ex, scratch, simple, rp);
+  bool upstream_failed = false;
+  if (simple) {
+    t.up->buffer.consume(simple->size);
+    ec = co_await RelayLength(t.up->conn, t.up->buffer, stream, scratch.out, is_head ? 0 : f.length.value_or(0),
+                              timeout, &upstream_failed);
+  } else {
+    ec = co_await Relay(*rp, t.up->conn, t.up->buffer, stream, scratch.out, f.chunked, timeout, &upstream_failed);
+  }
+  Finish(ex, scratch, ex.log.upstream_status);
+  // Bytes past the response would be read as the next one's: such a connection is not reused.
+  // Nor is one that carried a body with a method that gives a body no meaning (GET, HEAD,
+  // DELETE, OPTIONS, TRACE: RFC 9110 9.3): an upstream that ignores it may read it as another
+  // request and answer that later, after the connection went back to the pool (issue 18).
+  const bool ignorable_body = t.request_has_body && IsIdempotent(req.method) && req.method != "PUT";
+  const bool reusable = !ec && f.upstream_keep_alive && (simple || rp->is_done()) && t.up->buffer.size() == 0 &&
+                        !ignorable_body;
+  Release(std::move(t.up), reusable);
+  co_return !ec && f.keep;
+}
+
+}  // namespace tollgate::http

@@ -1,0 +1,240 @@
+// Accepting connections, their budgets, and the connection loop: read a head, run the
+// request's steps (exchange.cpp), write the answer or forward (forward.cpp).
+#include <boost/asio/co_spawn.hpp>
+
+#include "relay.hpp"
+#include "worker.hpp"
+
+// GCC 12 inlines Asio's recycling allocator for coroutine frames (aligned_alloc, released with
+// free through aligned_delete) and then reports the pair as mismatched: a false positive.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+#endif
+
+namespace tollgate::http {
+
+namespace {
+
+// A head Beast's parser read, as a RequestHead of views into its message.
+void HeadFromBeast(const RequestParser& p, RequestHead& head) {
+  const auto& m = p.get();
+  head.Clear();
+  head.method = m.method_string();
+  head.target = m.target();
+  head.version = m.version();
+  head.keep_alive = m.keep_alive();
+  head.chunked = p.chunked();
+  if (const auto n = p.content_length()) head.content_length = *n;
+  for (const auto& f : m) head.fields.push_back({f.name_string(), f.value()});
+}
+
+}  // namespace
+
+net::awaitable<void> Worker::Accept(tcp::acceptor& a, Listener listener) {
+  const bool admin_listener = listener == Listener::kAdmin;
+  const char* const listener_name = admin_listener ? "admin" : listener == Listener::kDecision ? "decision" : "gateway";
+  auto refused = [&](const char* reason) -> std::atomic<uint64_t>& {
+    return gw.metrics.Counter("tollgate_connections_refused_total",
+                              std::string("listener=\"") + listener_name + "\",reason=\"" + reason + "\"");
+  };
+  std::atomic<uint64_t>& refused_total = refused("max_connections");
+  std::atomic<uint64_t>& refused_address = refused("per_address");
+  net::steady_timer backoff(ioc);
+  for (;;) {
+    auto [ec, socket] = co_await a.async_accept(kTuple);
+    if (ec) {
+      if (ec == net::error::operation_aborted || !a.is_open()) co_return;
+      gw.accept_errors.fetch_add(1, std::memory_order_relaxed);
+      // Out of descriptors or buffers: accepting again at once fails again at once (a busy loop
+      // that starves every connection). Wait for connections to end.
+      if (ec == net::error::no_descriptors || ec == net::error::no_buffer_space || ec == net::error::no_memory ||
+          ec == boost::system::errc::too_many_files_open_in_system) {
+        backoff.expires_after(kAcceptBackoff);
+        co_await backoff.async_wait(kTuple);
+      }
+      continue;
+    }
+    beast::error_code ignored;
+    ConnectionSlot slot;
+    if (!slot.TakeTotal(admin_listener ? gw.admin_connections : gw.connections,
+                        admin_listener ? gw.server.admin_max_connections : gw.server.max_connections)) {
+      refused_total.fetch_add(1, std::memory_order_relaxed);
+      socket.close(ignored);
+      continue;
+    }
+    if (!admin_listener && gw.server.max_connections_per_address > 0) {
+      const auto remote = socket.remote_endpoint(ignored);
+      std::string address = ignored ? std::string() : remote.address().to_string();
+      if (!Policy()->IsTrusted(address) &&
+          !slot.TakeAddress(gw.by_address, std::move(address), gw.server.max_connections_per_address)) {
+        refused_address.fetch_add(1, std::memory_order_relaxed);
+        socket.close(ignored);
+        continue;
+      }
+    }
+    socket.set_option(tcp::no_delay(true), ignored);
+    socket.non_blocking(true, ignored);  // for WriteAll's first attempt
+    net::co_spawn(ioc, Session(std::move(socket), listener, std::move(slot)),
+                  [this](std::exception_ptr e) {
+                    if (!e) return;
+                    try {
+                      std::rethrow_exception(e);
+                    } catch (const std::exception& ex) {
+                      gw.log.Error(std::string("{\"level\":\"error\",\"msg\":\"session failed\",\"error\":\"") +
+                                   JsonEscape(ex.what()) + "\"}");
+                    }
+                  });
+  }
+}
+
+net::awaitable<void> Worker::SweepDeadlines() {
+  net::steady_timer timer(ioc);
+  for (;;) {
+    timer.expires_after(kSweepInterval);
+    auto [ec] = co_await timer.async_wait(kTuple);
+    if (ec) co_return;
+    Conn::Sweep(conns, Clock::now());
+  }
+}
+
+// The head, parsed from the bytes already read, reading more only while the parser needs them
+// (Beast's async_read_header costs a trip through the executor even when the whole head is
+// already here).
+net::awaitable<beast::error_code> Worker::ReadGeneralHead(Conn& stream, beast::flat_buffer& buffer,
+                                                          RequestParser& parser) {
+  beast::error_code hec;
+  for (;;) {
+    buffer.consume(parser.put(buffer.data(), hec));
+    if (hec == bhttp::error::need_more) {
+      hec = {};
+    } else if (hec || parser.is_header_done()) {
+      break;
+    }
+    auto [rec, n] = co_await stream.socket.async_read_some(buffer.prepare(4096), kTuple);
+    if (rec == net::error::eof) {
+      // A head cut short is malformed; a connection closed between requests is not.
+      if (parser.got_some()) {
+        parser.put_eof(hec);
+      } else {
+        hec = bhttp::error::end_of_stream;
+      }
+      break;
+    }
+    hec = stream.Check(rec);
+    if (hec) break;
+    buffer.commit(n);
+  }
+  co_return hec;
+}
+
+bool Worker::RenderHeadError(beast::error_code hec, Scratch& scratch) {
+  bhttp::status status = bhttp::status::bad_request;
+  std::string code = "bad_request";
+  if (hec == bhttp::error::header_limit) {
+    status = bhttp::status::request_header_fields_too_large;
+    code = "header_too_large";
+  } else if (hec == bhttp::error::body_limit) {
+    // A Content-Length above server.max_body_bytes is refused before any byte of the body.
+    status = bhttp::status::payload_too_large;
+    code = "body_too_large";
+  } else if (hec == beast::error::timeout) {
+    status = bhttp::status::request_timeout;
+    code = "header_timeout";
+  } else if (hec == bhttp::error::end_of_stream || hec == net::error::eof || hec == net::error::connection_reset) {
+    return false;  // the client went away between requests
+  }
+  RenderResponse(scratch.out, status, false, 11, "application/json", {}, ErrorBody(code, hec.message()));
+  gw.requests_by_class[2]->fetch_add(1, std::memory_order_relaxed);
+  return true;
+}
+
+net::awaitable<void> Worker::Session(tcp::socket socket, Listener listener, ConnectionSlot slot) {
+  Conn stream(conns, std::move(socket));
+  stream.socket.DrainedReads(true);  // see socket.hpp
+  const ConnectionSlot held = std::move(slot);  // released when the connection ends
+  beast::error_code ec;
+  const auto remote = stream.socket.remote_endpoint(ec);
+  const std::string peer_ip = ec ? "" : remote.address().to_string();
+  // Normalised once (an IPv4-mapped peer becomes IPv4): a request without X-Forwarded-For uses
+  // it as its client address as it is.
+  const std::string peer = peer_ip.empty() ? "" : Policy()->ClientAddress(peer_ip, {});
+  beast::flat_buffer buffer;
+  Scratch scratch;
+  std::pmr::monotonic_buffer_resource fields_arena(scratch.arena.data(), scratch.arena.size(),
+                                                   std::pmr::new_delete_resource());
+  for (;;) {
+    if (buffer.size() == 0) {
+      // Keep-alive: wait for the next request's first bytes.
+      stream.ExpiresAfter(milliseconds(gw.server.idle_timeout_ms));
+      auto [rec, n] = co_await stream.socket.async_read_some(buffer.prepare(4096), kTuple);
+      if (rec) break;
+      buffer.commit(n);
+    }
+    // Most heads arrive whole and have the common shape: they are parsed in place, in the
+    // buffer, which keeps them until the request is done. The others, and heads still arriving,
+    // go to Beast's parser, whose message then fills the same RequestHead.
+    RequestHead& head = scratch.head;
+    size_t fast_size = 0;
+    const bool fast = ParseRequestHead(View(buffer), gw.server.max_header_bytes, head, &fast_size) ==
+                      HeadParse::kComplete;
+    std::optional<RequestParser> parser;  // the general one, and a body's
+    beast::error_code hec;
+    if (!fast) {
+      fields_arena.release();  // the last request's parser is gone
+      parser.emplace(std::piecewise_construct, std::make_tuple(), std::make_tuple(RequestAllocator(&fields_arena)));
+      parser->header_limit(static_cast<uint32_t>(gw.server.max_header_bytes));
+      parser->body_limit(gw.server.max_body_bytes);
+      stream.ExpiresAfter(milliseconds(gw.server.header_timeout_ms));
+      hec = co_await ReadGeneralHead(stream, buffer, *parser);
+      if (!hec) HeadFromBeast(*parser, head);
+    }
+    if (hec) {
+      if (RenderHeadError(hec, scratch)) co_await Write(stream, scratch.out, false);
+      break;
+    }
+    bool keep = false;
+    {
+      const Counted in_flight(gw.in_flight);  // SIGTERM's drain waits for these
+      // The request, in steps (see Worker::Begin), here rather than in a coroutine of its own:
+      // a request answered by us with the memory store allocates no coroutine frame.
+      Exchange& ex = scratch.exchange;
+      Step step = Begin(ex, scratch, head, parser ? &*parser : nullptr, peer, peer_ip, listener);
+      if (step == Step::kAdminUsage || step == Step::kKeyUsage) {
+        std::string_view type = "application/json";
+        const bhttp::status status = step == Step::kAdminUsage ? co_await UsageExport(ex.query, scratch.body, type)
+                                                               : co_await KeyUsage(*ex.key, ex.now, scratch.body);
+        step = Reply(ex, scratch, status, scratch.body, {}, type);
+      } else if (step == Step::kDecide) {
+        const std::span<core::Decision> decisions{ex.decisions.data(), ex.n_checks};
+        if (gw.memory) {
+          ex.verdict = DecideNow(ex.request, decisions);
+        } else {
+          ex.verdict = co_await Decide(ex.request, decisions);
+        }
+        step = Conclude(ex, scratch);
+      }
+      if (step == Step::kForward) {
+        keep = co_await Forward(stream, buffer, scratch);
+      } else {
+        beast::buffers_suffix<net::const_buffer> rest(net::buffer(scratch.out));
+        beast::error_code wec = WriteNow(stream.socket, rest);
+        if (!wec && beast::buffer_bytes(rest) > 0) wec = co_await WriteRest(stream, rest, std::chrono::seconds(30));
+        keep = !wec && ex.reply_keep;
+      }
+      ex.policy.reset();
+      if (fast) buffer.consume(fast_size);  // the head was read in place
+    }
+    if (!keep || gw.draining.load()) break;
+  }
+  stream.socket.shutdown(tcp::socket::shutdown_send, ec);
+  stream.socket.close(ec);
+}
+
+net::awaitable<engine::Verdict> Worker::Decide(const engine::Engine::Request& request,
+                                               std::span<core::Decision> decisions) {
+  return Await<engine::Verdict>([this, &request, decisions](auto resume) {
+    gw.engine->Decide(request, decisions, std::move(resume));
+  });
+}
+
+}  // namespace tollgate::http

@@ -1,0 +1,98 @@
+#include "store/redis/url.hpp"
+
+#include <charconv>
+
+namespace tollgate::store::redis {
+namespace {
+
+struct Scheme {
+  std::string_view prefix;
+  bool cluster;
+  bool tls;
+};
+constexpr Scheme kSchemes[] = {
+    {"redis://", false, false},
+    {"redis-cluster://", true, false},
+    {"rediss://", false, true},
+    {"rediss-cluster://", true, true},
+};
+
+// "[user:]password@" at the front of `rest`, removed from it.
+void TakeCredentials(std::string_view& rest, Url& out) {
+  const size_t at = rest.rfind('@');
+  if (at == std::string_view::npos) return;
+  const std::string_view cred = rest.substr(0, at);
+  const size_t colon = cred.find(':');
+  if (colon == std::string_view::npos) {
+    out.password = std::string(cred);
+  } else {
+    out.user = std::string(cred.substr(0, colon));
+    out.password = std::string(cred.substr(colon + 1));
+  }
+  rest = rest.substr(at + 1);
+}
+
+// "/db" at the end of `rest`, removed from it. An empty db is 0.
+core::Result<bool> TakeDatabase(std::string_view& rest, Url& out) {
+  const size_t slash = rest.find('/');
+  if (slash == std::string_view::npos) return true;
+  const std::string_view db = rest.substr(slash + 1);
+  rest = rest.substr(0, slash);
+  if (db.empty()) return true;
+  const auto [p, ec] = std::from_chars(db.data(), db.data() + db.size(), out.db);
+  if (ec != std::errc() || p != db.data() + db.size() || out.db < 0) {
+    return core::Error{"store.url: bad database number '" + std::string(db) + "'"};
+  }
+  if (out.cluster && out.db != 0)
+    return core::Error{"store.url: Redis Cluster has only database 0"};
+  return true;
+}
+
+// "host:port[,host:port...]".
+core::Result<bool> TakeNodes(std::string_view rest, Url& out) {
+  while (!rest.empty()) {
+    const size_t comma = rest.find(',');
+    auto node = ParseHostPort(rest.substr(0, comma));
+    if (!node) return core::Error{node.error()};
+    out.nodes.push_back(*node);
+    if (comma == std::string_view::npos) break;
+    rest = rest.substr(comma + 1);
+  }
+  if (out.nodes.empty()) return core::Error{"store.url: no host"};
+  if (!out.cluster && out.nodes.size() > 1) return core::Error{"store.url: one host for redis://"};
+  return true;
+}
+
+}  // namespace
+
+core::Result<NodeAddress> ParseHostPort(std::string_view s) {
+  const size_t colon = s.rfind(':');
+  if (colon == std::string_view::npos || colon == 0 || colon + 1 == s.size()) {
+    return core::Error{"store.url: expected host:port, got '" + std::string(s) + "'"};
+  }
+  return NodeAddress{std::string(s.substr(0, colon)), std::string(s.substr(colon + 1))};
+}
+
+core::Result<Url> ParseUrl(std::string_view url) {
+  Url out;
+  std::string_view rest;
+  const Scheme* scheme = nullptr;
+  for (const Scheme& s : kSchemes) {
+    if (url.rfind(s.prefix, 0) == 0) scheme = &s;
+  }
+  if (!scheme) {
+    return core::Error{
+        "store.url: must start with redis://, rediss://, redis-cluster:// or rediss-cluster://, "
+        "got '" +
+        std::string(url) + "'"};
+  }
+  out.cluster = scheme->cluster;
+  out.tls = scheme->tls;
+  rest = url.substr(scheme->prefix.size());
+  TakeCredentials(rest, out);
+  if (auto db = TakeDatabase(rest, out); !db) return core::Error{db.error()};
+  if (auto nodes = TakeNodes(rest, out); !nodes) return core::Error{nodes.error()};
+  return out;
+}
+
+}  // namespace tollgate::store::redis

@@ -1,0 +1,41 @@
+// The store's URL: redis://, rediss://, redis-cluster:// and rediss-cluster://.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <tollgate/core/result.hpp>
+#include <tuple>
+#include <vector>
+
+namespace tollgate::store::redis {
+
+// A Redis node as a URL or the cluster names it. The port stays text: the resolver takes it.
+struct NodeAddress {
+  std::string host;
+  std::string port;
+  bool operator<(const NodeAddress& o) const {
+    return std::tie(host, port) < std::tie(o.host, o.port);
+  }
+  bool operator==(const NodeAddress& o) const = default;
+};
+
+// What a URL says (RedisStoreOptions::url).
+struct Url {
+  bool cluster = false;            // redis-cluster:// and rediss-cluster://
+  bool tls = false;                // rediss:// and rediss-cluster://
+  std::vector<NodeAddress> nodes;  // the server; for a cluster, the seeds of the slot map
+  std::string user;                // empty: AUTH with the password alone
+  std::string password;            // empty: no AUTH
+  int db = 0;                      // SELECTed when not 0; always 0 on a cluster
+};
+
+// "host:port", split at the last ':' (so "::1:6379" is host "::1"); neither part empty.
+// Errors name the field: "store.url: expected host:port, got '...'".
+core::Result<NodeAddress> ParseHostPort(std::string_view s);
+
+// redis://[[user:]password@]host:port[/db], rediss://... the same over TLS, and
+// redis-cluster://[[user:]password@]host:port[,host:port...] (rediss-cluster:// over TLS).
+// The credentials end at the last '@'; the user, if any, at the first ':' before it.
+core::Result<Url> ParseUrl(std::string_view url);
+
+}  // namespace tollgate::store::redis
