@@ -136,7 +136,22 @@ Gateway::Impl::Impl(std::string path, config::Config config)
       upstream(ParseUpstream(config.upstream.url)),
       upstream_host(config.upstream.url.substr(7, config.upstream.url.find('/', 7) - 7)),
       decision(config.decision) {
-  const config::StoreConfig& sc = config.store;
+  engine = std::make_unique<engine::Engine>(OpenStore(config.store));
+  meter = std::make_unique<engine::UsageMeter>(*usage_backend, kUsageSlices);
+
+  // The key source may report changes as soon as it starts: they wait for this lock until the
+  // first policy is in place.
+  std::unique_lock startup(reload_mu);
+  if (config.key_source.source == "postgres") config.keys = StartKeySource(config);
+  file_config = config;
+  auto built = policy::Policy::Build(std::move(config));
+  if (!built) throw std::runtime_error(built.error());
+  policy = *built;
+  startup.unlock();
+  RegisterMetrics();
+}
+
+store::Store& Gateway::Impl::OpenStore(const config::StoreConfig& sc) {
   store::Store* store = nullptr;
   if (sc.type == "redis") {
     auto r = store::RedisStore::Create({.url = sc.url,
@@ -159,36 +174,29 @@ Gateway::Impl::Impl(std::string path, config::Config config)
     store = memory.get();
     usage_backend = std::make_unique<store::MemoryUsageBackend>();
   }
-  engine = std::make_unique<engine::Engine>(*store);
-  meter = std::make_unique<engine::UsageMeter>(*usage_backend, kUsageSlices);
+  return *store;
+}
 
-  // The key source may report changes as soon as it starts: they wait for this lock until the
-  // first policy is in place.
-  std::unique_lock startup(reload_mu);
-  if (config.key_source.source == "postgres") {
-    auto source = policy::PostgresKeySource::Start(
-        {.url = config.key_source.url,
-         .plans = config.plans,
-         .snapshot_path = config.key_source.snapshot,
-         .resync_seconds = config.key_source.resync_seconds},
-        [this](std::vector<config::KeyConfig> keys) {
-          // A key inserted, changed or revoked: a new policy with the same configuration.
-          std::lock_guard lock(reload_mu);
-          config::Config c = file_config;
-          c.keys = std::move(keys);
-          (void)Install(std::move(c));
-        },
-        [this](const std::string& line) { log.Error(line); });
-    if (!source) throw std::runtime_error(source.error());
-    key_source = std::move(source).value();
-    config.keys = key_source->Keys();
-  }
-  file_config = config;
-  auto built = policy::Policy::Build(std::move(config));
-  if (!built) throw std::runtime_error(built.error());
-  policy = *built;
-  startup.unlock();
+std::vector<config::KeyConfig> Gateway::Impl::StartKeySource(const config::Config& config) {
+  auto source = policy::PostgresKeySource::Start(
+      {.url = config.key_source.url,
+       .plans = config.plans,
+       .snapshot_path = config.key_source.snapshot,
+       .resync_seconds = config.key_source.resync_seconds},
+      [this](std::vector<config::KeyConfig> keys) {
+        // A key inserted, changed or revoked: a new policy with the same configuration.
+        std::lock_guard lock(reload_mu);
+        config::Config c = file_config;
+        c.keys = std::move(keys);
+        (void)Install(std::move(c));
+      },
+      [this](const std::string& line) { log.Error(line); });
+  if (!source) throw std::runtime_error(source.error());
+  key_source = std::move(source).value();
+  return key_source->Keys();
+}
 
+void Gateway::Impl::RegisterMetrics() {
   for (size_t i = 0; i < requests_by_class.size(); ++i) {
     requests_by_class[i] = &metrics.Counter("tollgate_requests_total", "class=\"" + std::to_string(i + 2) + "xx\"");
   }

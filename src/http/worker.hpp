@@ -176,6 +176,13 @@ struct Gateway::Impl {
 
   std::vector<std::unique_ptr<Worker>> workers;
 
+  // The constructor's steps: the store (memory, or Redis behind the deny cache) and its usage
+  // backend; the PostgreSQL key source (REQUIRES: reload_mu held) and its first keys; the
+  // gauges of what they count.
+  store::Store& OpenStore(const config::StoreConfig& sc);
+  std::vector<config::KeyConfig> StartKeySource(const config::Config& config);
+  void RegisterMetrics();
+
   // Reload: a bad configuration is refused and the old one keeps serving.
   core::Result<bool> Reload();
   ~Impl();

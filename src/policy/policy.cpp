@@ -85,36 +85,47 @@ core::Result<Cidr> ParseCidr(std::string_view text) {
 
 core::Result<std::shared_ptr<const Policy>> Policy::Build(config::Config config) {
   std::shared_ptr<Policy> p(new Policy());
+  p->BuildPlans(config);
+  if (auto error = p->BuildKeys(config)) return *std::move(error);
+  if (auto error = p->BuildRoutes(config)) return *std::move(error);
+  if (auto error = p->BuildTrustedProxies(config)) return *std::move(error);
+  p->config_ = std::move(config);
+  return std::shared_ptr<const Policy>(std::move(p));
+}
+
+void Policy::BuildPlans(const config::Config& config) {
   for (const auto& pc : config.plans) {
     Plan plan;
     plan.name = pc.name;
     plan.enforced = pc.mode.value_or(config.mode) == config::Mode::kEnforce;
     plan.per_account = pc.scope == "account";
     plan.limits = Compile(pc.limits);
-    p->plans_.push_back(std::move(plan));
+    plans_.push_back(std::move(plan));
   }
   // The strictest plan: the smallest quota of its first limit (ties: the first in the file).
-  for (size_t i = 1; i < p->plans_.size(); ++i) {
+  for (size_t i = 1; i < plans_.size(); ++i) {
     auto first_q = [&](size_t j) {
-      return p->plans_[j].limits.empty() ? INT64_MAX : p->plans_[j].limits[0].limit.PolicyQuota();
+      return plans_[j].limits.empty() ? INT64_MAX : plans_[j].limits[0].limit.PolicyQuota();
     };
-    if (first_q(i) < first_q(p->strictest_)) p->strictest_ = i;
+    if (first_q(i) < first_q(strictest_)) strictest_ = i;
   }
-  p->anonymous_.name = "anonymous";
-  p->anonymous_.enforced = config.mode == config::Mode::kEnforce;
-  p->anonymous_.limits = Compile(config.anonymous);
-  p->invalid_key_limit_ = MustCreate(config.identity.invalid_key_limit);
+  anonymous_.name = "anonymous";
+  anonymous_.enforced = config.mode == config::Mode::kEnforce;
+  anonymous_.limits = Compile(config.anonymous);
+  invalid_key_limit_ = MustCreate(config.identity.invalid_key_limit);
+}
 
+std::optional<core::Error> Policy::BuildKeys(const config::Config& config) {
   for (const auto& kc : config.keys) {
     Key k;
     k.id = kc.id;
     k.account = kc.account;
     k.plan_name = kc.plan;
-    k.plan = &p->plans_[p->strictest_];
+    k.plan = &plans_[strictest_];
     const config::PlanConfig* plan_config = nullptr;
-    for (size_t i = 0; i < p->plans_.size(); ++i) {
-      if (p->plans_[i].name != kc.plan) continue;
-      k.plan = &p->plans_[i];
+    for (size_t i = 0; i < plans_.size(); ++i) {
+      if (plans_[i].name != kc.plan) continue;
+      k.plan = &plans_[i];
       plan_config = &config.plans[i];
     }
     for (const auto& oc : kc.overrides) {
@@ -140,10 +151,14 @@ core::Result<std::shared_ptr<const Policy>> Policy::Build(config::Config config)
         k.overrides.push_back({i, std::move(limit).value(), std::nullopt});
       }
     }
-    p->by_digest_[HexToRaw(kc.sha256_hex)] = p->keys_.size();
-    p->by_id_[k.id] = p->keys_.size();
-    p->keys_.push_back(std::move(k));
+    by_digest_[HexToRaw(kc.sha256_hex)] = keys_.size();
+    by_id_[k.id] = keys_.size();
+    keys_.push_back(std::move(k));
   }
+  return std::nullopt;
+}
+
+std::optional<core::Error> Policy::BuildRoutes(const config::Config& config) {
   for (size_t i = 0; i < config.routes.size(); ++i) {
     const auto& rc = config.routes[i];
     Route r;
@@ -156,18 +171,21 @@ core::Result<std::shared_ptr<const Policy>> Policy::Build(config::Config config)
     r.cost = rc.cost;
     r.fail_mode = rc.fail_mode;
     r.identity = rc.identity;
-    if (r.identity == config::RouteIdentity::kIp && p->anonymous_.limits.empty()) {
+    if (r.identity == config::RouteIdentity::kIp && anonymous_.limits.empty()) {
       return core::Error{"routes[" + std::to_string(i) + "].identity: ip needs anonymous.limits"};
     }
-    p->routes_.push_back(std::move(r));
+    routes_.push_back(std::move(r));
   }
+  return std::nullopt;
+}
+
+std::optional<core::Error> Policy::BuildTrustedProxies(const config::Config& config) {
   for (size_t i = 0; i < config.identity.trusted_proxies.size(); ++i) {
     auto cidr = ParseCidr(config.identity.trusted_proxies[i]);
     if (!cidr) return core::Error{"identity.trusted_proxies[" + std::to_string(i) + "]: " + cidr.error()};
-    p->trusted_.push_back(*cidr);
+    trusted_.push_back(*cidr);
   }
-  p->config_ = std::move(config);
-  return std::shared_ptr<const Policy>(std::move(p));
+  return std::nullopt;
 }
 
 const Key* Policy::FindByDigest(std::string_view digest32) const {

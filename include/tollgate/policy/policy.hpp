@@ -146,6 +146,12 @@ class Policy {
 
  private:
   Policy() = default;
+  // The steps of Build(), in its order; each returns the error that ends the build, if any.
+  void BuildPlans(const config::Config& config);  // plans, the strictest, anonymous, invalid key
+  std::optional<core::Error> BuildKeys(const config::Config& config);
+  std::optional<core::Error> BuildRoutes(const config::Config& config);
+  std::optional<core::Error> BuildTrustedProxies(const config::Config& config);
+
   config::Config config_;
   std::vector<Plan> plans_;
   size_t strictest_ = 0;
