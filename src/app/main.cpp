@@ -23,6 +23,7 @@
 #include <tollgate/rls/rls_server.hpp>
 #endif
 #include <tollgate/policy/policy.hpp>
+#include <tollgate/util/host_port.hpp>
 
 namespace {
 
@@ -33,13 +34,11 @@ constexpr const char* kUsage =
 
 // GET http://host:port/path with a plain socket; returns the status and the body.
 std::pair<int, std::string> HttpGet(const std::string& host_port, const std::string& path) {
-  const size_t colon = host_port.rfind(':');
-  std::string host = host_port.substr(0, colon);
-  if (host.size() >= 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
+  const auto hp = tollgate::util::SplitHostPort(host_port);
   addrinfo hints{};
   hints.ai_socktype = SOCK_STREAM;
   addrinfo* res = nullptr;
-  if (getaddrinfo(host.c_str(), host_port.substr(colon + 1).c_str(), &hints, &res) != 0 || !res) {
+  if (!hp || getaddrinfo(hp->host.c_str(), hp->port.c_str(), &hints, &res) != 0 || !res) {
     throw std::runtime_error("cannot resolve " + host_port);
   }
   const int fd = socket(res->ai_family, SOCK_STREAM, 0);

@@ -15,7 +15,7 @@ bool Advertised(const store::Check& c) { return c.enforced && c.limit->PolicyQuo
 
 bool HeaderList::HasName(std::string_view name) const {
   for (const Name& n : names_) {
-    if (n.size == name.size() && policy::Policy::EqualsIgnoreCase(std::string_view(text_).substr(n.at, n.size), name)) {
+    if (n.size == name.size() && util::EqualsIgnoreCase(std::string_view(text_).substr(n.at, n.size), name)) {
       return true;
     }
   }

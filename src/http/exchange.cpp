@@ -213,7 +213,7 @@ void Worker::JoinForwardedFor(Exchange& ex, Scratch& scratch, const RequestHead&
   // own line after the client's must be read, not the client's first line.
   size_t forwarded_lines = 0;
   for (const RequestHead::Field& f : head.fields) {
-    if (f.name.size() != 15 || !policy::Policy::EqualsIgnoreCase(f.name, "X-Forwarded-For")) continue;
+    if (f.name.size() != 15 || !util::EqualsIgnoreCase(f.name, "X-Forwarded-For")) continue;
     if (++forwarded_lines == 1) {
       ex.forwarded_for = f.value;
       continue;

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include <tollgate/http/request_head.hpp>
-#include <tollgate/policy/policy.hpp>
+#include <tollgate/util/ascii.hpp>
 #include <tollgate/util/text.hpp>
 
 namespace tollgate::http {
@@ -20,8 +20,7 @@ enum class FieldKind { kEndToEnd, kConnection, kContentLength, kTransferEncoding
 inline FieldKind Classify(std::string_view name) {
   // By length first: this runs for every field of every proxied request and response, and
   // most fields have a length none of these has.
-  using policy::Policy;
-  auto is = [name](std::string_view f) { return Policy::EqualsIgnoreCase(name, f); };
+  auto is = [name](std::string_view f) { return util::EqualsIgnoreCase(name, f); };
   bool hop = false;
   switch (name.size()) {
     case 2: hop = is("TE"); break;
@@ -49,10 +48,10 @@ template <class ForEach, class Skip>
 void AppendEndToEndFields(ForEach for_each, util::StringAppender& out, Skip skip) {
   std::vector<std::string_view> named;  // by Connection, other than close and keep-alive
   for_each([&named](std::string_view name, std::string_view v) {
-    if (!policy::Policy::EqualsIgnoreCase(name, "Connection")) return;
-    policy::Policy::AnyListElement(v, [&named](std::string_view token) {
-      if (!token.empty() && !policy::Policy::EqualsIgnoreCase(token, "close") &&
-          !policy::Policy::EqualsIgnoreCase(token, "keep-alive")) {
+    if (!util::EqualsIgnoreCase(name, "Connection")) return;
+    util::AnyListElement(v, [&named](std::string_view token) {
+      if (!token.empty() && !util::EqualsIgnoreCase(token, "close") &&
+          !util::EqualsIgnoreCase(token, "keep-alive")) {
         named.push_back(token);
       }
       return false;  // every element
@@ -61,7 +60,7 @@ void AppendEndToEndFields(ForEach for_each, util::StringAppender& out, Skip skip
   for_each([&](std::string_view name, std::string_view value) {
     if (IsHopByHopOrFraming(name) || skip(name)) return;
     if (std::any_of(named.begin(), named.end(),
-                    [name](std::string_view n) { return policy::Policy::EqualsIgnoreCase(n, name); })) {
+                    [name](std::string_view n) { return util::EqualsIgnoreCase(n, name); })) {
       return;
     }
     out << name << ": " << value << "\r\n";

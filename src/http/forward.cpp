@@ -33,8 +33,8 @@ void Worker::RenderForwardHead(Exchange& ex, Scratch& scratch) {
     // may read as them ('_' for '-': CGI, WSGI, PHP); and a key header spelt with '_',
     // which tollgate did not read as a key but the upstream might.
     if (ReadsAs(name, "x-tollgate-", true) || ReadsAs(name, "x-forwarded-for") ||
-        policy::Policy::EqualsIgnoreCase(name, "Expect") ||
-        (replace_host && policy::Policy::EqualsIgnoreCase(name, "Host"))) {
+        util::EqualsIgnoreCase(name, "Expect") ||
+        (replace_host && util::EqualsIgnoreCase(name, "Host"))) {
       return true;
     }
     return name.find('_') != std::string_view::npos &&
@@ -173,7 +173,7 @@ net::awaitable<bool> Worker::Forward(Conn& stream, beast::flat_buffer& buffer, S
   RenderForwardHead(ex, scratch);
   UpstreamTry t{.request_has_body = !ex.RequestRead()};
   const milliseconds timeout(gw.upstream_config.timeout_ms);
-  if (t.request_has_body && policy::Policy::EqualsIgnoreCase(req.Get("Expect"), "100-continue")) {
+  if (t.request_has_body && util::EqualsIgnoreCase(req.Get("Expect"), "100-continue")) {
     // The client waits for our go-ahead before its body: given now that the limits let the
     // request through, so a rejected request never uploads its body. The upstream sees no Expect.
     static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";

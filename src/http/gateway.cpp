@@ -67,6 +67,8 @@
 #pragma GCC diagnostic ignored "-Wmismatched-new-delete"
 #endif
 
+#include <tollgate/util/host_port.hpp>
+
 #include "worker.hpp"
 
 namespace tollgate::http {
@@ -74,11 +76,9 @@ namespace tollgate::http {
 namespace {
 
 Endpoint SplitHostPort(const std::string& s, const char* what) {
-  const size_t colon = s.rfind(':');
-  if (colon == std::string::npos) throw std::runtime_error(std::string(what) + ": expected host:port, got '" + s + "'");
-  std::string host = s.substr(0, colon);
-  if (host.size() >= 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
-  return {host, s.substr(colon + 1)};
+  auto hp = util::SplitHostPort(s);
+  if (!hp) throw std::runtime_error(std::string(what) + ": expected host:port, got '" + s + "'");
+  return {std::move(hp->host), std::move(hp->port)};
 }
 
 UpstreamTarget ParseUpstream(const std::string& url) {

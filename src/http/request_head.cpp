@@ -4,12 +4,11 @@
 #include <array>
 #include <cctype>
 
-#include <tollgate/policy/policy.hpp>
+#include <tollgate/util/ascii.hpp>
 
 namespace tollgate::http {
 namespace {
 
-using policy::Policy;
 
 // RFC 9110 tchar.
 constexpr std::array<bool, 256> kTokenChars = [] {
@@ -40,14 +39,14 @@ bool IsToken(std::string_view s) {
 // A comma-separated list of tokens, empty elements allowed (what Beast's parser requires of
 // Connection).
 bool IsTokenList(std::string_view value) {
-  return !Policy::AnyListElement(value, [](std::string_view e) { return !e.empty() && !IsToken(e); });
+  return !util::AnyListElement(value, [](std::string_view e) { return !e.empty() && !IsToken(e); });
 }
 
 }  // namespace
 
 std::string_view RequestHead::Get(std::string_view name) const {
   for (const Field& f : fields) {
-    if (Policy::EqualsIgnoreCase(f.name, name)) return f.value;
+    if (util::EqualsIgnoreCase(f.name, name)) return f.value;
   }
   return {};
 }
@@ -62,7 +61,7 @@ void RequestHead::Clear() {
 }
 
 bool HasToken(std::string_view value, std::string_view token) {
-  return Policy::AnyListElement(value, [token](std::string_view e) { return Policy::EqualsIgnoreCase(e, token); });
+  return util::AnyListElement(value, [token](std::string_view e) { return util::EqualsIgnoreCase(e, token); });
 }
 
 bool ReadsAs(std::string_view name, std::string_view canonical, bool prefix) {
@@ -111,14 +110,14 @@ const char* CheckRequestHead(const RequestHead& head, std::string_view* host) {
   bool chunked_only = true;
   *host = {};
   for (const RequestHead::Field& f : head.fields) {
-    if (f.name.size() == 4 && Policy::EqualsIgnoreCase(f.name, "Host")) {
+    if (f.name.size() == 4 && util::EqualsIgnoreCase(f.name, "Host")) {
       ++hosts;
       *host = f.value;
-    } else if (f.name.size() == 17 && Policy::EqualsIgnoreCase(f.name, "Transfer-Encoding")) {
+    } else if (f.name.size() == 17 && util::EqualsIgnoreCase(f.name, "Transfer-Encoding")) {
       // Every line and every element of each: "chunked" once, nothing else.
-      Policy::AnyListElement(f.value, [&](std::string_view coding) {
+      util::AnyListElement(f.value, [&](std::string_view coding) {
         ++codings;
-        if (!Policy::EqualsIgnoreCase(coding, "chunked")) chunked_only = false;
+        if (!util::EqualsIgnoreCase(coding, "chunked")) chunked_only = false;
         return false;
       });
     }
@@ -188,16 +187,16 @@ HeadParse ParseRequestHead(std::string_view data, size_t max_size, RequestHead& 
     p += 2;
 
     if (out.fields.size() == RequestHead::kMaxFields) return HeadParse::kNotSimple;
-    if (Policy::EqualsIgnoreCase(name, "Transfer-Encoding") || Policy::EqualsIgnoreCase(name, "Proxy-Connection")) {
+    if (util::EqualsIgnoreCase(name, "Transfer-Encoding") || util::EqualsIgnoreCase(name, "Proxy-Connection")) {
       return HeadParse::kNotSimple;
     }
-    if (Policy::EqualsIgnoreCase(name, "Content-Length")) {
+    if (util::EqualsIgnoreCase(name, "Content-Length")) {
       // No body, said explicitly; a body (or a second length) is for the general parser.
       if (out.content_length || value.empty() || value.find_first_not_of('0') != std::string_view::npos) {
         return HeadParse::kNotSimple;
       }
       out.content_length = 0;
-    } else if (Policy::EqualsIgnoreCase(name, "Connection")) {
+    } else if (util::EqualsIgnoreCase(name, "Connection")) {
       if (has_connection || !IsTokenList(value)) return HeadParse::kNotSimple;
       has_connection = true;
       connection = value;

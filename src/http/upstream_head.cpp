@@ -3,7 +3,7 @@
 #include <charconv>
 #include <cstring>
 
-#include <tollgate/policy/policy.hpp>
+#include <tollgate/util/ascii.hpp>
 
 #include "fields.hpp"
 
@@ -63,9 +63,9 @@ bool ParseSimpleHead(std::string_view head, bool is_head, SimpleHead& h) {
         break;
       }
       case FieldKind::kConnection:
-        if (policy::Policy::EqualsIgnoreCase(value, "close")) {
+        if (util::EqualsIgnoreCase(value, "close")) {
           h.keep_alive = false;
-        } else if (policy::Policy::EqualsIgnoreCase(value, "keep-alive")) {
+        } else if (util::EqualsIgnoreCase(value, "keep-alive")) {
           h.keep_alive = true;
         } else {
           simple = false;  // names hop-by-hop fields

@@ -9,7 +9,7 @@
 #include <optional>
 #include <string_view>
 
-#include <tollgate/policy/policy.hpp>
+#include <tollgate/util/ascii.hpp>
 
 namespace tollgate::http {
 
@@ -50,7 +50,7 @@ bool ForEachField(std::string_view fields, Fn fn) {
         line[colon - 1] == ' ' || line[colon - 1] == '\t') {
       return false;
     }
-    fn(line.substr(0, colon), policy::Policy::Trim(line.substr(colon + 1)), line);
+    fn(line.substr(0, colon), util::Trim(line.substr(colon + 1)), line);
   }
   return true;
 }

@@ -265,7 +265,7 @@ std::string Policy::ClientAddress(std::string_view peer, std::string_view forwar
     std::string_view rest = forwarded_for;
     while (!rest.empty()) {
       const size_t comma = rest.rfind(',');
-      const std::string_view hop = Trim(comma == std::string_view::npos ? rest : rest.substr(comma + 1));
+      const std::string_view hop = util::Trim(comma == std::string_view::npos ? rest : rest.substr(comma + 1));
       rest = comma == std::string_view::npos ? std::string_view() : rest.substr(0, comma);
       auto a = ParseAddress(hop);
       if (!a) break;  // garbage: keep the last address we could trust

@@ -84,8 +84,8 @@ struct RlsServer::Impl final : pb::RateLimitService::Service {
         if (!domain->key_entry.empty() && e.key() == domain->key_entry) {
           // Envoy forwards the Authorization header as it is: accept "Bearer <key>" too.
           std::string_view value = e.value();
-          if (value.size() > 7 && policy::Policy::EqualsIgnoreCase(value.substr(0, 7), "Bearer ")) {
-            value = policy::Policy::Trim(value.substr(7));
+          if (value.size() > 7 && util::EqualsIgnoreCase(value.substr(0, 7), "Bearer ")) {
+            value = util::Trim(value.substr(7));
           }
           key = pol->FindByKey(value);
           unknown_key = key == nullptr;

@@ -4,6 +4,8 @@
 #include <cstring>
 #include <tollgate/util/target.hpp>
 
+#include <tollgate/util/ascii.hpp>
+
 namespace tollgate::util {
 namespace {
 
@@ -69,15 +71,6 @@ constexpr std::array<int8_t, 256> kHexValue = [] {
   return t;
 }();
 constexpr char kHexDigits[] = "0123456789ABCDEF";
-
-bool EqualsIgnoreCase(std::string_view a, std::string_view lower) {
-  if (a.size() != lower.size()) return false;
-  for (size_t i = 0; i < a.size(); ++i) {
-    const char c = a[i] >= 'A' && a[i] <= 'Z' ? static_cast<char>(a[i] - 'A' + 'a') : a[i];
-    if (c != lower[i]) return false;
-  }
-  return true;
-}
 
 // `p` is at a '.' just after a '/': whether the segment is "." or "..".
 bool IsDotSegmentAt(const Byte* p, const Byte* end) {

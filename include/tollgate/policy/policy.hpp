@@ -13,6 +13,7 @@
 #include <tollgate/config/config.hpp>
 #include <tollgate/core/limit.hpp>
 #include <tollgate/core/result.hpp>
+#include <tollgate/util/ascii.hpp>
 
 namespace tollgate::policy {
 
@@ -98,11 +99,11 @@ class Policy {
     for (const std::string& name : config_.identity.api_key_headers) {
       std::string_view v = header(name);
       if (v.empty()) continue;
-      if (name.size() == 13 && EqualsIgnoreCase(name, "Authorization")) {
-        if (v.size() > 7 && EqualsIgnoreCase(v.substr(0, 7), "Bearer ")) return Trim(v.substr(7));
+      if (name.size() == 13 && util::EqualsIgnoreCase(name, "Authorization")) {
+        if (v.size() > 7 && util::EqualsIgnoreCase(v.substr(0, 7), "Bearer ")) return util::Trim(v.substr(7));
         continue;
       }
-      return Trim(v);
+      return util::Trim(v);
     }
     return {};
   }
@@ -113,36 +114,6 @@ class Policy {
   const Plan& strictest() const { return plans_[strictest_]; }
   const config::Config& config() const { return config_; }
 
-  // ASCII only (header names, tokens); inline, since header names are compared by the dozen
-  // on every proxied request and most differ in length.
-  static bool EqualsIgnoreCase(std::string_view a, std::string_view b) {
-    if (a.size() != b.size()) return false;
-    for (size_t i = 0; i < a.size(); ++i) {
-      // Bytes that differ are equal only as the two cases of one ASCII letter. (Most bytes
-      // compared are equal: names are usually written in their canonical case.)
-      const unsigned char x = static_cast<unsigned char>(a[i]) | 0x20;
-      if (a[i] != b[i] && (x != (static_cast<unsigned char>(b[i]) | 0x20) || static_cast<unsigned>(x - 'a') > 25u)) {
-        return false;
-      }
-    }
-    return true;
-  }
-  // Whether `pred` holds for an element of a comma-separated list (each trimmed, empty ones
-  // included); stops at the first that does.
-  template <class Pred>
-  static bool AnyListElement(std::string_view list, Pred pred) {
-    for (;;) {
-      const size_t comma = list.find(',');
-      if (pred(Trim(list.substr(0, comma)))) return true;
-      if (comma == std::string_view::npos) return false;
-      list.remove_prefix(comma + 1);
-    }
-  }
-  static std::string_view Trim(std::string_view s) {
-    while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-    while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
-    return s;
-  }
 
  private:
   Policy() = default;

@@ -2,6 +2,8 @@
 
 #include <charconv>
 
+#include <tollgate/util/host_port.hpp>
+
 namespace tollgate::store::redis {
 namespace {
 
@@ -54,6 +56,9 @@ core::Result<bool> TakeNodes(std::string_view rest, Url& out) {
     const size_t comma = rest.find(',');
     auto node = ParseHostPort(rest.substr(0, comma));
     if (!node) return core::Error{node.error()};
+    if (node->host.empty()) {
+      return core::Error{"store.url: expected host:port, got '" + std::string(rest.substr(0, comma)) + "'"};
+    }
     out.nodes.push_back(*node);
     if (comma == std::string_view::npos) break;
     rest = rest.substr(comma + 1);
@@ -66,11 +71,9 @@ core::Result<bool> TakeNodes(std::string_view rest, Url& out) {
 }  // namespace
 
 core::Result<NodeAddress> ParseHostPort(std::string_view s) {
-  const size_t colon = s.rfind(':');
-  if (colon == std::string_view::npos || colon == 0 || colon + 1 == s.size()) {
-    return core::Error{"store.url: expected host:port, got '" + std::string(s) + "'"};
-  }
-  return NodeAddress{std::string(s.substr(0, colon)), std::string(s.substr(colon + 1))};
+  auto hp = util::SplitHostPort(s);
+  if (!hp) return core::Error{"store.url: expected host:port, got '" + std::string(s) + "'"};
+  return NodeAddress{std::move(hp->host), std::move(hp->port)};
 }
 
 core::Result<Url> ParseUrl(std::string_view url) {

@@ -29,8 +29,10 @@ struct Url {
   int db = 0;                      // SELECTed when not 0; always 0 on a cluster
 };
 
-// "host:port", split at the last ':' (so "::1:6379" is host "::1"); neither part empty.
-// Errors name the field: "store.url: expected host:port, got '...'".
+// "host:port", split at the last ':' (so "::1:6379" is host "::1"; "[::1]:6379" too) by
+// util::SplitHostPort. The port is required; an empty host is returned as it is (a redirect's
+// ":6380" means "the node that answered"; a URL refuses it). Errors name the field:
+// "store.url: expected host:port, got '...'".
 core::Result<NodeAddress> ParseHostPort(std::string_view s);
 
 // redis://[[user:]password@]host:port[/db], rediss://... the same over TLS, and

@@ -43,6 +43,16 @@ TEST(Redirect, MovedAndAskNameTheNode) {
   EXPECT_EQ(v6->node, (NodeAddress{"::1", "7003"}));
 }
 
+// Regression: Redis 7 writes "MOVED 3999 :6380" (same host, this port) when the cluster's
+// preferred endpoint type is unknown; the empty host was refused, so the redirect failed as a
+// protocol error instead of being followed.
+TEST(Redirect, AnEmptyHostIsTheNodeThatAnswered) {
+  const auto r = ParseRedirect("MOVED 3999 :6380", NodeAddress{"10.0.0.7", "6379"});
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->node.host, "10.0.0.7");
+  EXPECT_EQ(r->node.port, "6380");
+}
+
 TEST(Redirect, OtherErrorsAreNotRedirects) {
   const NodeAddress from{"h", "1"};
   for (const char* err : {"ERR unknown command", "NOSCRIPT No matching script", "MOVED", "ASK",

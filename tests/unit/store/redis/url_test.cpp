@@ -104,6 +104,9 @@ TEST(RedisUrl, HostPortSplitsAtTheLastColon) {
   ASSERT_TRUE(v6.ok()) << v6.error();
   EXPECT_EQ(v6->host, "::1");
   EXPECT_EQ(v6->port, "6379");
+  auto bracketed = ParseHostPort("[::1]:6379");
+  ASSERT_TRUE(bracketed.ok()) << bracketed.error();
+  EXPECT_EQ(bracketed->host, "::1");
   auto name = ParseHostPort("redis.internal:7000");
   ASSERT_TRUE(name.ok()) << name.error();
   EXPECT_EQ(*name, (NodeAddress{"redis.internal", "7000"}));

@@ -1,0 +1,43 @@
+// ASCII helpers for protocol text: header names, tokens, comma-separated lists. Pure.
+#pragma once
+
+#include <cstddef>
+#include <string_view>
+
+namespace tollgate::util {
+
+// Trims spaces and tabs (HTTP's optional whitespace) from both ends.
+inline std::string_view Trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+  return s;
+}
+
+// ASCII only (header names, tokens); inline, since header names are compared by the dozen
+// on every proxied request and most differ in length.
+inline bool EqualsIgnoreCase(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    // Bytes that differ are equal only as the two cases of one ASCII letter. (Most bytes
+    // compared are equal: names are usually written in their canonical case.)
+    const unsigned char x = static_cast<unsigned char>(a[i]) | 0x20;
+    if (a[i] != b[i] && (x != (static_cast<unsigned char>(b[i]) | 0x20) || static_cast<unsigned>(x - 'a') > 25u)) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// Whether `pred` holds for an element of a comma-separated list (each trimmed, empty ones
+// included); stops at the first that does.
+template <class Pred>
+inline bool AnyListElement(std::string_view list, Pred pred) {
+  for (;;) {
+    const size_t comma = list.find(',');
+    if (pred(Trim(list.substr(0, comma)))) return true;
+    if (comma == std::string_view::npos) return false;
+    list.remove_prefix(comma + 1);
+  }
+}
+
+}  // namespace tollgate::util
