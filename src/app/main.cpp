@@ -242,7 +242,7 @@ int main(int argc, char** argv) {
       }
       const tollgate::config::RlsConfig rls_config = config->rls;
       tollgate::http::Gateway gateway(path, std::move(config).value());
-      const auto rls = StartRls(rls_config, gateway);  // stopped before the gateway goes
+      [[maybe_unused]] const auto rls = StartRls(rls_config, gateway);  // stopped before the gateway goes
       return gateway.Run();
     }
   } catch (const std::exception& e) {
