@@ -8,17 +8,17 @@ namespace tollgate::http {
 
 using contract::JsonEscape;
 
-store::Outcome OutcomeOf(int status, bool rejected) {
-  if (rejected) return store::Outcome::kRejected;
-  if (status >= 500) return store::Outcome::kServerError;
-  if (status >= 400) return store::Outcome::kClientError;
-  return store::Outcome::kSuccess;
+usage::Outcome OutcomeOf(int status, bool rejected) {
+  if (rejected) return usage::Outcome::kRejected;
+  if (status >= 500) return usage::Outcome::kServerError;
+  if (status >= 400) return usage::Outcome::kClientError;
+  return usage::Outcome::kSuccess;
 }
 
-std::string CountsJson(const store::UsageCounts& c) {
+std::string CountsJson(const usage::UsageCounts& c) {
   std::string out = "{";
-  for (size_t o = 0; o < store::kOutcomes; ++o) {
-    out += (o ? "," : "") + std::string("\"") + store::kOutcomeNames[o] + "\":{\"requests\":" +
+  for (size_t o = 0; o < usage::kOutcomes; ++o) {
+    out += (o ? "," : "") + std::string("\"") + usage::kOutcomeNames[o] + "\":{\"requests\":" +
            std::to_string(c.requests[o]) + ",\"cost\":" + std::to_string(c.cost[o]) + "}";
   }
   return out + "}";
@@ -82,8 +82,8 @@ std::string RateLimitStatusBody(const policy::Key& key, const policy::Plan& plan
 }
 
 void AppendUsagePeriod(std::string& body, std::string_view name, const std::string& period,
-                       std::string_view key_id, const std::vector<engine::UsageRecord>& records) {
-  store::UsageCounts counts;
+                       std::string_view key_id, const std::vector<usage::UsageRecord>& records) {
+  usage::UsageCounts counts;
   for (const auto& r : records) {
     if (r.key_id == key_id) counts = r.counts;
   }

@@ -9,16 +9,16 @@
 
 #include <tollgate/core/decision.hpp>
 #include <tollgate/engine/engine.hpp>
-#include <tollgate/engine/usage_meter.hpp>
+#include <tollgate/usage/meter.hpp>
 #include <tollgate/policy/policy.hpp>
 #include <tollgate/store/store.hpp>
-#include <tollgate/store/usage.hpp>
+#include <tollgate/usage/usage.hpp>
 
 namespace tollgate::http {
 
-store::Outcome OutcomeOf(int status, bool rejected);
+usage::Outcome OutcomeOf(int status, bool rejected);
 
-std::string CountsJson(const store::UsageCounts& c);
+std::string CountsJson(const usage::UsageCounts& c);
 
 // The decoded value of query parameter `name`, or empty.
 std::string QueryValue(std::string_view query, std::string_view name);
@@ -33,7 +33,7 @@ std::string RateLimitStatusBody(const policy::Key& key, const policy::Plan& plan
 
 // One period's part of GET /v1/usage: the key's counts among the account's records.
 void AppendUsagePeriod(std::string& body, std::string_view name, const std::string& period,
-                       std::string_view key_id, const std::vector<engine::UsageRecord>& records);
+                       std::string_view key_id, const std::vector<usage::UsageRecord>& records);
 
 std::string UsageHead(const policy::Key& key);
 

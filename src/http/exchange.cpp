@@ -40,16 +40,16 @@ net::awaitable<bhttp::status> Worker::UsageExport(std::string_view query, std::s
   const std::string period = QueryValue(query, "period");
   const std::string format = QueryValue(query, "format");
   const std::string account = QueryValue(query, "account");
-  auto records = co_await Await<core::Result<std::vector<engine::UsageRecord>>>(
+  auto records = co_await Await<core::Result<std::vector<usage::UsageRecord>>>(
       [this, &period, &account](auto resume) { gw.meter->Query(period, account, std::move(resume)); });
   if (!records) {
     body = ErrorBody("invalid_period", records.error());
     co_return bhttp::status::bad_request;
   }
   if (format == "json") {
-    body = engine::UsageJson(*records);
+    body = usage::UsageJson(*records);
   } else {
-    body = engine::UsageCsv(*records);
+    body = usage::UsageCsv(*records);
     type = "text/csv";
   }
   co_return bhttp::status::ok;
@@ -61,7 +61,7 @@ net::awaitable<bhttp::status> Worker::KeyUsage(const policy::Key& key, core::Ins
   const std::string month = core::PeriodLabel(core::Period::kMonth, now);
   body = UsageHead(key);
   for (const std::string& period : {day, month}) {
-    auto records = co_await Await<core::Result<std::vector<engine::UsageRecord>>>(
+    auto records = co_await Await<core::Result<std::vector<usage::UsageRecord>>>(
         [this, &period, &key](auto resume) { gw.meter->Query(period, key.account, std::move(resume)); });
     if (!records) {
       body = ErrorBody("usage_unavailable", records.error());

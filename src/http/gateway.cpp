@@ -43,11 +43,11 @@
 #include <tollgate/core/calendar.hpp>
 #include <tollgate/engine/checks.hpp>
 #include <tollgate/engine/deny_cache.hpp>
-#include <tollgate/engine/usage_meter.hpp>
+#include <tollgate/usage/meter.hpp>
 #include <tollgate/policy/postgres_keys.hpp>
 #include <tollgate/store/memory_store.hpp>
 #include <tollgate/store/redis_store.hpp>
-#include <tollgate/store/redis_usage.hpp>
+#include <tollgate/usage/redis_backend.hpp>
 #include <tollgate/util/clock.hpp>
 #include <tollgate/util/hash.hpp>
 #include <tollgate/util/query.hpp>
@@ -137,7 +137,7 @@ Gateway::Impl::Impl(std::string path, config::Config config)
       upstream_host(config.upstream.url.substr(7, config.upstream.url.find('/', 7) - 7)),
       decision(config.decision) {
   engine = std::make_unique<engine::Engine>(OpenStore(config.store));
-  meter = std::make_unique<engine::UsageMeter>(*usage_backend, kUsageSlices);
+  meter = std::make_unique<usage::UsageMeter>(*usage_backend, kUsageSlices);
 
   // The key source may report changes as soon as it starts: they wait for this lock until the
   // first policy is in place.
@@ -168,11 +168,11 @@ store::Store& Gateway::Impl::OpenStore(const config::StoreConfig& sc) {
       deny_cache = std::make_unique<engine::DenyCache>(*redis);
       store = deny_cache.get();
     }
-    usage_backend = std::make_unique<store::RedisUsageBackend>(*redis, sc.prefix);
+    usage_backend = std::make_unique<usage::RedisUsageBackend>(*redis, sc.prefix);
   } else {
     memory = std::make_unique<store::MemoryStore>(store::MemoryStoreOptions{.max_keys = sc.max_keys});
     store = memory.get();
-    usage_backend = std::make_unique<store::MemoryUsageBackend>();
+    usage_backend = std::make_unique<usage::MemoryUsageBackend>();
   }
   return *store;
 }

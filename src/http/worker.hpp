@@ -29,7 +29,7 @@
 #include <tollgate/engine/checks.hpp>
 #include <tollgate/engine/deny_cache.hpp>
 #include <tollgate/engine/engine.hpp>
-#include <tollgate/engine/usage_meter.hpp>
+#include <tollgate/usage/meter.hpp>
 #include <tollgate/http/gateway.hpp>
 #include <tollgate/http/request_head.hpp>
 #include <tollgate/metrics/metrics.hpp>
@@ -37,7 +37,7 @@
 #include <tollgate/policy/postgres_keys.hpp>
 #include <tollgate/store/memory_store.hpp>
 #include <tollgate/store/redis_store.hpp>
-#include <tollgate/store/usage.hpp>
+#include <tollgate/usage/usage.hpp>
 #include <tollgate/util/hash.hpp>
 #include <tollgate/util/target.hpp>
 
@@ -136,7 +136,7 @@ struct Gateway::Impl {
   std::unique_ptr<store::RedisStore> redis;
   std::unique_ptr<engine::DenyCache> deny_cache;
   std::unique_ptr<engine::Engine> engine;
-  std::unique_ptr<store::UsageBackend> usage_backend;
+  std::unique_ptr<usage::UsageBackend> usage_backend;
   // Usage goes to the backend a tenth of the keys per tick (100 ms), each key once a second:
   // one write per key per second, in ten small batches. One batch a second of every key seen
   // held decisions up behind it on the same Redis (with 10,000 keys, the random-key p99 of the
@@ -144,7 +144,7 @@ struct Gateway::Impl {
   // tick, and the memory backend a merge (with 10,000 keys, the decision service's p99 went
   // from 4 to 5 ms).
   static constexpr size_t kUsageSlices = 10;
-  std::unique_ptr<engine::UsageMeter> meter;
+  std::unique_ptr<usage::UsageMeter> meter;
   // Keys from PostgreSQL (keys.source: postgres); the policy is rebuilt when they change.
   std::unique_ptr<policy::PostgresKeySource> key_source;
   config::Config file_config;  // the configuration file as last loaded (keys from it or PG)

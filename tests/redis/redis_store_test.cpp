@@ -1,5 +1,5 @@
 #include <tollgate/store/redis_store.hpp>
-#include <tollgate/store/redis_usage.hpp>
+#include <tollgate/usage/redis_backend.hpp>
 
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -417,6 +417,16 @@ TEST(RedisStore, StalledRedisTripsTheDeadline) {
 
 namespace tollgate::store {
 namespace {
+
+using usage::RedisUsageBackend;
+using usage::UsageCounts;
+using usage::UsageDeltas;
+using usage::UsageKey;
+using usage::UsageRows;
+using usage::Outcome;
+using usage::kOutcomeNames;
+using usage::kOutcomes;
+
 
 // How many times Redis ran `command` (lower case), from INFO commandstats.
 int64_t CommandCalls(testing::RedisServer& server, const std::string& command) {

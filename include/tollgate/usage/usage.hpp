@@ -17,7 +17,7 @@
 #include <tollgate/core/result.hpp>
 #include <tollgate/util/hash.hpp>
 
-namespace tollgate::store {
+namespace tollgate::usage {
 
 // How a metered request ended. Limits count every attempt; billing can exclude client errors.
 enum class Outcome : uint8_t {
@@ -87,4 +87,4 @@ class MemoryUsageBackend final : public UsageBackend {
   std::set<std::string> days_;  // the days in rows_
 };
 
-}  // namespace tollgate::store
+}  // namespace tollgate::usage

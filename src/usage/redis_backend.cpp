@@ -1,9 +1,11 @@
-#include <tollgate/store/redis_usage.hpp>
+#include <tollgate/usage/redis_backend.hpp>
 
 #include <atomic>
 #include <memory>
 
-namespace tollgate::store {
+namespace tollgate::usage {
+
+using store::RedisValue;
 namespace {
 
 std::string HashKey(const std::string& prefix, const std::string& account, const std::string& day) {
@@ -46,17 +48,17 @@ struct RedisUsageBackend::Flight {
   }
   // A count Redis did not get goes back into the next flush; one that may have reached it is
   // lost and counted (stats().command_errors), not sent twice.
-  void OnCounts(size_t row, RedisStore::FireResult result) {
-    if (result == RedisStore::FireResult::kNotRun && !state[row].requeued) {
+  void OnCounts(size_t row, store::RedisStore::FireResult result) {
+    if (result == store::RedisStore::FireResult::kNotRun && !state[row].requeued) {
       state[row].requeued = true;
       std::lock_guard lock(unsent->mu);
       unsent->rows[rows[row].first].Add(rows[row].second);
     }
     Reply();
   }
-  void OnIndex(size_t row, RedisStore::FireResult result) {
+  void OnIndex(size_t row, store::RedisStore::FireResult result) {
     Row& r = state[row];
-    if (result != RedisStore::FireResult::kOk) r.index_ok = false;
+    if (result != store::RedisStore::FireResult::kOk) r.index_ok = false;
     if (--r.index_left == 0 && r.index_ok) {
       std::lock_guard lock(indexed->mu);
       if (indexed->done.size() >= 1'000'000) indexed->done.clear();  // bounded
@@ -95,17 +97,17 @@ void RedisUsageBackend::Add(const UsageDeltas& fresh) {
       if (!indexed_->done.count(DayAccount(f->rows[row].first))) f->state[row].index_left = 3;
     }
   }
-  std::vector<RedisStore::Fire> commands;
+  std::vector<store::RedisStore::Fire> commands;
   const std::string ttl = std::to_string(retention_s_);
   std::string field;
   commands.reserve(f->rows.size());
   for (size_t row = 0; row < f->rows.size(); ++row) {
     const auto& [k, v] = f->rows[row];
     const std::string key = HashKey(prefix_, k.account, k.day);
-    const int slot = RedisStore::KeySlot(key);
+    const int slot = store::RedisStore::KeySlot(key);
     // Every HINCRBY of the row, in one go. A request usually costs 1, so the cost is kept as
     // what it adds to the request count: one HINCRBY per outcome, not two.
-    RedisStore::Fire counts{{}, slot, [f, row](RedisStore::FireResult r) { f->OnCounts(row, r); }, 0};
+    store::RedisStore::Fire counts{{}, slot, [f, row](store::RedisStore::FireResult r) { f->OnCounts(row, r); }, 0};
     counts.command.reserve(128);
     for (size_t i = 0; i < kOutcomes; ++i) {
       for (const bool extra : {false, true}) {
@@ -115,7 +117,7 @@ void RedisUsageBackend::Add(const UsageDeltas& fresh) {
             .append("|")
             .append(kOutcomeNames[i])
             .append(extra ? "|extra_cost" : "|requests");
-        RedisStore::EncodeCommand(counts.command, {"HINCRBY", key, field, std::to_string(n)});
+        store::RedisStore::EncodeCommand(counts.command, {"HINCRBY", key, field, std::to_string(n)});
         ++counts.replies;
       }
     }
@@ -124,14 +126,14 @@ void RedisUsageBackend::Add(const UsageDeltas& fresh) {
     if (f->state[row].index_left == 0) continue;
     // Sent with every flush until confirmed.
     f->left += 3;
-    auto confirm = [f, row](RedisStore::FireResult r) { f->OnIndex(row, r); };
+    auto confirm = [f, row](store::RedisStore::FireResult r) { f->OnIndex(row, r); };
     const std::string index = prefix_ + ":usage:" + k.day;
-    RedisStore::Fire& expire = commands.emplace_back(RedisStore::Fire{{}, slot, confirm});
-    RedisStore::EncodeCommand(expire.command, {"EXPIRE", key, ttl});
+    store::RedisStore::Fire& expire = commands.emplace_back(store::RedisStore::Fire{{}, slot, confirm});
+    store::RedisStore::EncodeCommand(expire.command, {"EXPIRE", key, ttl});
     // The day's index and its TTL: one write, two replies.
-    RedisStore::Fire& add = commands.emplace_back(RedisStore::Fire{{}, RedisStore::KeySlot(index), confirm, 2});
-    RedisStore::EncodeCommand(add.command, {"SADD", index, k.account});
-    RedisStore::EncodeCommand(add.command, {"EXPIRE", index, ttl});
+    store::RedisStore::Fire& add = commands.emplace_back(store::RedisStore::Fire{{}, store::RedisStore::KeySlot(index), confirm, 2});
+    store::RedisStore::EncodeCommand(add.command, {"SADD", index, k.account});
+    store::RedisStore::EncodeCommand(add.command, {"EXPIRE", index, ttl});
   }
   if (f->left == 0) return;  // rows of zeros: nothing sent
   flight.release();  // deleted by its last reply
@@ -200,4 +202,4 @@ void RedisUsageBackend::Read(std::vector<std::string> days, std::string account,
   g->Finish();
 }
 
-}  // namespace tollgate::store
+}  // namespace tollgate::usage

@@ -1,4 +1,4 @@
-#include <tollgate/engine/usage_meter.hpp>
+#include <tollgate/usage/meter.hpp>
 
 #include <algorithm>
 #include <charconv>
@@ -7,7 +7,7 @@
 
 #include <tollgate/core/calendar.hpp>
 
-namespace tollgate::engine {
+namespace tollgate::usage {
 namespace {
 
 bool ParseInt(std::string_view s, int& out) {
@@ -55,7 +55,7 @@ core::Result<std::vector<std::string>> DaysOfPeriod(std::string_view period) {
   return out;
 }
 
-void UsageMeter::Record(std::string_view account, std::string_view key_id, store::Outcome outcome,
+void UsageMeter::Record(std::string_view account, std::string_view key_id, usage::Outcome outcome,
                         int64_t cost, core::Instant now) {
   // The day's label changes once a day: formatting it for every request showed in profiles.
   thread_local int64_t cached_day = INT64_MIN;
@@ -70,8 +70,8 @@ void UsageMeter::Record(std::string_view account, std::string_view key_id, store
   std::lock_guard lock(mu_);
   auto it = pending_.find(view);
   if (it == pending_.end()) {
-    it = pending_.emplace(store::UsageKey{cached_label, std::string(account), std::string(key_id)},
-                          store::UsageCounts{}).first;
+    it = pending_.emplace(usage::UsageKey{cached_label, std::string(account), std::string(key_id)},
+                          usage::UsageCounts{}).first;
     slice_rows_[rows_created_++ % slices_].push_back(&*it);
   }
   it->second.requests[o] += 1;
@@ -79,17 +79,17 @@ void UsageMeter::Record(std::string_view account, std::string_view key_id, store
 }
 
 size_t UsageMeter::KeyHash::operator()(const KeyView& k) const {
-  return store::HashUsageKey(k.day, k.account, k.key_id);
+  return usage::HashUsageKey(k.day, k.account, k.key_id);
 }
 
-void UsageMeter::Take(size_t slice, store::UsageDeltas& out) {
+void UsageMeter::Take(size_t slice, usage::UsageDeltas& out) {
   // A row counted since its last flush is sent and zeroed, not erased: the key's next request
   // finds it, where a new row would cost an allocation and its strings, once per key per
   // second with many keys. A row left at zero for a whole interval is erased, so the buffer
   // holds only the keys of the last two intervals.
   std::vector<Rows::value_type*>& rows = slice_rows_[slice];
   for (size_t i = 0; i < rows.size();) {
-    store::UsageCounts& counts = rows[i]->second;
+    usage::UsageCounts& counts = rows[i]->second;
     if (std::all_of(counts.requests.begin(), counts.requests.end(),
                     [](int64_t n) { return n == 0; })) {
       pending_.erase(pending_.find(rows[i]->first));
@@ -108,7 +108,7 @@ void UsageMeter::Flush(size_t slice) { Send(slice % slices_, slice % slices_ + 1
 void UsageMeter::Flush() { Send(0, slices_); }
 
 void UsageMeter::Send(size_t first, size_t last) {
-  store::UsageDeltas rows;
+  usage::UsageDeltas rows;
   {
     std::lock_guard lock(mu_);
     size_t n = 0;
@@ -126,9 +126,9 @@ void UsageMeter::Query(std::string_view period, std::string account,
   if (!days) return done(core::Error{days.error()});
   Flush();
   backend_.Read(std::move(days).value(), std::move(account),
-                [period = std::string(period), done = std::move(done)](core::Result<store::UsageRows> rows) {
+                [period = std::string(period), done = std::move(done)](core::Result<usage::UsageRows> rows) {
                   if (!rows) return done(core::Error{rows.error()});
-                  std::map<std::pair<std::string, std::string>, store::UsageCounts> sums;
+                  std::map<std::pair<std::string, std::string>, usage::UsageCounts> sums;
                   for (const auto& [k, v] : *rows) sums[{k.account, k.key_id}].Add(v);
                   std::vector<UsageRecord> out;
                   for (const auto& [k, v] : sums) out.push_back({period, k.first, k.second, v});
@@ -138,8 +138,8 @@ void UsageMeter::Query(std::string_view period, std::string account,
 
 std::string UsageCsv(const std::vector<UsageRecord>& records) {
   std::string out = "period,account,key_id";
-  for (const char* name : store::kOutcomeNames) out += std::string(",") + name + "_requests";
-  for (const char* name : store::kOutcomeNames) out += std::string(",") + name + "_cost";
+  for (const char* name : usage::kOutcomeNames) out += std::string(",") + name + "_requests";
+  for (const char* name : usage::kOutcomeNames) out += std::string(",") + name + "_cost";
   out += "\n";
   auto field = [](const std::string& s) {
     if (s.find_first_of(",\"\n") == std::string::npos) return s;
@@ -163,8 +163,8 @@ std::string UsageJson(const std::vector<UsageRecord>& records) {
     out += i ? "," : "";
     out += "{\"period\":\"" + Escape(r.period) + "\",\"account\":\"" + Escape(r.account) +
            "\",\"key_id\":\"" + Escape(r.key_id) + "\"";
-    for (size_t o = 0; o < store::kOutcomes; ++o) {
-      out += ",\"" + std::string(store::kOutcomeNames[o]) + "\":{\"requests\":" +
+    for (size_t o = 0; o < usage::kOutcomes; ++o) {
+      out += ",\"" + std::string(usage::kOutcomeNames[o]) + "\":{\"requests\":" +
              std::to_string(r.counts.requests[o]) + ",\"cost\":" + std::to_string(r.counts.cost[o]) + "}";
     }
     out += "}";
@@ -172,4 +172,4 @@ std::string UsageJson(const std::vector<UsageRecord>& records) {
   return out + "]";
 }
 
-}  // namespace tollgate::engine
+}  // namespace tollgate::usage

@@ -1,8 +1,8 @@
-#include <tollgate/store/usage.hpp>
+#include <tollgate/usage/usage.hpp>
 
 #include <set>
 
-namespace tollgate::store {
+namespace tollgate::usage {
 
 void MemoryUsageBackend::Add(const UsageDeltas& deltas) {
   std::lock_guard lock(mu_);
@@ -32,4 +32,4 @@ void MemoryUsageBackend::Read(std::vector<std::string> days, std::string account
   done(std::move(out));
 }
 
-}  // namespace tollgate::store
+}  // namespace tollgate::usage

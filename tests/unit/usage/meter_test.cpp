@@ -1,4 +1,4 @@
-#include <tollgate/engine/usage_meter.hpp>
+#include <tollgate/usage/meter.hpp>
 
 #include <algorithm>
 #include <map>
@@ -8,10 +8,10 @@
 
 #include <tollgate/core/calendar.hpp>
 
-namespace tollgate::engine {
+namespace tollgate::usage {
 namespace {
 
-using store::Outcome;
+using usage::Outcome;
 
 core::Instant At(int y, int m, int d, int64_t s) {
   return core::Instant::FromUnixSeconds(core::DaysFromCivil({y, m, d}) * 86'400 + s);
@@ -27,7 +27,7 @@ std::vector<UsageRecord> QuerySync(UsageMeter& meter, std::string_view period, s
 }
 
 TEST(UsageMeter, CountsByOutcomeClassAndRollsOverAtMidnightUtc) {
-  store::MemoryUsageBackend backend;
+  usage::MemoryUsageBackend backend;
   UsageMeter meter(backend);
   const core::Instant last = At(2026, 11, 29, 86'399) + core::Duration::Millis(999);
   meter.Record("acme", "k1", Outcome::kSuccess, 3, last);
@@ -57,13 +57,13 @@ TEST(UsageMeter, CountsByOutcomeClassAndRollsOverAtMidnightUtc) {
 }
 
 // What a backend is handed, flush by flush.
-class RecordingBackend final : public store::UsageBackend {
+class RecordingBackend final : public usage::UsageBackend {
  public:
-  void Add(const store::UsageDeltas& deltas) override { adds.push_back(deltas); }
-  void Read(std::vector<std::string>, std::string, std::function<void(core::Result<store::UsageRows>)> done) override {
-    done(store::UsageRows{});
+  void Add(const usage::UsageDeltas& deltas) override { adds.push_back(deltas); }
+  void Read(std::vector<std::string>, std::string, std::function<void(core::Result<usage::UsageRows>)> done) override {
+    done(usage::UsageRows{});
   }
-  std::vector<store::UsageDeltas> adds;
+  std::vector<usage::UsageDeltas> adds;
 };
 
 // Rows are kept from one flush to the next (zeroed), and dropped after an idle interval: each
@@ -83,7 +83,7 @@ TEST(UsageMeter, EachFlushHandsOnOnlyWhatWasCountedSinceTheLast) {
   meter.Flush();
 
   ASSERT_EQ(backend.adds.size(), 4u);
-  auto sorted = [](store::UsageDeltas d) {
+  auto sorted = [](usage::UsageDeltas d) {
     std::sort(d.begin(), d.end(), [](const auto& a, const auto& b) { return a.first.key_id < b.first.key_id; });
     return d;
   };
@@ -152,7 +152,7 @@ TEST(UsageMeter, FlushedInSlicesEachKeyGoesOncePerRound) {
 }
 
 TEST(UsageMeter, CsvAndJsonExports) {
-  store::MemoryUsageBackend backend;
+  usage::MemoryUsageBackend backend;
   UsageMeter meter(backend);
   meter.Record("acme", "k1", Outcome::kSuccess, 3, At(2026, 11, 2, 10));
   const std::string csv = UsageCsv(QuerySync(meter, "2026-11"));
@@ -175,10 +175,10 @@ TEST(UsageMeter, PeriodsAreValidated) {
 
 }  // namespace
 TEST(MemoryUsageBackend, KeepsTheNewestDaysOnly) {
-  store::MemoryUsageBackend backend(2);
+  usage::MemoryUsageBackend backend(2);
   auto row = [](const char* day, const char* key) {
-    store::UsageDeltas rows(1);
-    rows[0].first = store::UsageKey{day, "acme", key};
+    usage::UsageDeltas rows(1);
+    rows[0].first = usage::UsageKey{day, "acme", key};
     rows[0].second.requests[0] = 1;
     return rows;
   };
@@ -188,8 +188,8 @@ TEST(MemoryUsageBackend, KeepsTheNewestDaysOnly) {
   backend.Add(row("2026-11-29", "k1"));  // a third day: the oldest goes
   backend.Add(row("2026-11-29", "k1"));
   auto read = [&backend](std::vector<std::string> days) {
-    store::UsageRows out;
-    backend.Read(std::move(days), "", [&out](core::Result<store::UsageRows> r) { out = std::move(r).value(); });
+    usage::UsageRows out;
+    backend.Read(std::move(days), "", [&out](core::Result<usage::UsageRows> r) { out = std::move(r).value(); });
     return out;
   };
   EXPECT_TRUE(read({"2026-11-27"}).empty());
@@ -199,4 +199,4 @@ TEST(MemoryUsageBackend, KeepsTheNewestDaysOnly) {
   EXPECT_EQ(today.begin()->second.requests[0], 2);
 }
 
-}  // namespace tollgate::engine
+}  // namespace tollgate::usage

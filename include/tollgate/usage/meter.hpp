@@ -10,9 +10,9 @@
 
 #include <tollgate/core/result.hpp>
 #include <tollgate/core/time.hpp>
-#include <tollgate/store/usage.hpp>
+#include <tollgate/usage/usage.hpp>
 
-namespace tollgate::engine {
+namespace tollgate::usage {
 
 // The UTC days of a period label: "2026-11-29" (a day) or "2026-11" (a month). Errors name
 // the expected format.
@@ -23,7 +23,7 @@ struct UsageRecord {
   std::string period;
   std::string account;
   std::string key_id;
-  store::UsageCounts counts;
+  usage::UsageCounts counts;
 };
 
 // Thread-safe. Record() only adds to an in-process buffer (no I/O on the request path); Flush()
@@ -32,10 +32,10 @@ struct UsageRecord {
 class UsageMeter {
  public:
   // The rows are dealt to `slices` slices, round robin as they are created.
-  explicit UsageMeter(store::UsageBackend& backend, size_t slices = 1)
+  explicit UsageMeter(usage::UsageBackend& backend, size_t slices = 1)
       : backend_(backend), slices_(slices == 0 ? 1 : slices) {}
 
-  void Record(std::string_view account, std::string_view key_id, store::Outcome outcome,
+  void Record(std::string_view account, std::string_view key_id, usage::Outcome outcome,
               int64_t cost, core::Instant now);
   // Every row.
   void Flush();
@@ -57,12 +57,12 @@ class UsageMeter {
   struct KeyHash {
     using is_transparent = void;
     size_t operator()(const KeyView& k) const;
-    size_t operator()(const store::UsageKey& k) const { return (*this)(KeyView{k.day, k.account, k.key_id}); }
+    size_t operator()(const usage::UsageKey& k) const { return (*this)(KeyView{k.day, k.account, k.key_id}); }
   };
   struct KeyEq {
     using is_transparent = void;
     static KeyView View(const KeyView& k) { return k; }
-    static KeyView View(const store::UsageKey& k) { return {k.day, k.account, k.key_id}; }
+    static KeyView View(const usage::UsageKey& k) { return {k.day, k.account, k.key_id}; }
     template <class A, class B>
     bool operator()(const A& a, const B& b) const {
       const KeyView x = View(a), y = View(b);
@@ -70,14 +70,14 @@ class UsageMeter {
     }
   };
 
-  using Rows = std::unordered_map<store::UsageKey, store::UsageCounts, KeyHash, KeyEq>;
+  using Rows = std::unordered_map<usage::UsageKey, usage::UsageCounts, KeyHash, KeyEq>;
 
   // Hands the counts of slices [first, last) to the backend.
   void Send(size_t first, size_t last);
   // Moves the counts of `slice` into `out` (under mu_).
-  void Take(size_t slice, store::UsageDeltas& out);
+  void Take(size_t slice, usage::UsageDeltas& out);
 
-  store::UsageBackend& backend_;
+  usage::UsageBackend& backend_;
   const size_t slices_;
   std::mutex mu_;
   // Hashed, not ordered: a lookup per request; handed to the backend as a list once per flush
@@ -93,4 +93,4 @@ class UsageMeter {
 std::string UsageCsv(const std::vector<UsageRecord>& records);
 std::string UsageJson(const std::vector<UsageRecord>& records);
 
-}  // namespace tollgate::engine
+}  // namespace tollgate::usage

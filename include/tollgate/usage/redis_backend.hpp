@@ -7,9 +7,9 @@
 #include <unordered_set>
 
 #include <tollgate/store/redis_store.hpp>
-#include <tollgate/store/usage.hpp>
+#include <tollgate/usage/usage.hpp>
 
-namespace tollgate::store {
+namespace tollgate::usage {
 
 // Thread-safe. Layout: a hash <prefix>:{usage:<account>}:<day> with fields
 // "<key_id>|<outcome>|requests" and "<key_id>|<outcome>|cost", and a set <prefix>:usage:<day>
@@ -20,7 +20,7 @@ namespace tollgate::store {
 // more. Counts Redis never got (the connection was down) go again with the next flush.
 class RedisUsageBackend final : public UsageBackend {
  public:
-  RedisUsageBackend(RedisStore& redis, std::string prefix, int retention_days = 400)
+  RedisUsageBackend(store::RedisStore& redis, std::string prefix, int retention_days = 400)
       : redis_(redis), prefix_(std::move(prefix)), retention_s_(int64_t{retention_days} * 86'400) {}
   // Also sends again the rows of earlier flushes that never reached Redis (the connection was
   // down): an empty `deltas` retries them.
@@ -29,7 +29,7 @@ class RedisUsageBackend final : public UsageBackend {
             std::function<void(core::Result<UsageRows>)> done) override;
 
  private:
-  RedisStore& redis_;
+  store::RedisStore& redis_;
   const std::string prefix_;
   const int64_t retention_s_;
   // "<day>|<account>" whose TTLs and index entry Redis confirmed. Shared with the replies.
@@ -49,4 +49,4 @@ class RedisUsageBackend final : public UsageBackend {
   static std::string DayAccount(const UsageKey& k);  // the key of `indexed_->done`
 };
 
-}  // namespace tollgate::store
+}  // namespace tollgate::usage
