@@ -56,6 +56,12 @@ Instant TokenBucket::FullAt(const State& state) const {
   return Instant::FromUnixMicros(state.b + CeilDiv(state.a, rate_.tokens));
 }
 
+int64_t TokenBucket::UpperBoundAfter(int64_t level_units, int64_t elapsed_us) const {
+  const int64_t full = capacity_ * rate_.per_micros;
+  if (elapsed_us >= CeilDiv(full - level_units, rate_.tokens)) return full;
+  return level_units + elapsed_us * rate_.tokens;
+}
+
 int64_t TokenBucket::RefillSeconds() const {
   // capacity * per_micros / tokens microseconds, rounded up to seconds.
   const int64_t us = CeilDiv(capacity_ * rate_.per_micros, rate_.tokens);

@@ -17,14 +17,6 @@ class SteadyMonotonicClock final : public MonotonicClock {
   }
 };
 
-// The most tokens (in units) a bucket can hold now, `elapsed_us` after `level_upper`.
-int64_t Bound(const core::TokenBucket& b, int64_t level_upper, int64_t elapsed_us) {
-  const int64_t full = b.capacity() * b.rate().per_micros;
-  const int64_t missing = full - level_upper;
-  if (elapsed_us >= CeilDiv(missing, b.rate().tokens)) return full;
-  return level_upper + elapsed_us * b.rate().tokens;
-}
-
 }  // namespace
 
 std::array<int64_t, 3> DenyCache::BucketOf(const core::Limit& limit) {
@@ -68,7 +60,7 @@ bool DenyCache::TryReject(const store::Batch& batch, std::span<core::Decision> d
     const auto* bucket = std::get_if<core::TokenBucket>(&c.limit->impl());
     if (!bucket || !c.enforced || c.cost > bucket->capacity()) continue;
     const int64_t unit = bucket->rate().per_micros;
-    const int64_t upper = Bound(*bucket, known->level_upper, elapsed);
+    const int64_t upper = bucket->UpperBoundAfter(known->level_upper, elapsed);
     if (upper >= c.cost * unit) continue;
     core::Decision& d = decisions[i];
     d.allowed = false;

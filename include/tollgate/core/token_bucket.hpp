@@ -32,6 +32,11 @@ class TokenBucket {
   // When `state` becomes equivalent to a fresh (full) bucket.
   Instant FullAt(const State& state) const;
 
+  // The most this bucket can hold, in units (tokens x rate().per_micros), `elapsed_us` after it
+  // held at most `level_units`: it refills at rate() until full. A bound on state that others
+  // may only have lowered since (the deny cache in front of a shared store).
+  int64_t UpperBoundAfter(int64_t level_units, int64_t elapsed_us) const;
+
   int64_t capacity() const { return capacity_; }
   Rate rate() const { return rate_; }
   // Seconds to refill from empty (C / r, rounded up): `w` of the IETF RateLimit-Policy.

@@ -11,6 +11,22 @@ TokenBucket Bucket(int64_t capacity, const char* per_second) {
   return TokenBucket::Create(capacity, Rate::Parse(per_second, 1).value()).value();
 }
 
+// The deny cache's bound (issue 19 moved it here from engine/deny_cache.cpp): a level known at
+// most `level` refills at the rate until full, and never past it.
+TEST(TokenBucket, UpperBoundAfterRefillsAtTheRateUntilFull) {
+  const TokenBucket b = Bucket(20, "0.5");  // 1 token per 2 s
+  const int64_t unit = b.rate().per_micros;
+  const int64_t full = 20 * unit;
+  EXPECT_EQ(b.UpperBoundAfter(0, 0), 0);
+  EXPECT_EQ(b.UpperBoundAfter(0, 2'000'000), b.rate().tokens * 2'000'000);  // one token's worth
+  EXPECT_EQ(b.UpperBoundAfter(0, 2'000'000) / unit, 1);
+  EXPECT_EQ(b.UpperBoundAfter(5 * unit, 0), 5 * unit);
+  EXPECT_EQ(b.UpperBoundAfter(19 * unit, 2'000'000), full);
+  EXPECT_EQ(b.UpperBoundAfter(19 * unit, 60'000'000), full);  // capped
+  EXPECT_EQ(b.UpperBoundAfter(full, 0), full);
+  EXPECT_EQ(b.UpperBoundAfter(0, 40'000'000), full);  // empty to full in C/r
+}
+
 TEST(TokenBucket, ExactlyCapacityAcceptedThenHonestRetryAfter) {
   const TokenBucket b = Bucket(20, "0.5");  // Free plan
   State s;
