@@ -2,7 +2,6 @@
 
 #include <tollgate/contract/contract.hpp>
 #include <tollgate/core/limit.hpp>
-#include <tollgate/util/query.hpp>
 
 namespace tollgate::http {
 
@@ -22,10 +21,6 @@ std::string CountsJson(const usage::UsageCounts& c) {
            std::to_string(c.requests[o]) + ",\"cost\":" + std::to_string(c.cost[o]) + "}";
   }
   return out + "}";
-}
-
-std::string QueryValue(std::string_view query, std::string_view name) {
-  return util::QueryValue(query, name).value_or(std::string());
 }
 
 std::string AdminKeyBody(const policy::Key& k) {

@@ -20,9 +20,6 @@ usage::Outcome OutcomeOf(int status, bool rejected);
 
 std::string CountsJson(const usage::UsageCounts& c);
 
-// The decoded value of query parameter `name`, or empty.
-std::string QueryValue(std::string_view query, std::string_view name);
-
 // GET /admin/keys/ID.
 std::string AdminKeyBody(const policy::Key& k);
 

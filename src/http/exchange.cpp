@@ -37,9 +37,9 @@ void RenderResponse(std::string& out, bhttp::status status, bool keep_alive, uns
 // Billing export: tollgate usage --period 2026-11 [--account ID] --format csv|json.
 net::awaitable<bhttp::status> Worker::UsageExport(std::string_view query, std::string& body,
                                                   std::string_view& type) {
-  const std::string period = QueryValue(query, "period");
-  const std::string format = QueryValue(query, "format");
-  const std::string account = QueryValue(query, "account");
+  const std::string period = util::QueryValue(query, "period").value_or("");
+  const std::string format = util::QueryValue(query, "format").value_or("");
+  const std::string account = util::QueryValue(query, "account").value_or("");
   auto records = co_await Await<core::Result<std::vector<usage::UsageRecord>>>(
       [this, &period, &account](auto resume) { gw.meter->Query(period, account, std::move(resume)); });
   if (!records) {

@@ -45,7 +45,7 @@ void Worker::RenderForwardHead(Exchange& ex, Scratch& scratch) {
     head << "Host: " << ex.authority << "\r\n";
   } else if (req.Get("Host").empty() && req.version < 11) {
     // HTTP/1.0 may omit Host; HTTP/1.1, which we send, may not (RFC 9112 3.2).
-    head << "Host: " << gw.upstream_host << "\r\n";
+    head << "Host: " << gw.upstream.authority << "\r\n";
   }
   head << "X-Forwarded-For: " << ex.forwarded_for << (ex.forwarded_for.empty() ? "" : ", ") << ex.peer << "\r\n";
   if (ex.key) head << "X-Tollgate-Key-Id: " << ex.key->id << "\r\nX-Tollgate-Plan: " << ex.plan->name << "\r\n";

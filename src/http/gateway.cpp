@@ -90,6 +90,7 @@ UpstreamTarget ParseUpstream(const std::string& url) {
     if (t.base_path == "/") t.base_path.clear();
     rest = rest.substr(0, slash);
   }
+  t.authority = rest;
   if (rest.find(':') == std::string::npos) rest += ":80";
   t.endpoint = SplitHostPort(rest, "upstream.url");
   return t;
@@ -134,7 +135,6 @@ Gateway::Impl::Impl(std::string path, config::Config config)
       server(WithFileLimit(config)),
       upstream_config(config.upstream),
       upstream(ParseUpstream(config.upstream.url)),
-      upstream_host(config.upstream.url.substr(7, config.upstream.url.find('/', 7) - 7)),
       decision(config.decision) {
   engine = std::make_unique<engine::Engine>(OpenStore(config.store));
   meter = std::make_unique<usage::UsageMeter>(*usage_backend, kUsageSlices);

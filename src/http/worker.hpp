@@ -68,6 +68,7 @@ struct Endpoint {
 
 struct UpstreamTarget {
   Endpoint endpoint;
+  std::string authority;  // host[:port] as upstream.url writes it: the Host of requests without one
   std::string base_path;  // prefixed to every forwarded target; empty or "/api"
 };
 
@@ -118,7 +119,6 @@ struct Gateway::Impl {
   const config::ServerConfig server;  // not reloadable: needs a restart
   const config::UpstreamConfig upstream_config;
   const UpstreamTarget upstream;
-  const std::string upstream_host;  // host[:port] of upstream.url, for requests without Host
 
   std::mutex policy_mu;
   std::shared_ptr<const policy::Policy> policy;
