@@ -6,6 +6,7 @@
 // large that nothing is rejected; a small one measures a flood). --lane: as the gateway uses the
 // store, decisions are issued and completed on one event loop with a lane of its own
 // (RedisStore::AddLane); without it, they are issued from this thread and complete on the store's.
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -13,11 +14,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
-#include <thread>
-#include <algorithm>
 #include <mutex>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <boost/asio/io_context.hpp>
@@ -51,25 +51,33 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&] { return i + 1 < argc ? std::string(argv[++i]) : std::string(); };
-    if (a == "--url") url = next();
-    else if (a == "--keys") keys = std::atoi(next().c_str());
-    else if (a == "--concurrency") concurrency = std::atoi(next().c_str());
-    else if (a == "--seconds") seconds = std::atoi(next().c_str());
-    else if (a == "--limit") limit = std::atoll(next().c_str());
-    else if (a == "--deny-cache") deny_cache = true;
-    else if (a == "--lane") lane = true;
-    else if (a == "--tls-ca") tls_ca = next();
+    if (a == "--url")
+      url = next();
+    else if (a == "--keys")
+      keys = std::atoi(next().c_str());
+    else if (a == "--concurrency")
+      concurrency = std::atoi(next().c_str());
+    else if (a == "--seconds")
+      seconds = std::atoi(next().c_str());
+    else if (a == "--limit")
+      limit = std::atoll(next().c_str());
+    else if (a == "--deny-cache")
+      deny_cache = true;
+    else if (a == "--lane")
+      lane = true;
+    else if (a == "--tls-ca")
+      tls_ca = next();
     else if (a == "--print-script") {
       const std::string_view script = store::RedisStore::Script();
       std::fwrite(script.data(), 1, script.size(), stdout);
       return 0;
-    }
-    else {
+    } else {
       std::fprintf(stderr, "unknown argument %s\n", a.c_str());
       return 2;
     }
   }
-  auto redis = store::RedisStore::Create({.url = url, .prefix = "bench", .timeout_ms = 1000, .tls_ca_file = tls_ca});
+  auto redis = store::RedisStore::Create(
+      {.url = url, .prefix = "bench", .timeout_ms = 1000, .tls_ca_file = tls_ca});
   if (!redis) {
     std::fprintf(stderr, "%s\n", redis.error().c_str());
     return 1;
@@ -81,7 +89,8 @@ int main(int argc, char** argv) {
     store = cache.get();
   }
   const core::Limit bucket =
-      core::Limit::Create({.algorithm = core::Algorithm::kTokenBucket, .capacity = limit,
+      core::Limit::Create({.algorithm = core::Algorithm::kTokenBucket,
+                           .capacity = limit,
                            .refill = core::Rate::Of(limit, core::Duration::Seconds(1))})
           .value();
 
@@ -103,7 +112,8 @@ int main(int argc, char** argv) {
     Slot& s = slots[i];
     {
       std::lock_guard lock(mu);
-      s.scope = "key:" + std::to_string(keys == 1 ? 0 : static_cast<int>(rng() % static_cast<uint64_t>(keys)));
+      s.scope = "key:" + std::to_string(
+                             keys == 1 ? 0 : static_cast<int>(rng() % static_cast<uint64_t>(keys)));
     }
     s.check = store::Check{"burst", &bucket, 1, true};
     s.sent = Clock::now();
@@ -111,7 +121,9 @@ int main(int argc, char** argv) {
     store->Apply(store::Batch{.scope = s.scope, .checks = {&s.check, 1}}, {&s.decision, 1},
                  [&, i](store::ApplyResult&& r) {
                    Slot& slot = slots[i];
-                   const int64_t us = std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - slot.sent).count();
+                   const int64_t us = std::chrono::duration_cast<std::chrono::microseconds>(
+                                          Clock::now() - slot.sent)
+                                          .count();
                    {
                      std::lock_guard lock(mu);
                      latencies_us.push_back(us);
@@ -167,14 +179,16 @@ int main(int argc, char** argv) {
   if (lane) {
     for (size_t i = 0; i < slots.size(); ++i) boost::asio::post(loop, [&, i] { issue(i); });
     boost::asio::steady_timer warm(loop, std::chrono::milliseconds(500));
-    boost::asio::steady_timer end(loop, std::chrono::milliseconds(500) + std::chrono::seconds(seconds));
+    boost::asio::steady_timer end(loop,
+                                  std::chrono::milliseconds(500) + std::chrono::seconds(seconds));
     warm.async_wait([&](const boost::system::error_code&) { start_measuring(); });
     end.async_wait([&](const boost::system::error_code&) {
       t1 = Clock::now();
       done1 = done.load();
       measuring_done = true;
     });
-    loop.run_until(Clock::now() + std::chrono::milliseconds(500) + std::chrono::seconds(seconds + 5));
+    loop.run_until(Clock::now() + std::chrono::milliseconds(500) +
+                   std::chrono::seconds(seconds + 5));
     (*redis)->CloseLanes();
   } else {
     for (size_t i = 0; i < slots.size(); ++i) issue(i);
@@ -194,13 +208,19 @@ int main(int argc, char** argv) {
     lat = latencies_us;
   }
   std::sort(lat.begin(), lat.end());
-  auto pct = [&](double p) { return lat.empty() ? 0 : lat[std::min(lat.size() - 1, static_cast<size_t>(p * static_cast<double>(lat.size())))]; };
+  auto pct = [&](double p) {
+    return lat.empty() ? 0
+                       : lat[std::min(lat.size() - 1,
+                                      static_cast<size_t>(p * static_cast<double>(lat.size())))];
+  };
   const double secs = std::chrono::duration<double>(t1 - t0).count();
-  std::printf("RESULT lane=%d keys=%d concurrency=%d deny_cache=%d decisions_per_s=%.0f allowed_per_s=%.0f errors=%lld p50_us=%lld p99_us=%lld max_us=%lld redis_calls=%llu\n",
-              lane ? 1 : 0, keys, concurrency, deny_cache ? 1 : 0, static_cast<double>(n) / secs,
-              static_cast<double>(allowed.load() - allowed0) / secs,
-              static_cast<long long>(errors.load() - errors0), static_cast<long long>(pct(0.5)),
-              static_cast<long long>(pct(0.99)), static_cast<long long>(lat.empty() ? 0 : lat.back()),
-              static_cast<unsigned long long>((*redis)->stats().calls.load()));
+  std::printf(
+      "RESULT lane=%d keys=%d concurrency=%d deny_cache=%d decisions_per_s=%.0f allowed_per_s=%.0f "
+      "errors=%lld p50_us=%lld p99_us=%lld max_us=%lld redis_calls=%llu\n",
+      lane ? 1 : 0, keys, concurrency, deny_cache ? 1 : 0, static_cast<double>(n) / secs,
+      static_cast<double>(allowed.load() - allowed0) / secs,
+      static_cast<long long>(errors.load() - errors0), static_cast<long long>(pct(0.5)),
+      static_cast<long long>(pct(0.99)), static_cast<long long>(lat.empty() ? 0 : lat.back()),
+      static_cast<unsigned long long>((*redis)->stats().calls.load()));
   return 0;
 }

@@ -26,17 +26,26 @@ int main(int argc, char** argv) {
   int threads = 8, seconds = 5, keys = 1000;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
-    if (a == "--threads") threads = std::atoi(argv[i + 1]);
-    else if (a == "--seconds") seconds = std::atoi(argv[i + 1]);
-    else if (a == "--keys") keys = std::atoi(argv[i + 1]);
+    if (a == "--threads")
+      threads = std::atoi(argv[i + 1]);
+    else if (a == "--seconds")
+      seconds = std::atoi(argv[i + 1]);
+    else if (a == "--keys")
+      keys = std::atoi(argv[i + 1]);
   }
-  std::string yaml = "plans: {bench: {limits: [{name: burst, capacity: 1000000000, refill_per_second: 1000000000}]}}\nkeys:\n";
-  for (int k = 0; k < keys; ++k) yaml += "  - {key: key-" + std::to_string(k) + ", id: k" + std::to_string(k) + ", plan: bench}\n";
+  std::string yaml =
+      "plans: {bench: {limits: [{name: burst, capacity: 1000000000, refill_per_second: "
+      "1000000000}]}}\nkeys:\n";
+  for (int k = 0; k < keys; ++k)
+    yaml +=
+        "  - {key: key-" + std::to_string(k) + ", id: k" + std::to_string(k) + ", plan: bench}\n";
   auto config = config::ParseConfig(yaml);
   auto policy = *policy::Policy::Build(std::move(config).value());
   store::MemoryStore memory;
   engine::Engine engine(memory);
-  rls::RlsServer server({.listen = "127.0.0.1:0", .domains = {{.domain = "api", .key_entry = "api_key"}}, .threads = 2},
+  rls::RlsServer server({.listen = "127.0.0.1:0",
+                         .domains = {{.domain = "api", .key_entry = "api_key"}},
+                         .threads = 2},
                         engine, [policy] { return policy; });
   const int port = *server.Start();
   std::atomic<bool> stop{false};
@@ -46,9 +55,11 @@ int main(int argc, char** argv) {
   std::vector<std::thread> pool;
   for (int t = 0; t < threads; ++t) {
     pool.emplace_back([&, t] {
-      auto stub = pb::RateLimitService::NewStub(grpc::CreateChannel("127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials()));
+      auto stub = pb::RateLimitService::NewStub(grpc::CreateChannel(
+          "127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials()));
       std::vector<int64_t> mine;
-      for (uint64_t i = static_cast<uint64_t>(t); !stop.load(); i += static_cast<uint64_t>(threads)) {
+      for (uint64_t i = static_cast<uint64_t>(t); !stop.load();
+           i += static_cast<uint64_t>(threads)) {
         pb::RateLimitRequest req;
         req.set_domain("api");
         auto* e = req.add_descriptors()->add_entries();
@@ -58,7 +69,8 @@ int main(int argc, char** argv) {
         grpc::ClientContext ctx;
         const auto t0 = Clock::now();
         if (stub->ShouldRateLimit(&ctx, req, &res).ok()) {
-          mine.push_back(std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - t0).count());
+          mine.push_back(
+              std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - t0).count());
           calls.fetch_add(1);
         }
       }
@@ -75,9 +87,14 @@ int main(int argc, char** argv) {
   stop.store(true);
   for (auto& th : pool) th.join();
   std::sort(lat.begin(), lat.end());
-  auto pct = [&](double p) { return lat.empty() ? 0 : lat[std::min(lat.size() - 1, static_cast<size_t>(p * static_cast<double>(lat.size())))]; };
+  auto pct = [&](double p) {
+    return lat.empty() ? 0
+                       : lat[std::min(lat.size() - 1,
+                                      static_cast<size_t>(p * static_cast<double>(lat.size())))];
+  };
   std::printf("RESULT threads=%d keys=%d calls_per_s=%.0f p50_us=%lld p99_us=%lld\n", threads, keys,
-              static_cast<double>(n) / secs, static_cast<long long>(pct(0.5)), static_cast<long long>(pct(0.99)));
+              static_cast<double>(n) / secs, static_cast<long long>(pct(0.5)),
+              static_cast<long long>(pct(0.99)));
   server.Shutdown();
   return 0;
 }

@@ -25,10 +25,12 @@ keys:
     allowed += last.allowed;
   }
   std::printf("allowed %d of 25; then %d %s\n", allowed, last.status, last.code.c_str());
-  for (const auto& [name, value] : last.headers) std::printf("  %s: %s\n", name.c_str(), value.c_str());
+  for (const auto& [name, value] : last.headers)
+    std::printf("  %s: %s\n", name.c_str(), value.c_str());
   const tollgate::Answer bad = (*limiter)->Check({.api_key = "wrong", .path = "/"});
   std::printf("invalid key: %d %s\n", bad.status, bad.code.c_str());
   bool retry_after = false;
-  for (const auto& [name, value] : last.headers) retry_after |= name == "Retry-After" && value == "2";
+  for (const auto& [name, value] : last.headers)
+    retry_after |= name == "Retry-After" && value == "2";
   return allowed == 20 && last.status == 429 && retry_after && bad.status == 401 ? 0 : 1;
 }

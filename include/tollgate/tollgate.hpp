@@ -19,7 +19,7 @@
 namespace tollgate {
 
 struct Request {
-  std::string_view api_key;         // as presented (no "Bearer "); empty: anonymous
+  std::string_view api_key;  // as presented (no "Bearer "); empty: anonymous
   std::string_view method = "GET";
   std::string_view path = "/";      // the request target with its query string (costs read it:
                                     // "/export?pages=120"), made canonical as the gateway does
@@ -29,13 +29,13 @@ struct Request {
 
 struct Answer {
   bool allowed = true;
-  int status = 200;                 // 200, 400, 401 or 429
-  std::string code;                 // "" when allowed; rate_limited, invalid_api_key,
-                                    // invalid_request_target, ...
+  int status = 200;  // 200, 400, 401 or 429
+  std::string code;  // "" when allowed; rate_limited, invalid_api_key,
+                     // invalid_request_target, ...
   std::vector<std::pair<std::string, std::string>> headers;  // rate-limit headers, Retry-After,
                                                              // WWW-Authenticate (401)
-  std::string body;                 // the JSON body to send when not allowed
-  std::string key_id;               // the key's id (never the key), when known
+  std::string body;    // the JSON body to send when not allowed
+  std::string key_id;  // the key's id (never the key), when known
 };
 
 // Thread-safe: Check() may be called from any thread.

@@ -6,15 +6,15 @@
 
 #include <cctype>
 #include <cerrno>
+#include <cstddef>
 #include <cstdio>
 #include <cstdlib>
-#include <cstddef>
 #include <cstring>
+#include <exception>
 #include <memory>
 #include <stdexcept>
-#include <utility>
-#include <exception>
 #include <string>
+#include <utility>
 
 #include <tollgate/config/config.hpp>
 #include <tollgate/core/limit.hpp>
@@ -30,7 +30,8 @@ namespace {
 constexpr const char* kUsage =
     "usage: tollgate serve --config FILE\n"
     "       tollgate check-config FILE\n"
-    "       tollgate usage --config FILE --period YYYY-MM[-DD] [--account ID] [--format csv|json]\n";
+    "       tollgate usage --config FILE --period YYYY-MM[-DD] [--account ID] [--format "
+    "csv|json]\n";
 
 // GET http://host:port/path with a plain socket; returns the status and the body.
 std::pair<int, std::string> HttpGet(const std::string& host_port, const std::string& path) {
@@ -91,10 +92,14 @@ int Usage(int argc, char** argv) {
   }
   for (int i = 2; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
-    if (flag == "--config") config_path = argv[i + 1];
-    else if (flag == "--period") period = argv[i + 1];
-    else if (flag == "--account") account = argv[i + 1];
-    else if (flag == "--format") format = argv[i + 1];
+    if (flag == "--config")
+      config_path = argv[i + 1];
+    else if (flag == "--period")
+      period = argv[i + 1];
+    else if (flag == "--account")
+      account = argv[i + 1];
+    else if (flag == "--format")
+      format = argv[i + 1];
     else {
       std::fputs(kUsage, stderr);
       return 2;
@@ -122,9 +127,9 @@ int Usage(int argc, char** argv) {
     }
     return out;
   };
-  const auto [status, body] = HttpGet(config->server.admin_listen,
-                                      "/admin/usage?period=" + escape(period) + "&account=" +
-                                          escape(account) + "&format=" + format);
+  const auto [status, body] =
+      HttpGet(config->server.admin_listen, "/admin/usage?period=" + escape(period) +
+                                               "&account=" + escape(account) + "&format=" + format);
   if (status != 200) {
     std::fprintf(stderr, "tollgate usage: %d %s\n", status, body.c_str());
     return 1;
@@ -138,9 +143,10 @@ std::string DescribeLimit(const tollgate::core::LimitSpec& s) {
   char buf[256];
   switch (s.algorithm) {
     case Algorithm::kTokenBucket:
-      std::snprintf(buf, sizeof buf, "token_bucket capacity=%lld refill=%g/s",
-                    static_cast<long long>(s.capacity),
-                    static_cast<double>(s.refill.tokens) * 1e6 / static_cast<double>(s.refill.per_micros));
+      std::snprintf(
+          buf, sizeof buf, "token_bucket capacity=%lld refill=%g/s",
+          static_cast<long long>(s.capacity),
+          static_cast<double>(s.refill.tokens) * 1e6 / static_cast<double>(s.refill.per_micros));
       break;
     case Algorithm::kQuota:
       std::snprintf(buf, sizeof buf, "quota period=%s allowance=%s ceiling=%s",
@@ -173,12 +179,17 @@ int CheckConfig(const std::string& path) {
   for (const auto& p : c.plans) {
     const bool enforce = p.mode.value_or(c.mode) == tollgate::config::Mode::kEnforce;
     std::printf("  %s (%s, per %s)%s\n", p.name.c_str(), enforce ? "enforce" : "shadow",
-                p.scope.c_str(), &(*policy)->strictest() == &(*policy)->plans()[&p - &c.plans[0]] ? " [strictest: unknown plans get it]" : "");
-    for (const auto& l : p.limits) std::printf("    %-10s %s\n", l.name.c_str(), DescribeLimit(l.spec).c_str());
+                p.scope.c_str(),
+                &(*policy)->strictest() == &(*policy)->plans()[&p - &c.plans[0]]
+                    ? " [strictest: unknown plans get it]"
+                    : "");
+    for (const auto& l : p.limits)
+      std::printf("    %-10s %s\n", l.name.c_str(), DescribeLimit(l.spec).c_str());
   }
   if (!c.anonymous.empty()) {
     std::printf("anonymous (per client IP):\n");
-    for (const auto& l : c.anonymous) std::printf("    %-10s %s\n", l.name.c_str(), DescribeLimit(l.spec).c_str());
+    for (const auto& l : c.anonymous)
+      std::printf("    %-10s %s\n", l.name.c_str(), DescribeLimit(l.spec).c_str());
   }
   std::printf("keys: %zu\nroutes: %zu\n", c.keys.size(), c.routes.size());
   return 0;
@@ -192,14 +203,16 @@ std::unique_ptr<tollgate::rls::RlsServer> StartRls(const tollgate::config::RlsCo
                                                    tollgate::http::Gateway& gateway) {
   if (config.listen.empty()) return nullptr;
   tollgate::rls::RlsOptions options{.listen = config.listen};
-  for (const auto& d : config.domains) options.domains.push_back({d.domain, d.key_entry, d.ip_entry});
-  auto server = std::make_unique<tollgate::rls::RlsServer>(std::move(options), gateway.engine(),
-                                                           [&gateway] { return gateway.CurrentPolicy(); });
+  for (const auto& d : config.domains)
+    options.domains.push_back({d.domain, d.key_entry, d.ip_entry});
+  auto server = std::make_unique<tollgate::rls::RlsServer>(
+      std::move(options), gateway.engine(), [&gateway] { return gateway.CurrentPolicy(); });
   auto port = server->Start();
   if (!port) throw std::runtime_error(port.error());
   tollgate::metrics::Registry& m = gateway.metrics();
   const auto& st = server->stats();
-  m.Gauge("tollgate_rls_ok_total", "Envoy RLS answers OK.", [&st] { return static_cast<double>(st.ok.load()); });
+  m.Gauge("tollgate_rls_ok_total", "Envoy RLS answers OK.",
+          [&st] { return static_cast<double>(st.ok.load()); });
   m.Gauge("tollgate_rls_over_limit_total", "Envoy RLS answers OVER_LIMIT.",
           [&st] { return static_cast<double>(st.over_limit.load()); });
   m.Gauge("tollgate_rls_unknown_domain_total", "Envoy RLS calls for a domain not configured.",
@@ -242,7 +255,8 @@ int main(int argc, char** argv) {
       }
       const tollgate::config::RlsConfig rls_config = config->rls;
       tollgate::http::Gateway gateway(path, std::move(config).value());
-      [[maybe_unused]] const auto rls = StartRls(rls_config, gateway);  // stopped before the gateway goes
+      [[maybe_unused]] const auto rls =
+          StartRls(rls_config, gateway);  // stopped before the gateway goes
       return gateway.Run();
     }
   } catch (const std::exception& e) {

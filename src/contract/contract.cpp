@@ -15,7 +15,8 @@ bool Advertised(const store::Check& c) { return c.enforced && c.limit->PolicyQuo
 
 bool HeaderList::HasName(std::string_view name) const {
   for (const Name& n : names_) {
-    if (n.size == name.size() && util::EqualsIgnoreCase(std::string_view(text_).substr(n.at, n.size), name)) {
+    if (n.size == name.size() &&
+        util::EqualsIgnoreCase(std::string_view(text_).substr(n.at, n.size), name)) {
       return true;
     }
   }
@@ -58,7 +59,10 @@ void AppendJsonEscaped(std::string& out, std::string_view s) {
     } else {
       // Client bytes (paths, headers) may be any bytes: pass well-formed UTF-8 through and
       // replace anything else with U+FFFD, so every log line stays valid JSON.
-      const size_t len = c >= 0xf0 && c <= 0xf4 ? 4 : c >= 0xe0 ? 3 : c >= 0xc2 && c <= 0xdf ? 2 : 0;
+      const size_t len = c >= 0xf0 && c <= 0xf4   ? 4
+                         : c >= 0xe0              ? 3
+                         : c >= 0xc2 && c <= 0xdf ? 2
+                                                  : 0;
       bool ok = len > 0 && i + len <= s.size();
       for (size_t k = 1; ok && k < len; ++k) {
         ok = (static_cast<unsigned char>(s[i + k]) & 0xc0) == 0x80;
@@ -81,8 +85,7 @@ void AppendJsonEscaped(std::string& out, std::string_view s) {
   }
 }
 
-void AppendRateLimitHeaders(const config::HeadersConfig& sets,
-                            std::span<const store::Check> checks,
+void AppendRateLimitHeaders(const config::HeadersConfig& sets, std::span<const store::Check> checks,
                             std::span<const core::Decision> decisions,
                             const engine::Verdict& verdict, HeaderList& list) {
   HeaderList::Writer out(list);
@@ -93,8 +96,8 @@ void AppendRateLimitHeaders(const config::HeadersConfig& sets,
       std::string_view sep;
       for (const store::Check& c : checks) {
         if (!Advertised(c)) continue;
-        text << sep << "\"" << c.name << "\";q=" << c.limit->PolicyQuota() << ";w="
-             << c.limit->PolicyWindowSeconds(verdict.now);
+        text << sep << "\"" << c.name << "\";q=" << c.limit->PolicyQuota()
+             << ";w=" << c.limit->PolicyWindowSeconds(verdict.now);
         sep = ", ";
       }
     });
@@ -102,8 +105,8 @@ void AppendRateLimitHeaders(const config::HeadersConfig& sets,
       std::string_view sep;
       for (size_t i = 0; i < checks.size(); ++i) {
         if (!Advertised(checks[i])) continue;
-        text << sep << "\"" << checks[i].name << "\";r=" << decisions[i].remaining << ";t="
-             << decisions[i].reset.CeilSeconds();
+        text << sep << "\"" << checks[i].name << "\";r=" << decisions[i].remaining
+             << ";t=" << decisions[i].reset.CeilSeconds();
         sep = ", ";
       }
     });
@@ -134,12 +137,13 @@ void AppendRateLimitHeaders(const config::HeadersConfig& sets,
 }
 
 void AppendRejectionBody(std::string& out, std::span<const store::Check> checks,
-                         std::span<const core::Decision> decisions,
-                         const engine::Verdict& verdict, int status) {
+                         std::span<const core::Decision> decisions, const engine::Verdict& verdict,
+                         int status) {
   if (verdict.kind == engine::Verdict::Kind::kUnavailable) {
-    out.append("{\"type\":\"about:blank\",\"title\":\"Service Unavailable\",\"status\":503,"
-               "\"code\":\"limiter_unavailable\",\"detail\":\"the rate limiter cannot decide; retry "
-               "later\"}");
+    out.append(
+        "{\"type\":\"about:blank\",\"title\":\"Service Unavailable\",\"status\":503,"
+        "\"code\":\"limiter_unavailable\",\"detail\":\"the rate limiter cannot decide; retry "
+        "later\"}");
     return;
   }
   std::string_view detail;
@@ -147,15 +151,21 @@ void AppendRejectionBody(std::string& out, std::span<const store::Check> checks,
     case core::RejectCode::kCostExceedsCapacity:
       detail = "this request costs more than the limit's capacity and can never pass";
       break;
-    case core::RejectCode::kQuotaExceeded: detail = "quota exhausted for this period"; break;
-    case core::RejectCode::kCeilingExceeded: detail = "usage ceiling reached for this period"; break;
-    default: detail = "too many requests"; break;
+    case core::RejectCode::kQuotaExceeded:
+      detail = "quota exhausted for this period";
+      break;
+    case core::RejectCode::kCeilingExceeded:
+      detail = "usage ceiling reached for this period";
+      break;
+    default:
+      detail = "too many requests";
+      break;
   }
   util::StringAppender text(out);
   text << "{\"type\":\"https://iana.org/assignments/http-problem-types#quota-exceeded\","
           "\"title\":\"Too Many Requests\",\"status\":"
-       << status << ",\"code\":\"" << core::RejectCodeName(verdict.code) << "\",\"detail\":\"" << detail
-       << "\",\"violated-policies\":[";
+       << status << ",\"code\":\"" << core::RejectCodeName(verdict.code) << "\",\"detail\":\""
+       << detail << "\",\"violated-policies\":[";
   std::string_view sep;
   for (size_t i = 0; i < checks.size(); ++i) {
     if (!checks[i].enforced || decisions[i].allowed) continue;
@@ -173,16 +183,16 @@ void AppendRejectionBody(std::string& out, std::span<const store::Check> checks,
 }
 
 std::string RejectionBody(std::span<const store::Check> checks,
-                          std::span<const core::Decision> decisions,
-                          const engine::Verdict& verdict, int status) {
+                          std::span<const core::Decision> decisions, const engine::Verdict& verdict,
+                          int status) {
   std::string body;
   AppendRejectionBody(body, checks, decisions, verdict, status);
   return body;
 }
 
 Answer Respond(const engine::Verdict& v, std::span<const store::Check> checks,
-               std::span<const core::Decision> decisions, bool advertise, const AnswerOptions& options,
-               HeaderList& headers, std::string& body) {
+               std::span<const core::Decision> decisions, bool advertise,
+               const AnswerOptions& options, HeaderList& headers, std::string& body) {
   using Kind = engine::Verdict::Kind;
   switch (v.kind) {
     case Kind::kAllowed:
@@ -203,14 +213,18 @@ Answer Respond(const engine::Verdict& v, std::span<const store::Check> checks,
       const std::string_view code = core::RejectCodeName(v.code);
       if (options.code_header) headers.Add("X-Tollgate-Code", code);
       AppendRejectionBody(body, checks, decisions, v, options.deny_status);
-      return {.allowed = false, .status = options.deny_status, .code = code, .content_type = "application/problem+json"};
+      return {.allowed = false,
+              .status = options.deny_status,
+              .code = code,
+              .content_type = "application/problem+json"};
     }
   }
   return {};
 }
 
-Answer RespondInvalidKey(const engine::Verdict& v, const store::Check& check, const core::Decision& decision,
-                         bool key_presented, const AnswerOptions& options, HeaderList& headers, std::string& body) {
+Answer RespondInvalidKey(const engine::Verdict& v, const store::Check& check,
+                         const core::Decision& decision, bool key_presented,
+                         const AnswerOptions& options, HeaderList& headers, std::string& body) {
   if (v.kind == engine::Verdict::Kind::kRejected) {
     headers.Add("Retry-After", std::max<int64_t>(1, v.retry_after.CeilSeconds()));
     AppendRejectionBody(body, {&check, 1}, {&decision, 1}, v, options.deny_status);

@@ -45,7 +45,8 @@ Instant PeriodEnd(Period period, Instant t) {
   const int64_t days = FloorDiv(t.unix_micros(), kMicrosPerDay);
   if (period == Period::kDay) return Instant::FromUnixMicros((days + 1) * kMicrosPerDay);
   const CivilDate d = CivilFromDays(days);
-  const CivilDate next = d.month == 12 ? CivilDate{d.year + 1, 1, 1} : CivilDate{d.year, d.month + 1, 1};
+  const CivilDate next =
+      d.month == 12 ? CivilDate{d.year + 1, 1, 1} : CivilDate{d.year, d.month + 1, 1};
   return Instant::FromUnixMicros(DaysFromCivil(next) * kMicrosPerDay);
 }
 
@@ -60,7 +61,8 @@ std::string PeriodLabel(Period period, Instant t) {
   const CivilDate d = CivilFromDays(FloorDiv(t.unix_micros(), kMicrosPerDay));
   char buf[32];
   if (period == Period::kDay) {
-    std::snprintf(buf, sizeof buf, "%04lld-%02d-%02d", static_cast<long long>(d.year), d.month, d.day);
+    std::snprintf(buf, sizeof buf, "%04lld-%02d-%02d", static_cast<long long>(d.year), d.month,
+                  d.day);
   } else {
     std::snprintf(buf, sizeof buf, "%04lld-%02d", static_cast<long long>(d.year), d.month);
   }

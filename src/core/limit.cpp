@@ -6,8 +6,8 @@
 namespace tollgate::core {
 namespace {
 
-constexpr std::string_view kAlgorithmNames[] = {
-    "token_bucket", "sliding_window_log", "sliding_window_counter", "fixed_window", "quota"};
+constexpr std::string_view kAlgorithmNames[] = {"token_bucket", "sliding_window_log",
+                                                "sliding_window_counter", "fixed_window", "quota"};
 
 template <class T>
 Result<Limit> Wrap(Result<T> r, auto make) {
@@ -26,11 +26,16 @@ Overloaded(F...) -> Overloaded<F...>;
 
 std::string_view RejectCodeName(RejectCode code) {
   switch (code) {
-    case RejectCode::kNone: return "none";
-    case RejectCode::kRateLimited: return "rate_limited";
-    case RejectCode::kQuotaExceeded: return "quota_exceeded";
-    case RejectCode::kCeilingExceeded: return "ceiling_exceeded";
-    case RejectCode::kCostExceedsCapacity: return "cost_exceeds_capacity";
+    case RejectCode::kNone:
+      return "none";
+    case RejectCode::kRateLimited:
+      return "rate_limited";
+    case RejectCode::kQuotaExceeded:
+      return "quota_exceeded";
+    case RejectCode::kCeilingExceeded:
+      return "ceiling_exceeded";
+    case RejectCode::kCostExceedsCapacity:
+      return "cost_exceeds_capacity";
   }
   return "unknown";
 }
@@ -51,12 +56,16 @@ std::string_view AlgorithmName(Algorithm algorithm) {
 Result<Limit> Limit::Create(const LimitSpec& s) {
   auto make = [](auto impl) { return Result<Limit>(Limit(std::move(impl))); };
   switch (s.algorithm) {
-    case Algorithm::kTokenBucket: return Wrap(TokenBucket::Create(s.capacity, s.refill), make);
-    case Algorithm::kSlidingWindowLog: return Wrap(SlidingLog::Create(s.limit, s.window), make);
+    case Algorithm::kTokenBucket:
+      return Wrap(TokenBucket::Create(s.capacity, s.refill), make);
+    case Algorithm::kSlidingWindowLog:
+      return Wrap(SlidingLog::Create(s.limit, s.window), make);
     case Algorithm::kSlidingWindowCounter:
       return Wrap(SlidingCounter::Create(s.limit, s.window), make);
-    case Algorithm::kFixedWindow: return Wrap(FixedWindow::Create(s.limit, s.window), make);
-    case Algorithm::kQuota: return Wrap(Quota::Create(s.period, s.allowance, s.ceiling), make);
+    case Algorithm::kFixedWindow:
+      return Wrap(FixedWindow::Create(s.limit, s.window), make);
+    case Algorithm::kQuota:
+      return Wrap(Quota::Create(s.period, s.allowance, s.ceiling), make);
   }
   return Error{"algorithm: unknown"};
 }
@@ -98,11 +107,10 @@ int64_t Limit::PolicyQuota() const {
 }
 
 int64_t Limit::PolicyWindowSeconds(Instant now) const {
-  return std::visit(
-      Overloaded{[](const TokenBucket& b) { return b.RefillSeconds(); },
-                 [&](const Quota& q) { return PeriodSeconds(q.period(), now); },
-                 [](const auto& impl) { return impl.window().CeilSeconds(); }},
-      impl_);
+  return std::visit(Overloaded{[](const TokenBucket& b) { return b.RefillSeconds(); },
+                               [&](const Quota& q) { return PeriodSeconds(q.period(), now); },
+                               [](const auto& impl) { return impl.window().CeilSeconds(); }},
+                    impl_);
 }
 
 }  // namespace tollgate::core

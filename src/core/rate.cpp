@@ -25,7 +25,8 @@ Result<Rate> Rate::Parse(std::string_view text, int64_t period_seconds) {
       dot = true;
       continue;
     }
-    if (c < '0' || c > '9') return Error{"must be a positive decimal number, got '" + std::string(text) + "'"};
+    if (c < '0' || c > '9')
+      return Error{"must be a positive decimal number, got '" + std::string(text) + "'"};
     digits = true;
     if (dot) {
       if (scale == 1'000'000) return Error{"at most 6 decimals, got '" + std::string(text) + "'"};

@@ -41,8 +41,8 @@ Decision SlidingLog::Decide(LogState& state, int64_t cost, Instant now, bool rec
   } else if (state.total_ + cost <= limit_) {
     if (record && cost > 0) {
       // Entries stay in time order even if the clock steps back.
-      const int64_t at = state.empty() ? now.unix_micros()
-                                       : std::max(now.unix_micros(), state.newest_us());
+      const int64_t at =
+          state.empty() ? now.unix_micros() : std::max(now.unix_micros(), state.newest_us());
       state.entries_.push_back({at, cost});
       state.total_ += cost;
     }

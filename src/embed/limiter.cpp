@@ -2,9 +2,9 @@
 
 #include <array>
 
+#include <tollgate/contract/contract.hpp>
 #include <tollgate/engine/checks.hpp>
 #include <tollgate/engine/engine.hpp>
-#include <tollgate/contract/contract.hpp>
 #include <tollgate/policy/policy.hpp>
 #include <tollgate/store/memory_store.hpp>
 #include <tollgate/util/clock.hpp>
@@ -24,8 +24,9 @@ struct Limiter::Impl {
 
 namespace {
 
-core::Result<std::unique_ptr<Limiter>> Make(core::Result<config::Config> config,
-                                            std::unique_ptr<Limiter> (*wrap)(std::unique_ptr<Limiter::Impl>)) {
+core::Result<std::unique_ptr<Limiter>> Make(
+    core::Result<config::Config> config,
+    std::unique_ptr<Limiter> (*wrap)(std::unique_ptr<Limiter::Impl>)) {
   if (!config) return core::Error{config.error()};
   auto policy = policy::Policy::Build(std::move(config).value());
   if (!policy) return core::Error{policy.error()};
@@ -71,8 +72,9 @@ Answer Limiter::Check(const Request& r) {
   const policy::Key* key = keyed && !r.api_key.empty() ? pol.FindByKey(r.api_key) : nullptr;
   if (key) a.key_id = key->id;
   std::string scope;
-  const engine::Admission admission = engine::Admit(pol, route, keyed, key, client, target.query, std::nullopt,
-                                                    util::SystemClock::Instance().Now(), checks, scope);
+  const engine::Admission admission =
+      engine::Admit(pol, route, keyed, key, client, target.query, std::nullopt,
+                    util::SystemClock::Instance().Now(), checks, scope);
   if (admission.kind == engine::Admission::Kind::kNone) return a;
   if (admission.kind == engine::Admission::Kind::kInvalidCost) {
     a.allowed = false;
@@ -83,16 +85,17 @@ Answer Limiter::Check(const Request& r) {
   }
   const size_t n = admission.n;
   engine::Verdict v;
-  impl_->engine.Decide({.batch = {.scope = scope, .checks = {checks.data(), n}}}, {decisions.data(), n},
-                       [&v](engine::Verdict x) { v = x; });
+  impl_->engine.Decide({.batch = {.scope = scope, .checks = {checks.data(), n}}},
+                       {decisions.data(), n}, [&v](engine::Verdict x) { v = x; });
   // The one answer mapping every adapter shares (contract/).
   contract::HeaderList headers;
   const contract::AnswerOptions options{.headers = &pol.config().headers};
   const contract::Answer answer =
       admission.kind == engine::Admission::Kind::kInvalidKey
-          ? contract::RespondInvalidKey(v, checks[0], decisions[0], !r.api_key.empty(), options, headers, a.body)
-          : contract::Respond(v, {checks.data(), n}, {decisions.data(), n}, admission.plan->enforced, options,
-                              headers, a.body);
+          ? contract::RespondInvalidKey(v, checks[0], decisions[0], !r.api_key.empty(), options,
+                                        headers, a.body)
+          : contract::Respond(v, {checks.data(), n}, {decisions.data(), n},
+                              admission.plan->enforced, options, headers, a.body);
   a.allowed = answer.allowed;
   a.status = answer.status;
   a.code = std::string(answer.code);

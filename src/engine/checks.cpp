@@ -12,7 +12,8 @@ size_t ChecksFor(const policy::Plan& plan, const policy::Key* key, int64_t cost,
   return n;
 }
 
-void AssignScope(std::string& scope, const policy::Plan& plan, const policy::Key* key, std::string_view address) {
+void AssignScope(std::string& scope, const policy::Plan& plan, const policy::Key* key,
+                 std::string_view address) {
   if (!key) {
     scope.assign("ip:").append(address);
   } else if (plan.per_account) {
@@ -28,9 +29,10 @@ std::string ScopeFor(const policy::Plan& plan, const policy::Key* key, std::stri
   return scope;
 }
 
-Admission Admit(const policy::Policy& pol, const policy::Route& route, bool keyed, const policy::Key* key,
-                std::string_view client, std::string_view query, std::optional<int64_t> fixed_cost,
-                core::Instant now, std::span<store::Check> checks, std::string& scope) {
+Admission Admit(const policy::Policy& pol, const policy::Route& route, bool keyed,
+                const policy::Key* key, std::string_view client, std::string_view query,
+                std::optional<int64_t> fixed_cost, core::Instant now,
+                std::span<store::Check> checks, std::string& scope) {
   Admission a;
   if (keyed && !key) {
     a.kind = Admission::Kind::kInvalidKey;

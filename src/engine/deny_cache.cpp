@@ -66,7 +66,8 @@ bool DenyCache::TryReject(const store::Batch& batch, std::span<core::Decision> d
     d.allowed = false;
     d.code = core::RejectCode::kRateLimited;
     d.remaining = upper / unit;
-    d.reset = core::Duration::Micros(CeilDiv(bucket->capacity() * unit - upper, bucket->rate().tokens));
+    d.reset =
+        core::Duration::Micros(CeilDiv(bucket->capacity() * unit - upper, bucket->rate().tokens));
     d.retry_after = core::Duration::Micros(CeilDiv(c.cost * unit - upper, bucket->rate().tokens));
     reject = true;
   }
@@ -77,8 +78,8 @@ bool DenyCache::TryReject(const store::Batch& batch, std::span<core::Decision> d
 }
 
 void DenyCache::Record(const std::string& scope, std::span<const store::Check> checks,
-                       std::span<const core::Decision> decisions,
-                       const store::ApplyResult& result, int64_t sent_us) {
+                       std::span<const core::Decision> decisions, const store::ApplyResult& result,
+                       int64_t sent_us) {
   // An upper bound of the tokens a bucket holds, from reset = ceil(deficit / tokens) and
   // remaining = floor(level / unit); 0 for other algorithms.
   auto level_upper = [](const store::Check& c, const core::Decision& d) -> int64_t {
@@ -87,8 +88,9 @@ void DenyCache::Record(const std::string& scope, std::span<const store::Check> c
     const int64_t unit = bucket->rate().per_micros;
     const int64_t full = bucket->capacity() * unit;
     const int64_t reset_us = d.reset.micros();
-    const int64_t upper = std::min(full - std::max<int64_t>(0, reset_us - 1) * bucket->rate().tokens,
-                                   (d.remaining + 1) * unit - 1);
+    const int64_t upper =
+        std::min(full - std::max<int64_t>(0, reset_us - 1) * bucket->rate().tokens,
+                 (d.remaining + 1) * unit - 1);
     return std::clamp<int64_t>(upper, 0, full);
   };
   // Worth remembering only when a request of this cost would not fit now (most answers are
@@ -97,8 +99,9 @@ void DenyCache::Record(const std::string& scope, std::span<const store::Check> c
   for (size_t i = 0; i < checks.size() && !useful; ++i) {
     const store::Check& c = checks[i];
     const auto* bucket = std::get_if<core::TokenBucket>(&c.limit->impl());
-    useful = bucket && c.enforced &&
-             level_upper(c, decisions[i]) < std::max<int64_t>(1, c.cost) * bucket->rate().per_micros;
+    useful =
+        bucket && c.enforced &&
+        level_upper(c, decisions[i]) < std::max<int64_t>(1, c.cost) * bucket->rate().per_micros;
   }
   if (!useful) {
     std::lock_guard lock(mu_);

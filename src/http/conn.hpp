@@ -40,7 +40,8 @@ net::awaitable<T> Await(Start start) {
         auto h = std::make_shared<decltype(handler)>(std::move(handler));
         start([h](T value) {
           auto ex = net::get_associated_executor(*h);
-          net::post(ex, [h, value = std::move(value)]() mutable { std::move (*h)(std::move(value)); });
+          net::post(ex,
+                    [h, value = std::move(value)]() mutable { std::move (*h)(std::move(value)); });
         });
       },
       net::use_awaitable);
@@ -70,7 +71,9 @@ class Conn {
   }
   // The result of an operation on `socket`: a cancellation by the sweep reads as a timeout.
   beast::error_code Check(beast::error_code ec) const {
-    return timed_out_ && ec == net::error::operation_aborted ? beast::error_code(beast::error::timeout) : ec;
+    return timed_out_ && ec == net::error::operation_aborted
+               ? beast::error_code(beast::error::timeout)
+               : ec;
   }
   // Cancels the operations of every connection in `list` past its deadline.
   static void Sweep(Conn* list, Clock::time_point now) {

@@ -9,9 +9,9 @@
 
 #include <tollgate/core/decision.hpp>
 #include <tollgate/engine/engine.hpp>
-#include <tollgate/usage/meter.hpp>
 #include <tollgate/policy/policy.hpp>
 #include <tollgate/store/store.hpp>
+#include <tollgate/usage/meter.hpp>
 #include <tollgate/usage/usage.hpp>
 
 namespace tollgate::http {
@@ -25,8 +25,8 @@ std::string AdminKeyBody(const policy::Key& k);
 
 // GET /v1/rate-limit: the caller's limits and usage.
 std::string RateLimitStatusBody(const policy::Key& key, const policy::Plan& plan,
-                                std::span<const store::Check> cs, std::span<const core::Decision> ds,
-                                const engine::Verdict& v);
+                                std::span<const store::Check> cs,
+                                std::span<const core::Decision> ds, const engine::Verdict& v);
 
 // One period's part of GET /v1/usage: the key's counts among the account's records.
 void AppendUsagePeriod(std::string& body, std::string_view name, const std::string& period,

@@ -20,18 +20,27 @@ using util::CanonicalTarget;
 // Our own responses (not the upstream's) are rendered whole into one buffer and written with
 // one call.
 void RenderResponse(std::string& out, bhttp::status status, bool keep_alive, unsigned version,
-                    std::string_view content_type, std::string_view headers, std::string_view body) {
+                    std::string_view content_type, std::string_view headers,
+                    std::string_view body) {
   out.clear();
   util::StringAppender text(out);
   text << "HTTP/1.1 " << static_cast<unsigned>(status) << " " << bhttp::obsolete_reason(status)
-       << "\r\nServer: tollgate\r\nContent-Type: " << content_type << "\r\nContent-Length: " << body.size()
-       << "\r\n";
+       << "\r\nServer: tollgate\r\nContent-Type: " << content_type
+       << "\r\nContent-Length: " << body.size() << "\r\n";
   if (!keep_alive) {
     text << "Connection: close\r\n";
   } else if (version < 11) {
     text << "Connection: keep-alive\r\n";
   }
   text << headers << "\r\n" << body;
+}
+
+net::awaitable<Step> Worker::ServeUsage(Step step, Exchange& ex, Scratch& scratch) {
+  std::string_view type = "application/json";
+  const bhttp::status status = step == Step::kAdminUsage
+                                   ? co_await UsageExport(ex.query, scratch.body, type)
+                                   : co_await KeyUsage(*ex.key, ex.now, scratch.body);
+  co_return Reply(ex, scratch, status, scratch.body, {}, type);
 }
 
 // Billing export: tollgate usage --period 2026-11 [--account ID] --format csv|json.
@@ -41,7 +50,9 @@ net::awaitable<bhttp::status> Worker::UsageExport(std::string_view query, std::s
   const std::string format = util::QueryValue(query, "format").value_or("");
   const std::string account = util::QueryValue(query, "account").value_or("");
   auto records = co_await Await<core::Result<std::vector<usage::UsageRecord>>>(
-      [this, &period, &account](auto resume) { gw.meter->Query(period, account, std::move(resume)); });
+      [this, &period, &account](auto resume) {
+        gw.meter->Query(period, account, std::move(resume));
+      });
   if (!records) {
     body = ErrorBody("invalid_period", records.error());
     co_return bhttp::status::bad_request;
@@ -56,13 +67,16 @@ net::awaitable<bhttp::status> Worker::UsageExport(std::string_view query, std::s
 }
 
 // The caller's metered usage today and this month (UTC).
-net::awaitable<bhttp::status> Worker::KeyUsage(const policy::Key& key, core::Instant now, std::string& body) {
+net::awaitable<bhttp::status> Worker::KeyUsage(const policy::Key& key, core::Instant now,
+                                               std::string& body) {
   const std::string day = core::PeriodLabel(core::Period::kDay, now);
   const std::string month = core::PeriodLabel(core::Period::kMonth, now);
   body = UsageHead(key);
   for (const std::string& period : {day, month}) {
     auto records = co_await Await<core::Result<std::vector<usage::UsageRecord>>>(
-        [this, &period, &key](auto resume) { gw.meter->Query(period, key.account, std::move(resume)); });
+        [this, &period, &key](auto resume) {
+          gw.meter->Query(period, key.account, std::move(resume));
+        });
     if (!records) {
       body = ErrorBody("usage_unavailable", records.error());
       co_return bhttp::status::service_unavailable;
@@ -78,8 +92,8 @@ void Worker::Finish(Exchange& ex, Scratch& scratch, int status) {
       1, std::memory_order_relaxed);
   const RequestLog& rlog = ex.log;
   if (ex.key && rlog.metered) {
-    gw.meter->Record(ex.key->account, ex.key->id, OutcomeOf(status, rlog.decision == "rejected"), rlog.cost,
-                     util::SystemClock::Instance().Now());
+    gw.meter->Record(ex.key->account, ex.key->id, OutcomeOf(status, rlog.decision == "rejected"),
+                     rlog.cost, util::SystemClock::Instance().Now());
   }
   if (!gw.server.access_log) return;
   // Built in a buffer of the connection; JSON-escaped: paths and addresses are client bytes.
@@ -103,9 +117,10 @@ void Worker::Finish(Exchange& ex, Scratch& scratch, int status) {
   line.append(",\"upstream_status\":");
   AppendDecimal(line, rlog.upstream_status);
   // Milliseconds to the microsecond, without printf's floating-point formatting.
-  const auto us = std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - ex.start).count();
-  const char frac[] = {'.', static_cast<char>('0' + us / 100 % 10), static_cast<char>('0' + us / 10 % 10),
-                       static_cast<char>('0' + us % 10)};
+  const auto us =
+      std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - ex.start).count();
+  const char frac[] = {'.', static_cast<char>('0' + us / 100 % 10),
+                       static_cast<char>('0' + us / 10 % 10), static_cast<char>('0' + us % 10)};
   line.append(",\"latency_ms\":");
   AppendDecimal(line, us / 1000);
   line.append(frac, sizeof frac).append("}\n");
@@ -120,8 +135,9 @@ Step Worker::Reply(Exchange& ex, Scratch& scratch, bhttp::status status, std::st
   return Step::kReply;
 }
 
-Step Worker::Begin(Exchange& ex, Scratch& scratch, const RequestHead& head, RequestParser* body_parser,
-                   std::string_view peer, std::string_view peer_ip, Listener listener) {
+Step Worker::Begin(Exchange& ex, Scratch& scratch, const RequestHead& head,
+                   RequestParser* body_parser, std::string_view peer, std::string_view peer_ip,
+                   Listener listener) {
   ex.start = Clock::now();
   ex.policy = Policy();
   ex.generation = generation;
@@ -161,7 +177,8 @@ std::optional<Step> Worker::ReadTarget(Exchange& ex, Scratch& scratch, const Req
   const char* detail = bad ? "see docs/http-contract.md" : nullptr;
   CanonicalTarget canonical;
   if (!bad) {
-    const config::TargetConfig& tc = ex.decision_service ? gw.decision.request_target : gw.server.request_target;
+    const config::TargetConfig& tc =
+        ex.decision_service ? gw.decision.request_target : gw.server.request_target;
     detail = CanonicalizeTarget(ex.method, target,
                                 {.allow_encoded_slash = tc.allow_encoded_slash,
                                  .allow_path_parameters = tc.allow_path_parameters},
@@ -186,24 +203,30 @@ std::optional<Step> Worker::BuiltIn(Exchange& ex, Scratch& scratch, Listener lis
   // Built-in endpoints, on every listener.
   if (method == "GET" && (path == "/healthz" || path == "/readyz") && !ex.decision_service) {
     return Reply(ex, scratch, bhttp::status::ok,
-                 gw.draining.load() && path == "/readyz" ? "{\"status\":\"draining\"}" : "{\"status\":\"ok\"}");
+                 gw.draining.load() && path == "/readyz" ? "{\"status\":\"draining\"}"
+                                                         : "{\"status\":\"ok\"}");
   }
   if (method == "GET" && path == "/metrics" && !ex.decision_service) {
-    return Reply(ex, scratch, bhttp::status::ok, gw.metrics.Render(), {}, "text/plain; version=0.0.4");
+    return Reply(ex, scratch, bhttp::status::ok, gw.metrics.Render(), {},
+                 "text/plain; version=0.0.4");
   }
   if (listener == Listener::kAdmin) {
     if (method == "POST" && path == "/admin/reload") {
       auto r = gw.Reload();
       return r ? Reply(ex, scratch, bhttp::status::ok, "{\"status\":\"reloaded\"}")
-               : Reply(ex, scratch, bhttp::status::bad_request, ErrorBody("invalid_config", r.error()));
+               : Reply(ex, scratch, bhttp::status::bad_request,
+                       ErrorBody("invalid_config", r.error()));
     }
     if (method == "GET" && path.substr(0, 12) == "/admin/keys/") {
       const policy::Key* k = ex.policy->FindById(path.substr(12));
-      if (!k) return Reply(ex, scratch, bhttp::status::not_found, ErrorBody("unknown_key", "no key with this id"));
+      if (!k)
+        return Reply(ex, scratch, bhttp::status::not_found,
+                     ErrorBody("unknown_key", "no key with this id"));
       return Reply(ex, scratch, bhttp::status::ok, AdminKeyBody(*k));
     }
     if (method == "GET" && path == "/admin/usage") return Step::kAdminUsage;
-    return Reply(ex, scratch, bhttp::status::not_found, ErrorBody("not_found", "unknown admin endpoint"));
+    return Reply(ex, scratch, bhttp::status::not_found,
+                 ErrorBody("not_found", "unknown admin endpoint"));
   }
   return std::nullopt;
 }
@@ -242,15 +265,16 @@ Step Worker::Identify(Exchange& ex, Scratch& scratch, const RequestHead& head) {
 
   // The status and usage endpoints are about the caller's key, whatever the route, and
   // consume nothing.
-  const bool keyed = route.identity == config::RouteIdentity::kKey || ex.status_endpoint || usage_endpoint;
+  const bool keyed =
+      route.identity == config::RouteIdentity::kKey || ex.status_endpoint || usage_endpoint;
   if (keyed) {
     ex.presented = pol.PresentedKey([&head](const std::string& name) { return head.Get(name); });
     if (!ex.presented.empty()) ex.key = FindByKey(pol, ex.presented);
   }
   const bool costs_nothing = ex.status_endpoint || usage_endpoint;
-  const engine::Admission admission = engine::Admit(pol, route, keyed, ex.key, ex.client, ex.query,
-                                                    costs_nothing ? std::optional<int64_t>(0) : std::nullopt, ex.now,
-                                                    ex.checks, ex.scope);
+  const engine::Admission admission = engine::Admit(
+      pol, route, keyed, ex.key, ex.client, ex.query,
+      costs_nothing ? std::optional<int64_t>(0) : std::nullopt, ex.now, ex.checks, ex.scope);
   ex.n_checks = admission.n;
   if (admission.kind == engine::Admission::Kind::kInvalidKey) {
     // Decided below (Conclude): repeated invalid keys from one address are limited per address.
@@ -266,20 +290,23 @@ Step Worker::Identify(Exchange& ex, Scratch& scratch, const RequestHead& head) {
   if (usage_endpoint) return Step::kKeyUsage;
   if (ex.plan) ex.log.plan = ex.plan->name;
   if (admission.kind == engine::Admission::Kind::kInvalidCost) {
-    return Reply(ex, scratch, bhttp::status::bad_request, ErrorBody("invalid_cost", admission.error));
+    return Reply(ex, scratch, bhttp::status::bad_request,
+                 ErrorBody("invalid_cost", admission.error));
   }
   ex.log.cost = admission.cost;
   ex.log.metered = admission.kind == engine::Admission::Kind::kChecks && !ex.status_endpoint;
   if (ex.n_checks > 0) {
-    ex.request = {.batch = {.scope = ex.scope,
-                            .checks = {ex.checks.data(), ex.n_checks},
-                            .mode = ex.status_endpoint ? store::Mode::kPeek : store::Mode::kConsume},
-                  .fail_mode = route.fail_mode == config::FailMode::kClosed ? engine::FailMode::kClosed
-                                                                             : engine::FailMode::kOpen};
+    ex.request = {
+        .batch = {.scope = ex.scope,
+                  .checks = {ex.checks.data(), ex.n_checks},
+                  .mode = ex.status_endpoint ? store::Mode::kPeek : store::Mode::kConsume},
+        .fail_mode = route.fail_mode == config::FailMode::kClosed ? engine::FailMode::kClosed
+                                                                  : engine::FailMode::kOpen};
     ex.decide_start = Clock::now();
     return Step::kDecide;
   }
-  if (ex.status_endpoint) return Reply(ex, scratch, bhttp::status::not_found, ErrorBody("not_found", "no limits apply"));
+  if (ex.status_endpoint)
+    return Reply(ex, scratch, bhttp::status::not_found, ErrorBody("not_found", "no limits apply"));
   return Pass(ex, scratch);
 }
 
@@ -298,7 +325,8 @@ void Worker::DescribedRequest(Exchange& ex, const RequestHead& head, const polic
       uri = head.Get("X-Forwarded-Uri");
       method = head.Get("X-Forwarded-Method");
       break;
-    case config::DecisionProxy::kEnvoy: return;
+    case config::DecisionProxy::kEnvoy:
+      return;
   }
   if (uri.empty() && method.empty()) return;
   if (!pol.IsTrusted(ex.peer_ip)) {
@@ -325,20 +353,22 @@ Step Worker::Conclude(Exchange& ex, Scratch& scratch) {
                                         .code_header = ex.decision_service};
   scratch.body.clear();
   if (ex.invalid_key) {
-    const contract::Answer a =
-        contract::RespondInvalidKey(v, cs[0], ds[0], !ex.presented.empty(), options, rate_headers, scratch.body);
-    return Reply(ex, scratch, static_cast<bhttp::status>(a.status), scratch.body, rate_headers.Rendered(),
-                 a.content_type);
+    const contract::Answer a = contract::RespondInvalidKey(v, cs[0], ds[0], !ex.presented.empty(),
+                                                           options, rate_headers, scratch.body);
+    return Reply(ex, scratch, static_cast<bhttp::status>(a.status), scratch.body,
+                 rate_headers.Rendered(), a.content_type);
   }
   gw.limiter_latency.Observe(SecondsSince(ex.decide_start));
   const policy::Plan& plan = *ex.plan;
 
   if (ex.status_endpoint) {
     // GET /v1/rate-limit: the caller's limits and usage; consumes nothing.
-    if (v.kind == engine::Verdict::Kind::kDegraded || v.kind == engine::Verdict::Kind::kUnavailable) {
-      return Reply(ex, scratch, bhttp::status::service_unavailable,
-                   RejectionBody(cs, ds, engine::Verdict{.kind = engine::Verdict::Kind::kUnavailable}),
-                   "Retry-After: 1\r\n", "application/problem+json");
+    if (v.kind == engine::Verdict::Kind::kDegraded ||
+        v.kind == engine::Verdict::Kind::kUnavailable) {
+      return Reply(
+          ex, scratch, bhttp::status::service_unavailable,
+          RejectionBody(cs, ds, engine::Verdict{.kind = engine::Verdict::Kind::kUnavailable}),
+          "Retry-After: 1\r\n", "application/problem+json");
     }
     AppendRateLimitHeaders(pol.config().headers, cs, ds, v, rate_headers);
     ex.log.decision = "status";
@@ -347,10 +377,11 @@ Step Worker::Conclude(Exchange& ex, Scratch& scratch) {
   }
 
   CountDecision(ex, plan, cs, ds);
-  const contract::Answer a = contract::Respond(v, cs, ds, plan.enforced, options, rate_headers, scratch.body);
+  const contract::Answer a =
+      contract::Respond(v, cs, ds, plan.enforced, options, rate_headers, scratch.body);
   if (!a.allowed) {
-    return Reply(ex, scratch, static_cast<bhttp::status>(a.status), scratch.body, rate_headers.Rendered(),
-                 a.content_type);
+    return Reply(ex, scratch, static_cast<bhttp::status>(a.status), scratch.body,
+                 rate_headers.Rendered(), a.content_type);
   }
   return Pass(ex, scratch);
 }
@@ -377,7 +408,8 @@ void Worker::CountDecision(Exchange& ex, const policy::Plan& plan, std::span<con
       break;
     case engine::Verdict::Kind::kUnavailable:
       ex.log.decision = "unavailable";
-      gw.metrics.Counter("tollgate_limiter_unavailable_total").fetch_add(1, std::memory_order_relaxed);
+      gw.metrics.Counter("tollgate_limiter_unavailable_total")
+          .fetch_add(1, std::memory_order_relaxed);
       gw.LogStoreFailure(v.store_error);
       break;
     case engine::Verdict::Kind::kRejected:

@@ -23,23 +23,38 @@ inline FieldKind Classify(std::string_view name) {
   auto is = [name](std::string_view f) { return util::EqualsIgnoreCase(name, f); };
   bool hop = false;
   switch (name.size()) {
-    case 2: hop = is("TE"); break;
-    case 7: hop = is("Trailer") || is("Upgrade"); break;
+    case 2:
+      hop = is("TE");
+      break;
+    case 7:
+      hop = is("Trailer") || is("Upgrade");
+      break;
     case 10:
       if (is("Connection")) return FieldKind::kConnection;
       hop = is("Keep-Alive");
       break;
-    case 14: return is("Content-Length") ? FieldKind::kContentLength : FieldKind::kEndToEnd;
-    case 16: hop = is("Proxy-Connection"); break;
-    case 17: return is("Transfer-Encoding") ? FieldKind::kTransferEncoding : FieldKind::kEndToEnd;
-    case 18: hop = is("Proxy-Authenticate"); break;
-    case 19: hop = is("Proxy-Authorization"); break;
-    default: break;
+    case 14:
+      return is("Content-Length") ? FieldKind::kContentLength : FieldKind::kEndToEnd;
+    case 16:
+      hop = is("Proxy-Connection");
+      break;
+    case 17:
+      return is("Transfer-Encoding") ? FieldKind::kTransferEncoding : FieldKind::kEndToEnd;
+    case 18:
+      hop = is("Proxy-Authenticate");
+      break;
+    case 19:
+      hop = is("Proxy-Authorization");
+      break;
+    default:
+      break;
   }
   return hop ? FieldKind::kOtherHopByHop : FieldKind::kEndToEnd;
 }
 
-inline bool IsHopByHopOrFraming(std::string_view name) { return Classify(name) != FieldKind::kEndToEnd; }
+inline bool IsHopByHopOrFraming(std::string_view name) {
+  return Classify(name) != FieldKind::kEndToEnd;
+}
 
 // Appends the end-to-end fields as "Name: value\r\n" lines. Dropped: hop-by-hop and framing
 // fields, those named in Connection, and those `skip` says the gateway sets itself.

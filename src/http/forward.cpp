@@ -47,8 +47,11 @@ void Worker::RenderForwardHead(Exchange& ex, Scratch& scratch) {
     // HTTP/1.0 may omit Host; HTTP/1.1, which we send, may not (RFC 9112 3.2).
     head << "Host: " << gw.upstream.authority << "\r\n";
   }
-  head << "X-Forwarded-For: " << ex.forwarded_for << (ex.forwarded_for.empty() ? "" : ", ") << ex.peer << "\r\n";
-  if (ex.key) head << "X-Tollgate-Key-Id: " << ex.key->id << "\r\nX-Tollgate-Plan: " << ex.plan->name << "\r\n";
+  head << "X-Forwarded-For: " << ex.forwarded_for << (ex.forwarded_for.empty() ? "" : ", ")
+       << ex.peer << "\r\n";
+  if (ex.key)
+    head << "X-Tollgate-Key-Id: " << ex.key->id << "\r\nX-Tollgate-Plan: " << ex.plan->name
+         << "\r\n";
   if (req.chunked) {
     head << "Transfer-Encoding: chunked\r\n";
   } else if (req.content_length) {
@@ -59,8 +62,8 @@ void Worker::RenderForwardHead(Exchange& ex, Scratch& scratch) {
 
 // One try at sending the request on a connection of the pool (or a new one) and reading the
 // head of its answer into up->buffer.
-net::awaitable<beast::error_code> Worker::SendOnce(Conn& stream, beast::flat_buffer& buffer, Scratch& scratch,
-                                                   UpstreamTry& t) {
+net::awaitable<beast::error_code> Worker::SendOnce(Conn& stream, beast::flat_buffer& buffer,
+                                                   Scratch& scratch, UpstreamTry& t) {
   Exchange& ex = scratch.exchange;
   beast::error_code ec;
   t.pooled = true;
@@ -70,8 +73,8 @@ net::awaitable<beast::error_code> Worker::SendOnce(Conn& stream, beast::flat_buf
   const milliseconds timeout(gw.upstream_config.timeout_ms);
   bool after_request = false;
   if (t.request_has_body) {
-    ec = co_await Relay(*ex.body_parser, stream, buffer, t.up->conn, scratch.out, ex.head->chunked, timeout,
-                        &t.client_failed);
+    ec = co_await Relay(*ex.body_parser, stream, buffer, t.up->conn, scratch.out, ex.head->chunked,
+                        timeout, &t.client_failed);
     if (t.client_failed) co_return ec;
   } else {
     // The head alone, most requests: written here, without Relay()'s coroutine.
@@ -93,7 +96,8 @@ net::awaitable<beast::error_code> Worker::SendOnce(Conn& stream, beast::flat_buf
 
 // An answer head of another shape than ParseSimpleHead() takes, read by Beast's parser
 // (interim 1xx responses are dropped: the client gets the final one).
-net::awaitable<beast::error_code> Worker::ReadOtherHead(UpstreamConnection& up, bool is_head, ResponseParserPtr& rp) {
+net::awaitable<beast::error_code> Worker::ReadOtherHead(UpstreamConnection& up, bool is_head,
+                                                        ResponseParserPtr& rp) {
   beast::error_code ec;
   while (!ec && (!rp || rp->get().result_int() / 100 == 1)) {
     rp = std::make_unique<bhttp::response_parser<bhttp::buffer_body>>();
@@ -108,12 +112,14 @@ net::awaitable<beast::error_code> Worker::ReadOtherHead(UpstreamConnection& up, 
 }
 
 // The answer when no upstream answer came: 503 upstream_busy, 504 or 502.
-void Worker::ReplyUpstreamFailure(Exchange& ex, Scratch& scratch, const UpstreamTry& t, beast::error_code ec) {
+void Worker::ReplyUpstreamFailure(Exchange& ex, Scratch& scratch, const UpstreamTry& t,
+                                  beast::error_code ec) {
   if (t.busy) {
     gw.upstream_busy.fetch_add(1, std::memory_order_relaxed);
     scratch.rate_headers.Add("Retry-After", 1);
     Reply(ex, scratch, bhttp::status::service_unavailable,
-          ErrorBody("upstream_busy", "every upstream connection is busy; try again"), scratch.rate_headers.Rendered());
+          ErrorBody("upstream_busy", "every upstream connection is busy; try again"),
+          scratch.rate_headers.Rendered());
     return;
   }
   const bool timeout = ec == beast::error::timeout;
@@ -121,14 +127,16 @@ void Worker::ReplyUpstreamFailure(Exchange& ex, Scratch& scratch, const Upstream
   gw.metrics.Counter("tollgate_upstream_errors_total", std::string("kind=\"") + kind + "\"")
       .fetch_add(1, std::memory_order_relaxed);
   Reply(ex, scratch, timeout ? bhttp::status::gateway_timeout : bhttp::status::bad_gateway,
-        ErrorBody(timeout ? "upstream_timeout" : "upstream_unavailable", ec ? ec.message() : "no upstream connection"),
+        ErrorBody(timeout ? "upstream_timeout" : "upstream_unavailable",
+                  ec ? ec.message() : "no upstream connection"),
         scratch.rate_headers.Rendered());
 }
 
 // The answer's head as the client gets it, into scratch.out: our rate-limit headers in place
 // of any of the same name, and framing for the body we send: the upstream's length, else
 // chunked (HTTP/1.0 clients: the body runs to the connection's close).
-Worker::ResponseFraming Worker::RenderResponseHead(Exchange& ex, Scratch& scratch, const SimpleHead* simple,
+Worker::ResponseFraming Worker::RenderResponseHead(Exchange& ex, Scratch& scratch,
+                                                   const SimpleHead* simple,
                                                    const ResponseParserPtr& rp) {
   const RequestHead& req = *ex.head;
   const auto skip = [&scratch](std::string_view name) { return scratch.rate_headers.Has(name); };
@@ -139,11 +147,13 @@ Worker::ResponseFraming Worker::RenderResponseHead(Exchange& ex, Scratch& scratc
   if (!simple && rp->content_length()) f.length = *rp->content_length();
   const bool unframed = !simple && !f.length && !rp->is_done();
   f.chunked = unframed && req.version >= 11;
-  f.keep = ex.client_keep_alive && ex.RequestRead() && !gw.draining.load() && !(unframed && !f.chunked);
+  f.keep =
+      ex.client_keep_alive && ex.RequestRead() && !gw.draining.load() && !(unframed && !f.chunked);
   ex.log.upstream_status = static_cast<int>(status);
   scratch.out.clear();
   util::StringAppender head(scratch.out);
-  head << "HTTP/1.1 " << status << " " << (simple ? simple->reason : std::string_view(rp->get().reason())) << "\r\n";
+  head << "HTTP/1.1 " << status << " "
+       << (simple ? simple->reason : std::string_view(rp->get().reason())) << "\r\n";
   if (simple) {
     for (size_t i = 0; i < simple->line_count; ++i) {
       const SimpleHead::Line& l = simple->lines[i];
@@ -177,7 +187,8 @@ net::awaitable<bool> Worker::Forward(Conn& stream, beast::flat_buffer& buffer, S
     // The client waits for our go-ahead before its body: given now that the limits let the
     // request through, so a rejected request never uploads its body. The upstream sees no Expect.
     static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
-    if (co_await WriteAll(stream, net::buffer(kContinue.data(), kContinue.size()), timeout)) co_return false;
+    if (co_await WriteAll(stream, net::buffer(kContinue.data(), kContinue.size()), timeout))
+      co_return false;
   }
   const bool is_head = req.method == "HEAD";
   const auto t_up = Clock::now();
@@ -191,7 +202,8 @@ net::awaitable<bool> Worker::Forward(Conn& stream, beast::flat_buffer& buffer, S
       Release(std::move(t.up), false);
       if (ec == bhttp::error::body_limit) {
         // A chunked body grew past server.max_body_bytes; nothing was sent to the client yet.
-        Reply(ex, scratch, bhttp::status::payload_too_large, ErrorBody("body_too_large", ec.message()));
+        Reply(ex, scratch, bhttp::status::payload_too_large,
+              ErrorBody("body_too_large", ec.message()));
         co_await Write(stream, scratch.out, ex.reply_keep);
       }
       co_return false;  // the client went away mid-body, or sent too much
@@ -207,7 +219,8 @@ net::awaitable<bool> Worker::Forward(Conn& stream, beast::flat_buffer& buffer, S
   const SimpleHead* simple = nullptr;
   ResponseParserPtr rp;  // heads of other shapes
   if (t.up && !ec) {
-    if (ParseSimpleHead(View(t.up->buffer).substr(0, t.head_size), is_head, scratch.upstream_head)) {
+    if (ParseSimpleHead(View(t.up->buffer).substr(0, t.head_size), is_head,
+                        scratch.upstream_head)) {
       simple = &scratch.upstream_head;
     } else {
       ec = co_await ReadOtherHead(*t.up, is_head, rp);
@@ -223,10 +236,11 @@ net::awaitable<bool> Worker::Forward(Conn& stream, beast::flat_buffer& buffer, S
   bool upstream_failed = false;
   if (simple) {
     t.up->buffer.consume(simple->size);
-    ec = co_await RelayLength(t.up->conn, t.up->buffer, stream, scratch.out, is_head ? 0 : f.length.value_or(0),
-                              timeout, &upstream_failed);
+    ec = co_await RelayLength(t.up->conn, t.up->buffer, stream, scratch.out,
+                              is_head ? 0 : f.length.value_or(0), timeout, &upstream_failed);
   } else {
-    ec = co_await Relay(*rp, t.up->conn, t.up->buffer, stream, scratch.out, f.chunked, timeout, &upstream_failed);
+    ec = co_await Relay(*rp, t.up->conn, t.up->buffer, stream, scratch.out, f.chunked, timeout,
+                        &upstream_failed);
   }
   Finish(ex, scratch, ex.log.upstream_status);
   // Bytes past the response would be read as the next one's: such a connection is not reused.
@@ -234,8 +248,8 @@ net::awaitable<bool> Worker::Forward(Conn& stream, beast::flat_buffer& buffer, S
   // DELETE, OPTIONS, TRACE: RFC 9110 9.3): an upstream that ignores it may read it as another
   // request and answer that later, after the connection went back to the pool (issue 18).
   const bool ignorable_body = t.request_has_body && IsIdempotent(req.method) && req.method != "PUT";
-  const bool reusable = !ec && f.upstream_keep_alive && (simple || rp->is_done()) && t.up->buffer.size() == 0 &&
-                        !ignorable_body;
+  const bool reusable = !ec && f.upstream_keep_alive && (simple || rp->is_done()) &&
+                        t.up->buffer.size() == 0 && !ignorable_body;
   Release(std::move(t.up), reusable);
   co_return !ec && f.keep;
 }

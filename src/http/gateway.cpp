@@ -5,8 +5,6 @@
 #include <atomic>
 #include <cctype>
 #include <charconv>
-#include <type_traits>
-#include <unordered_map>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -18,6 +16,8 @@
 #include <optional>
 #include <stdexcept>
 #include <thread>
+#include <type_traits>
+#include <unordered_map>
 #include <vector>
 
 #include <absl/container/flat_hash_map.h>
@@ -31,22 +31,22 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/beast/core/buffers_suffix.hpp>
-#include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/core/error.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http.hpp>
 
-#include <tollgate/engine/engine.hpp>
 #include <tollgate/contract/contract.hpp>
-#include <tollgate/http/request_head.hpp>
-#include <tollgate/metrics/metrics.hpp>
-#include <tollgate/policy/policy.hpp>
 #include <tollgate/core/calendar.hpp>
 #include <tollgate/engine/checks.hpp>
 #include <tollgate/engine/deny_cache.hpp>
-#include <tollgate/usage/meter.hpp>
+#include <tollgate/engine/engine.hpp>
+#include <tollgate/http/request_head.hpp>
+#include <tollgate/metrics/metrics.hpp>
+#include <tollgate/policy/policy.hpp>
 #include <tollgate/policy/postgres_keys.hpp>
 #include <tollgate/store/memory_store.hpp>
 #include <tollgate/store/redis_store.hpp>
+#include <tollgate/usage/meter.hpp>
 #include <tollgate/usage/redis_backend.hpp>
 #include <tollgate/util/clock.hpp>
 #include <tollgate/util/hash.hpp>
@@ -110,17 +110,21 @@ config::ServerConfig WithFileLimit(const config::Config& config) {
   }
   // Upstream pool, admin budget, store and key-source connections (a few per thread),
   // listeners, logs.
-  const size_t threads = config.server.threads > 0 ? static_cast<size_t>(config.server.threads)
-                                                   : std::max(1u, std::thread::hardware_concurrency());
-  const size_t reserve = config.upstream.max_connections + config.server.admin_max_connections + 64 + 4 * threads;
+  const size_t threads = config.server.threads > 0
+                             ? static_cast<size_t>(config.server.threads)
+                             : std::max(1u, std::thread::hardware_concurrency());
+  const size_t reserve =
+      config.upstream.max_connections + config.server.admin_max_connections + 64 + 4 * threads;
   const size_t files = lim.rlim_cur == RLIM_INFINITY ? SIZE_MAX : static_cast<size_t>(lim.rlim_cur);
   const size_t fit = files > reserve + 16 ? files - reserve : 16;
-  const size_t wanted = server.max_connections == 0 ? std::min<size_t>(10'000, fit) : server.max_connections;
+  const size_t wanted =
+      server.max_connections == 0 ? std::min<size_t>(10'000, fit) : server.max_connections;
   if (wanted > fit) {
-    std::fprintf(stderr,
-                 "{\"level\":\"warn\",\"msg\":\"server.max_connections lowered to fit the file limit\","
-                 "\"configured\":%zu,\"max_connections\":%zu,\"nofile\":%zu}\n",
-                 wanted, fit, files);
+    std::fprintf(
+        stderr,
+        "{\"level\":\"warn\",\"msg\":\"server.max_connections lowered to fit the file limit\","
+        "\"configured\":%zu,\"max_connections\":%zu,\"nofile\":%zu}\n",
+        wanted, fit, files);
   }
   server.max_connections = std::min(wanted, fit);
   return server;
@@ -170,7 +174,8 @@ store::Store& Gateway::Impl::OpenStore(const config::StoreConfig& sc) {
     }
     usage_backend = std::make_unique<usage::RedisUsageBackend>(*redis, sc.prefix);
   } else {
-    memory = std::make_unique<store::MemoryStore>(store::MemoryStoreOptions{.max_keys = sc.max_keys});
+    memory =
+        std::make_unique<store::MemoryStore>(store::MemoryStoreOptions{.max_keys = sc.max_keys});
     store = memory.get();
     usage_backend = std::make_unique<usage::MemoryUsageBackend>();
   }
@@ -198,7 +203,8 @@ std::vector<config::KeyConfig> Gateway::Impl::StartKeySource(const config::Confi
 
 void Gateway::Impl::RegisterMetrics() {
   for (size_t i = 0; i < requests_by_class.size(); ++i) {
-    requests_by_class[i] = &metrics.Counter("tollgate_requests_total", "class=\"" + std::to_string(i + 2) + "xx\"");
+    requests_by_class[i] =
+        &metrics.Counter("tollgate_requests_total", "class=\"" + std::to_string(i + 2) + "xx\"");
   }
   metrics.Gauge("tollgate_connections", "Open client connections.",
                 [this] { return static_cast<double>(connections.load()); });
@@ -208,35 +214,55 @@ void Gateway::Impl::RegisterMetrics() {
     metrics.Gauge("tollgate_store_evictions_total", "Live keys evicted from the full memory store.",
                   [this] { return static_cast<double>(memory->stats().evicted_live.load()); });
     metrics.Gauge("tollgate_store_full_rejections_total",
-                  "New identities rejected because the memory store was full of state that still restricts a client.",
+                  "New identities rejected because the memory store was full of state that still "
+                  "restricts a client.",
                   [this] { return static_cast<double>(memory->stats().full_rejections.load()); });
   }
   if (redis) {
     const auto& st = redis->stats();
-    metrics.Gauge("tollgate_redis_calls_total", "Decisions sent to Redis.", [&st] { return static_cast<double>(st.calls.load()); });
-    metrics.Gauge("tollgate_redis_scripts_total", "Script calls sent to Redis for those decisions (a group of them is one).",
+    metrics.Gauge("tollgate_redis_calls_total", "Decisions sent to Redis.",
+                  [&st] { return static_cast<double>(st.calls.load()); });
+    metrics.Gauge("tollgate_redis_scripts_total",
+                  "Script calls sent to Redis for those decisions (a group of them is one).",
                   [&st] { return static_cast<double>(st.scripts.load()); });
-    metrics.Gauge("tollgate_redis_command_errors_total", "Usage-count commands that failed (sent again if Redis never got them, else lost).",
-                  [&st] { return static_cast<double>(st.command_errors.load()); });
-    metrics.Gauge("tollgate_redis_timeouts_total", "Redis calls past their deadline.", [&st] { return static_cast<double>(st.timeouts.load()); });
-    metrics.Gauge("tollgate_redis_errors_total", "Redis connection and protocol failures.", [&st] { return static_cast<double>(st.errors.load()); });
-    metrics.Gauge("tollgate_redis_breaker_rejections_total", "Calls failed at once: circuit open.", [&st] { return static_cast<double>(st.breaker_rejections.load()); });
-    metrics.Gauge("tollgate_redis_breaker_open", "1 while the circuit breaker is open.", [&st] { return static_cast<double>(st.breaker_open.load()); });
-    metrics.Gauge("tollgate_redis_noscript_total", "Script reloads after NOSCRIPT.", [&st] { return static_cast<double>(st.noscript.load()); });
-    metrics.Gauge("tollgate_redis_redirects_total", "Redis Cluster MOVED/ASK redirects followed.", [&st] { return static_cast<double>(st.redirects.load()); });
-    metrics.Gauge("tollgate_redis_reconnects_total", "Redis connections lost and reopened.", [&st] { return static_cast<double>(st.reconnects.load()); });
+    metrics.Gauge(
+        "tollgate_redis_command_errors_total",
+        "Usage-count commands that failed (sent again if Redis never got them, else lost).",
+        [&st] { return static_cast<double>(st.command_errors.load()); });
+    metrics.Gauge("tollgate_redis_timeouts_total", "Redis calls past their deadline.",
+                  [&st] { return static_cast<double>(st.timeouts.load()); });
+    metrics.Gauge("tollgate_redis_errors_total", "Redis connection and protocol failures.",
+                  [&st] { return static_cast<double>(st.errors.load()); });
+    metrics.Gauge("tollgate_redis_breaker_rejections_total", "Calls failed at once: circuit open.",
+                  [&st] { return static_cast<double>(st.breaker_rejections.load()); });
+    metrics.Gauge("tollgate_redis_breaker_open", "1 while the circuit breaker is open.",
+                  [&st] { return static_cast<double>(st.breaker_open.load()); });
+    metrics.Gauge("tollgate_redis_noscript_total", "Script reloads after NOSCRIPT.",
+                  [&st] { return static_cast<double>(st.noscript.load()); });
+    metrics.Gauge("tollgate_redis_redirects_total", "Redis Cluster MOVED/ASK redirects followed.",
+                  [&st] { return static_cast<double>(st.redirects.load()); });
+    metrics.Gauge("tollgate_redis_reconnects_total", "Redis connections lost and reopened.",
+                  [&st] { return static_cast<double>(st.reconnects.load()); });
   }
   if (deny_cache) {
-    metrics.Gauge("tollgate_deny_cache_rejections_total", "Requests rejected locally by the exact deny cache.",
-                  [this] { return static_cast<double>(deny_cache->stats().local_rejections.load()); });
+    metrics.Gauge("tollgate_deny_cache_rejections_total",
+                  "Requests rejected locally by the exact deny cache.", [this] {
+                    return static_cast<double>(deny_cache->stats().local_rejections.load());
+                  });
   }
   if (key_source) {
     const auto& ks = key_source->stats();
-    metrics.Gauge("tollgate_keys_loads_total", "Full key loads from PostgreSQL.", [&ks] { return static_cast<double>(ks.loads.load()); });
-    metrics.Gauge("tollgate_keys_notifications_total", "Key changes notified by PostgreSQL.", [&ks] { return static_cast<double>(ks.notifications.load()); });
-    metrics.Gauge("tollgate_keys_errors_total", "Key source failures (PostgreSQL down, bad queries).", [&ks] { return static_cast<double>(ks.errors.load()); });
-    metrics.Gauge("tollgate_keys_skipped_rows_total", "Malformed api_keys rows skipped.", [&ks] { return static_cast<double>(ks.skipped_rows.load()); });
-    metrics.Gauge("tollgate_keys_source_connected", "1 while connected to PostgreSQL.", [&ks] { return ks.connected.load() ? 1.0 : 0.0; });
+    metrics.Gauge("tollgate_keys_loads_total", "Full key loads from PostgreSQL.",
+                  [&ks] { return static_cast<double>(ks.loads.load()); });
+    metrics.Gauge("tollgate_keys_notifications_total", "Key changes notified by PostgreSQL.",
+                  [&ks] { return static_cast<double>(ks.notifications.load()); });
+    metrics.Gauge("tollgate_keys_errors_total",
+                  "Key source failures (PostgreSQL down, bad queries).",
+                  [&ks] { return static_cast<double>(ks.errors.load()); });
+    metrics.Gauge("tollgate_keys_skipped_rows_total", "Malformed api_keys rows skipped.",
+                  [&ks] { return static_cast<double>(ks.skipped_rows.load()); });
+    metrics.Gauge("tollgate_keys_source_connected", "1 while connected to PostgreSQL.",
+                  [&ks] { return ks.connected.load() ? 1.0 : 0.0; });
   }
 }
 
@@ -250,11 +276,16 @@ void Gateway::Impl::LogStoreFailure(store::StoreErrc errc) {
   const int64_t now_s = util::SystemClock::Instance().Now().unix_micros() / 1'000'000;
   int64_t last = last_store_log_s.load(std::memory_order_relaxed);
   if (now_s <= last || !last_store_log_s.compare_exchange_strong(last, now_s)) return;
-  const char* what = errc == store::StoreErrc::kTimeout ? "timeout" : errc == store::StoreErrc::kProtocol ? "protocol" : "unavailable";
-  log.Error(std::string("{\"level\":\"warn\",\"msg\":\"store failed; routes follow their fail_mode\",\"error\":\"") +
+  const char* what = errc == store::StoreErrc::kTimeout    ? "timeout"
+                     : errc == store::StoreErrc::kProtocol ? "protocol"
+                                                           : "unavailable";
+  log.Error(std::string("{\"level\":\"warn\",\"msg\":\"store failed; routes follow their "
+                        "fail_mode\",\"error\":\"") +
             what + "\",\"degraded_total\":" + std::to_string(engine->stats().degraded.load()) +
             ",\"unavailable_total\":" + std::to_string(engine->stats().unavailable.load()) +
-            (redis ? ",\"last_connection_error\":\"" + JsonEscape(redis->LastError()) + "\"" : std::string()) + "}");
+            (redis ? ",\"last_connection_error\":\"" + JsonEscape(redis->LastError()) + "\""
+                   : std::string()) +
+            "}");
 }
 
 core::Result<bool> Gateway::Impl::Install(config::Config config) {
@@ -289,8 +320,10 @@ core::Result<bool> Gateway::Impl::Reload() {
   }
   if (!installed) {
     metrics.Counter("tollgate_config_reloads_total", "result=\"error\"").fetch_add(1);
-    log.Error("{\"level\":\"error\",\"msg\":\"reload refused; the previous configuration keeps serving\",\"error\":\"" +
-              JsonEscape(installed.error()) + "\"}");
+    log.Error(
+        "{\"level\":\"error\",\"msg\":\"reload refused; the previous configuration keeps "
+        "serving\",\"error\":\"" +
+        JsonEscape(installed.error()) + "\"}");
     return installed;
   }
   metrics.Counter("tollgate_config_reloads_total", "result=\"ok\"").fetch_add(1);
@@ -329,14 +362,20 @@ Gateway::Gateway(std::string config_path, config::Config config)
       return static_cast<double>(n);
     };
   };
-  g.metrics.Gauge("tollgate_upstream_pool_per_worker",
-                  "Upstream connections each worker thread may open (upstream.max_connections / threads).",
-                  [&g] { return static_cast<double>(std::max<size_t>(1, g.upstream_config.max_connections / g.workers.size())); });
-  g.metrics.Gauge("tollgate_upstream_connections", "Open upstream connections, idle and busy, all workers.",
+  g.metrics.Gauge(
+      "tollgate_upstream_pool_per_worker",
+      "Upstream connections each worker thread may open (upstream.max_connections / threads).",
+      [&g] {
+        return static_cast<double>(
+            std::max<size_t>(1, g.upstream_config.max_connections / g.workers.size()));
+      });
+  g.metrics.Gauge("tollgate_upstream_connections",
+                  "Open upstream connections, idle and busy, all workers.",
                   sum(&Worker::upstream_open));
   g.metrics.Gauge("tollgate_upstream_queue_waiting", "Requests waiting for an upstream connection.",
                   sum(&Worker::pool_waiting));
-  g.metrics.Gauge("tollgate_max_connections", "Client connections allowed (server.max_connections, after the file limit).",
+  g.metrics.Gauge("tollgate_max_connections",
+                  "Client connections allowed (server.max_connections, after the file limit).",
                   [&g] { return static_cast<double>(g.server.max_connections); });
   // Each worker talks to Redis from its own loop: a decision never changes threads.
   if (g.redis) {
@@ -366,7 +405,8 @@ int Gateway::Run() {
     net::co_spawn(w->ioc, w->Accept(*w->acceptor, Listener::kGateway), net::detached);
     net::co_spawn(w->ioc, w->SweepDeadlines(), net::detached);
     if (w->admin) net::co_spawn(w->ioc, w->Accept(*w->admin, Listener::kAdmin), net::detached);
-    if (w->decision) net::co_spawn(w->ioc, w->Accept(*w->decision, Listener::kDecision), net::detached);
+    if (w->decision)
+      net::co_spawn(w->ioc, w->Accept(*w->decision, Listener::kDecision), net::detached);
     w->thread = std::thread([&g, &w] {
       if (g.redis) g.redis->EnterLane(w->redis_lane);
       auto guard = net::make_work_guard(w->ioc);
@@ -374,8 +414,8 @@ int Gateway::Run() {
     });
   }
   g.log.Error("{\"level\":\"info\",\"msg\":\"listening\",\"listen\":\"" + g.server.listen +
-              "\",\"admin\":\"" + g.server.admin_listen + "\",\"threads\":" +
-              std::to_string(g.workers.size()) + "}");
+              "\",\"admin\":\"" + g.server.admin_listen +
+              "\",\"threads\":" + std::to_string(g.workers.size()) + "}");
 
   net::io_context main_ioc{1};
   net::signal_set signals(main_ioc, SIGTERM, SIGINT, SIGHUP);

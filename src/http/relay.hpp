@@ -37,7 +37,8 @@ beast::error_code WriteNow(tcp::socket& socket, beast::buffers_suffix<Buffers>& 
 // What WriteNow() left, asynchronously. (Hot paths call this only when something is left: a
 // coroutine's frame costs an allocation.)
 template <class Buffers>
-net::awaitable<beast::error_code> WriteRest(Conn& c, beast::buffers_suffix<Buffers>& rest, milliseconds timeout) {
+net::awaitable<beast::error_code> WriteRest(Conn& c, beast::buffers_suffix<Buffers>& rest,
+                                            milliseconds timeout) {
   c.ExpiresAfter(timeout);
   auto [ec, n] = co_await net::async_write(c.socket, rest, kTuple);
   co_return c.Check(ec);
@@ -53,7 +54,8 @@ net::awaitable<beast::error_code> WriteAll(Conn& c, const Buffers& bufs, millise
 }
 
 inline net::awaitable<bool> Write(Conn& stream, const std::string& data, bool keep_alive) {
-  const beast::error_code ec = co_await WriteAll(stream, net::buffer(data), std::chrono::seconds(30));
+  const beast::error_code ec =
+      co_await WriteAll(stream, net::buffer(data), std::chrono::seconds(30));
   co_return !ec && keep_alive;
 }
 
@@ -62,9 +64,9 @@ inline net::awaitable<bool> Write(Conn& stream, const std::string& data, bool ke
 // goes out with the first chunk, a small message in one write.
 template <bool isRequest, class Allocator>
 net::awaitable<beast::error_code> Relay(bhttp::parser<isRequest, bhttp::buffer_body, Allocator>& p,
-                                        Conn& in, beast::flat_buffer& in_buf,
-                                        Conn& out, std::string_view head, bool chunked,
-                                        milliseconds timeout, bool* in_failed) {
+                                        Conn& in, beast::flat_buffer& in_buf, Conn& out,
+                                        std::string_view head, bool chunked, milliseconds timeout,
+                                        bool* in_failed) {
   // Allocated when there is a body: most requests have none, and the buffer would make this
   // coroutine's frame too large for Asio to recycle.
   std::unique_ptr<char[]> buf;
@@ -117,8 +119,9 @@ inline std::string_view View(const beast::flat_buffer& b) {
 // Reads from `c` into `buf` until `buf` holds a whole head, through its blank line, whose size
 // goes to `*head_size`. `after_request`: the request was just written (see
 // Socket::ReadAfterRequest()).
-inline net::awaitable<beast::error_code> ReadHead(Conn& c, beast::flat_buffer& buf, milliseconds timeout,
-                                           bool after_request, size_t* head_size) {
+inline net::awaitable<beast::error_code> ReadHead(Conn& c, beast::flat_buffer& buf,
+                                                  milliseconds timeout, bool after_request,
+                                                  size_t* head_size) {
   for (;;) {
     *head_size = HeadEnd(View(buf));
     if (*head_size != std::string_view::npos) co_return beast::error_code{};
@@ -133,9 +136,10 @@ inline net::awaitable<beast::error_code> ReadHead(Conn& c, beast::flat_buffer& b
 
 // Writes `head` and then `length` body bytes from `in` (those already in `in_buf` first) to
 // `out`, as they come.
-inline net::awaitable<beast::error_code> RelayLength(Conn& in, beast::flat_buffer& in_buf, Conn& out,
-                                              std::string_view head, uint64_t length,
-                                              milliseconds timeout, bool* in_failed) {
+inline net::awaitable<beast::error_code> RelayLength(Conn& in, beast::flat_buffer& in_buf,
+                                                     Conn& out, std::string_view head,
+                                                     uint64_t length, milliseconds timeout,
+                                                     bool* in_failed) {
   for (;;) {
     const size_t n = static_cast<size_t>(std::min<uint64_t>(length, in_buf.size()));
     const std::array<net::const_buffer, 2> bufs = {net::buffer(head.data(), head.size()),

@@ -3,12 +3,14 @@
 #include <algorithm>
 #include <array>
 #include <cctype>
+#include <optional>
 
 #include <tollgate/util/ascii.hpp>
 
 namespace tollgate::http {
 namespace {
 
+constexpr bool IsVisibleAscii(unsigned char c) { return c > 0x20 && c < 0x7f; }
 
 // RFC 9110 tchar.
 constexpr std::array<bool, 256> kTokenChars = [] {
@@ -61,7 +63,8 @@ void RequestHead::Clear() {
 }
 
 bool HasToken(std::string_view value, std::string_view token) {
-  return util::AnyListElement(value, [token](std::string_view e) { return util::EqualsIgnoreCase(e, token); });
+  return util::AnyListElement(
+      value, [token](std::string_view e) { return util::EqualsIgnoreCase(e, token); });
 }
 
 bool ReadsAs(std::string_view name, std::string_view canonical, bool prefix) {
@@ -122,10 +125,39 @@ const char* CheckRequestHead(const RequestHead& head, std::string_view* host) {
       });
     }
   }
-  if (codings > 0 && (codings > 1 || !chunked_only || head.version < 11)) return "invalid_transfer_encoding";
+  if (codings > 0 && (codings > 1 || !chunked_only || head.version < 11))
+    return "invalid_transfer_encoding";
   if (hosts > 1 || (hosts == 0 && head.version >= 11) || !IsValidHost(*host)) return "invalid_host";
   return nullptr;
 }
+
+namespace {
+
+// Adds one field of the simple shape to `out`, or says the head is not that shape: framing the
+// general parser must judge (Transfer-Encoding, a body, a second length or Connection field).
+bool KeepField(std::string_view name, std::string_view value, RequestHead& out,
+               std::optional<std::string_view>& connection) {
+  if (out.fields.size() == RequestHead::kMaxFields) return false;
+  if (util::EqualsIgnoreCase(name, "Transfer-Encoding") ||
+      util::EqualsIgnoreCase(name, "Proxy-Connection")) {
+    return false;
+  }
+  if (util::EqualsIgnoreCase(name, "Content-Length")) {
+    // No body, said explicitly; a body (or a second length) is for the general parser.
+    if (out.content_length || value.empty() ||
+        value.find_first_not_of('0') != std::string_view::npos) {
+      return false;
+    }
+    out.content_length = 0;
+  } else if (util::EqualsIgnoreCase(name, "Connection")) {
+    if (connection || !IsTokenList(value)) return false;
+    connection = value;
+  }
+  out.fields.push_back({name, value});
+  return true;
+}
+
+}  // namespace
 
 HeadParse ParseRequestHead(std::string_view data, size_t max_size, RequestHead& out, size_t* size) {
   out.Clear();
@@ -138,7 +170,9 @@ HeadParse ParseRequestHead(std::string_view data, size_t max_size, RequestHead& 
     return std::string_view(reinterpret_cast<const char*>(from), static_cast<size_t>(to - from));
   };
   // The bytes ran out before the head did: more may come, unless the limit is reached.
-  auto out_of_bytes = [&] { return data.size() >= max_size ? HeadParse::kNotSimple : HeadParse::kNeedMore; };
+  auto out_of_bytes = [&] {
+    return data.size() >= max_size ? HeadParse::kNotSimple : HeadParse::kNeedMore;
+  };
 
   // "METHOD SP target SP HTTP/1.x CRLF"
   const Byte* const method = p;
@@ -147,20 +181,20 @@ HeadParse ParseRequestHead(std::string_view data, size_t max_size, RequestHead& 
   if (p == method || *p != ' ') return HeadParse::kNotSimple;
   out.method = view(method, p++);
   const Byte* const target = p;
-  while (p < end && *p > 0x20 && *p < 0x7f) ++p;  // visible ASCII
+  while (p < end && IsVisibleAscii(*p)) ++p;
   if (p == end) return out_of_bytes();
   if (p == target || *p != ' ') return HeadParse::kNotSimple;
   out.target = view(target, p++);
   static constexpr std::string_view kVersion = "HTTP/1.";
   if (end - p < static_cast<std::ptrdiff_t>(kVersion.size() + 3)) return out_of_bytes();
-  if (view(p, p + kVersion.size()) != kVersion || (p[7] != '0' && p[7] != '1') || p[8] != '\r' || p[9] != '\n') {
+  if (view(p, p + kVersion.size()) != kVersion || (p[7] != '0' && p[7] != '1') || p[8] != '\r' ||
+      p[9] != '\n') {
     return HeadParse::kNotSimple;
   }
   out.version = p[7] == '1' ? 11 : 10;
   p += kVersion.size() + 3;
 
-  std::string_view connection;
-  bool has_connection = false;
+  std::optional<std::string_view> connection;
   for (;;) {
     if (end - p < 2) return out_of_bytes();
     if (*p == '\r') {  // the blank line
@@ -186,26 +220,12 @@ HeadParse ParseRequestHead(std::string_view data, size_t max_size, RequestHead& 
     const std::string_view value = view(value_begin, value_end);
     p += 2;
 
-    if (out.fields.size() == RequestHead::kMaxFields) return HeadParse::kNotSimple;
-    if (util::EqualsIgnoreCase(name, "Transfer-Encoding") || util::EqualsIgnoreCase(name, "Proxy-Connection")) {
-      return HeadParse::kNotSimple;
-    }
-    if (util::EqualsIgnoreCase(name, "Content-Length")) {
-      // No body, said explicitly; a body (or a second length) is for the general parser.
-      if (out.content_length || value.empty() || value.find_first_not_of('0') != std::string_view::npos) {
-        return HeadParse::kNotSimple;
-      }
-      out.content_length = 0;
-    } else if (util::EqualsIgnoreCase(name, "Connection")) {
-      if (has_connection || !IsTokenList(value)) return HeadParse::kNotSimple;
-      has_connection = true;
-      connection = value;
-    }
-    out.fields.push_back({name, value});
+    if (!KeepField(name, value, out, connection)) return HeadParse::kNotSimple;
   }
   // As Beast's parser decides it: HTTP/1.1 stays open unless told "close", HTTP/1.0 closes
   // unless told "keep-alive".
-  out.keep_alive = out.version >= 11 ? !HasToken(connection, "close") : HasToken(connection, "keep-alive");
+  out.keep_alive = out.version >= 11 ? !HasToken(connection.value_or(""), "close")
+                                     : HasToken(connection.value_or(""), "keep-alive");
   *size = static_cast<size_t>(p - begin);
   return HeadParse::kComplete;
 }

@@ -61,7 +61,9 @@ class Socket : public boost::asio::ip::tcp::socket {
   template <class Token>
   auto async_read_some(const boost::asio::mutable_buffer& buffer, Token&& token) {
     return boost::asio::async_initiate<Token, void(boost::system::error_code, std::size_t)>(
-        [this](auto handler, const boost::asio::mutable_buffer& b) { StartRead(b, std::move(handler)); },
+        [this](auto handler, const boost::asio::mutable_buffer& b) {
+          StartRead(b, std::move(handler));
+        },
         token, buffer);
   }
 
@@ -94,7 +96,8 @@ class Socket::ReadOp : public boost::asio::detail::reactor_op {
  public:
   using Allocator = boost::asio::recycling_allocator<ReadOp>;
 
-  ReadOp(int fd, const boost::asio::mutable_buffer& b, bool drained, bool skip_first_try, Handler&& handler)
+  ReadOp(int fd, const boost::asio::mutable_buffer& b, bool drained, bool skip_first_try,
+         Handler&& handler)
       : reactor_op(boost::system::error_code(), &Perform, &Complete),
         fd_(fd),
         buffer_(b),
@@ -112,7 +115,8 @@ class Socket::ReadOp : public boost::asio::detail::reactor_op {
       if (n > 0) {
         op->bytes_transferred_ = static_cast<std::size_t>(n);
         // Fewer bytes than asked for: the socket is drained, epoll reports what comes next.
-        return op->drained_ && op->bytes_transferred_ < op->buffer_.size() ? done_and_exhausted : done;
+        return op->drained_ && op->bytes_transferred_ < op->buffer_.size() ? done_and_exhausted
+                                                                           : done;
       }
       if (n == 0) {
         op->ec_ = boost::asio::error::eof;

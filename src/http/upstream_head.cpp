@@ -30,11 +30,13 @@ bool ParseSimpleHead(std::string_view head, bool is_head, SimpleHead& h) {
   const std::string_view line = head.substr(0, head.find("\r\n"));
   auto digit = [&line](size_t i) { return line[i] >= '0' && line[i] <= '9'; };
   if (line.size() < 12 || line.substr(0, 7) != "HTTP/1." || (line[7] != '0' && line[7] != '1') ||
-      line[8] != ' ' || !digit(9) || !digit(10) || !digit(11) || (line.size() > 12 && line[12] != ' ')) {
+      line[8] != ' ' || !digit(9) || !digit(10) || !digit(11) ||
+      (line.size() > 12 && line[12] != ' ')) {
     return false;
   }
   h.size = head.size();
-  h.status = static_cast<unsigned>((line[9] - '0') * 100 + (line[10] - '0') * 10 + (line[11] - '0'));
+  h.status =
+      static_cast<unsigned>((line[9] - '0') * 100 + (line[10] - '0') * 10 + (line[11] - '0'));
   if (h.status < 200) return false;  // interim responses: the parser skips them
   h.reason = line.size() > 13 ? line.substr(13) : std::string_view();
   h.keep_alive = line[7] == '1';
@@ -42,38 +44,42 @@ bool ParseSimpleHead(std::string_view head, bool is_head, SimpleHead& h) {
   h.content_length.reset();
   bool simple = true;
   const std::string_view fields = head.substr(line.size() + 2, head.size() - 2 - (line.size() + 2));
-  const bool parsed = ForEachField(fields, [&](std::string_view name, std::string_view value, std::string_view text) {
-    switch (Classify(name)) {
-      case FieldKind::kEndToEnd:
-        if (h.line_count == h.lines.size()) {
-          simple = false;
-        } else {
-          h.lines[h.line_count++] = {text, name.size()};
+  const bool parsed = ForEachField(
+      fields, [&](std::string_view name, std::string_view value, std::string_view text) {
+        switch (Classify(name)) {
+          case FieldKind::kEndToEnd:
+            if (h.line_count == h.lines.size()) {
+              simple = false;
+            } else {
+              h.lines[h.line_count++] = {text, name.size()};
+            }
+            break;
+          case FieldKind::kTransferEncoding:
+            simple = false;
+            break;
+          case FieldKind::kContentLength: {
+            uint64_t n = 0;
+            const auto r = std::from_chars(value.data(), value.data() + value.size(), n);
+            if (r.ec != std::errc() || r.ptr != value.data() + value.size() || value.empty() ||
+                (h.content_length && *h.content_length != n)) {
+              simple = false;
+            }
+            h.content_length = n;
+            break;
+          }
+          case FieldKind::kConnection:
+            if (util::EqualsIgnoreCase(value, "close")) {
+              h.keep_alive = false;
+            } else if (util::EqualsIgnoreCase(value, "keep-alive")) {
+              h.keep_alive = true;
+            } else {
+              simple = false;  // names hop-by-hop fields
+            }
+            break;
+          case FieldKind::kOtherHopByHop:
+            break;
         }
-        break;
-      case FieldKind::kTransferEncoding: simple = false; break;
-      case FieldKind::kContentLength: {
-        uint64_t n = 0;
-        const auto r = std::from_chars(value.data(), value.data() + value.size(), n);
-        if (r.ec != std::errc() || r.ptr != value.data() + value.size() || value.empty() ||
-            (h.content_length && *h.content_length != n)) {
-          simple = false;
-        }
-        h.content_length = n;
-        break;
-      }
-      case FieldKind::kConnection:
-        if (util::EqualsIgnoreCase(value, "close")) {
-          h.keep_alive = false;
-        } else if (util::EqualsIgnoreCase(value, "keep-alive")) {
-          h.keep_alive = true;
-        } else {
-          simple = false;  // names hop-by-hop fields
-        }
-        break;
-      case FieldKind::kOtherHopByHop: break;
-    }
-  });
+      });
   const bool no_body = is_head || h.status == 204 || h.status == 304;
   if (!parsed || !simple || (!h.content_length && !no_body)) return false;
   if (no_body && !is_head) h.content_length.reset();

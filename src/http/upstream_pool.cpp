@@ -54,10 +54,13 @@ void Worker::Release(std::unique_ptr<UpstreamConnection> c, bool reusable) {
   }
 }
 
-net::awaitable<std::unique_ptr<UpstreamConnection>> Worker::Acquire(beast::error_code& ec, bool* pooled, bool* busy) {
+net::awaitable<std::unique_ptr<UpstreamConnection>> Worker::Acquire(beast::error_code& ec,
+                                                                    bool* pooled, bool* busy) {
   const size_t workers = gw.workers.size();
   const size_t share = std::max<size_t>(1, gw.upstream_config.max_connections / workers);
-  const size_t queue_share = gw.upstream_config.queue_size == 0 ? 0 : std::max<size_t>(1, gw.upstream_config.queue_size / workers);
+  const size_t queue_share = gw.upstream_config.queue_size == 0
+                                 ? 0
+                                 : std::max<size_t>(1, gw.upstream_config.queue_size / workers);
   std::optional<net::steady_timer> timer;
   for (;;) {
     if (auto c = TakeIdle()) {
@@ -98,8 +101,8 @@ net::awaitable<std::unique_ptr<UpstreamConnection>> Worker::Connect(beast::error
   } undo{this};
   auto c = std::make_unique<UpstreamConnection>(conns, ioc);
   tcp::resolver resolver(ioc);
-  auto [rec, results] = co_await resolver.async_resolve(gw.upstream.endpoint.host,
-                                                        gw.upstream.endpoint.port, kTuple);
+  auto [rec, results] =
+      co_await resolver.async_resolve(gw.upstream.endpoint.host, gw.upstream.endpoint.port, kTuple);
   if (rec) {
     ec = rec;
     co_return nullptr;

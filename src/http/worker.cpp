@@ -32,10 +32,13 @@ void HeadFromBeast(const RequestParser& p, RequestHead& head) {
 
 net::awaitable<void> Worker::Accept(tcp::acceptor& a, Listener listener) {
   const bool admin_listener = listener == Listener::kAdmin;
-  const char* const listener_name = admin_listener ? "admin" : listener == Listener::kDecision ? "decision" : "gateway";
+  const char* const listener_name = admin_listener                    ? "admin"
+                                    : listener == Listener::kDecision ? "decision"
+                                                                      : "gateway";
   auto refused = [&](const char* reason) -> std::atomic<uint64_t>& {
-    return gw.metrics.Counter("tollgate_connections_refused_total",
-                              std::string("listener=\"") + listener_name + "\",reason=\"" + reason + "\"");
+    return gw.metrics.Counter(
+        "tollgate_connections_refused_total",
+        std::string("listener=\"") + listener_name + "\",reason=\"" + reason + "\"");
   };
   std::atomic<uint64_t>& refused_total = refused("max_connections");
   std::atomic<uint64_t>& refused_address = refused("per_address");
@@ -47,8 +50,8 @@ net::awaitable<void> Worker::Accept(tcp::acceptor& a, Listener listener) {
       gw.accept_errors.fetch_add(1, std::memory_order_relaxed);
       // Out of descriptors or buffers: accepting again at once fails again at once (a busy loop
       // that starves every connection). Wait for connections to end.
-      if (ec == net::error::no_descriptors || ec == net::error::no_buffer_space || ec == net::error::no_memory ||
-          ec == boost::system::errc::too_many_files_open_in_system) {
+      if (ec == net::error::no_descriptors || ec == net::error::no_buffer_space ||
+          ec == net::error::no_memory || ec == boost::system::errc::too_many_files_open_in_system) {
         backoff.expires_after(kAcceptBackoff);
         co_await backoff.async_wait(kTuple);
       }
@@ -56,8 +59,9 @@ net::awaitable<void> Worker::Accept(tcp::acceptor& a, Listener listener) {
     }
     beast::error_code ignored;
     ConnectionSlot slot;
-    if (!slot.TakeTotal(admin_listener ? gw.admin_connections : gw.connections,
-                        admin_listener ? gw.server.admin_max_connections : gw.server.max_connections)) {
+    if (!slot.TakeTotal(
+            admin_listener ? gw.admin_connections : gw.connections,
+            admin_listener ? gw.server.admin_max_connections : gw.server.max_connections)) {
       refused_total.fetch_add(1, std::memory_order_relaxed);
       socket.close(ignored);
       continue;
@@ -66,7 +70,8 @@ net::awaitable<void> Worker::Accept(tcp::acceptor& a, Listener listener) {
       const auto remote = socket.remote_endpoint(ignored);
       std::string address = ignored ? std::string() : remote.address().to_string();
       if (!Policy()->IsTrusted(address) &&
-          !slot.TakeAddress(gw.by_address, std::move(address), gw.server.max_connections_per_address)) {
+          !slot.TakeAddress(gw.by_address, std::move(address),
+                            gw.server.max_connections_per_address)) {
         refused_address.fetch_add(1, std::memory_order_relaxed);
         socket.close(ignored);
         continue;
@@ -74,16 +79,17 @@ net::awaitable<void> Worker::Accept(tcp::acceptor& a, Listener listener) {
     }
     socket.set_option(tcp::no_delay(true), ignored);
     socket.non_blocking(true, ignored);  // for WriteAll's first attempt
-    net::co_spawn(ioc, Session(std::move(socket), listener, std::move(slot)),
-                  [this](std::exception_ptr e) {
-                    if (!e) return;
-                    try {
-                      std::rethrow_exception(e);
-                    } catch (const std::exception& ex) {
-                      gw.log.Error(std::string("{\"level\":\"error\",\"msg\":\"session failed\",\"error\":\"") +
-                                   JsonEscape(ex.what()) + "\"}");
-                    }
-                  });
+    net::co_spawn(
+        ioc, Session(std::move(socket), listener, std::move(slot)), [this](std::exception_ptr e) {
+          if (!e) return;
+          try {
+            std::rethrow_exception(e);
+          } catch (const std::exception& ex) {
+            gw.log.Error(
+                std::string("{\"level\":\"error\",\"msg\":\"session failed\",\"error\":\"") +
+                JsonEscape(ex.what()) + "\"}");
+          }
+        });
   }
 }
 
@@ -140,17 +146,19 @@ bool Worker::RenderHeadError(beast::error_code hec, Scratch& scratch) {
   } else if (hec == beast::error::timeout) {
     status = bhttp::status::request_timeout;
     code = "header_timeout";
-  } else if (hec == bhttp::error::end_of_stream || hec == net::error::eof || hec == net::error::connection_reset) {
+  } else if (hec == bhttp::error::end_of_stream || hec == net::error::eof ||
+             hec == net::error::connection_reset) {
     return false;  // the client went away between requests
   }
-  RenderResponse(scratch.out, status, false, 11, "application/json", {}, ErrorBody(code, hec.message()));
+  RenderResponse(scratch.out, status, false, 11, "application/json", {},
+                 ErrorBody(code, hec.message()));
   gw.requests_by_class[2]->fetch_add(1, std::memory_order_relaxed);
   return true;
 }
 
 net::awaitable<void> Worker::Session(tcp::socket socket, Listener listener, ConnectionSlot slot) {
   Conn stream(conns, std::move(socket));
-  stream.socket.DrainedReads(true);  // see socket.hpp
+  stream.socket.DrainedReads(true);             // see socket.hpp
   const ConnectionSlot held = std::move(slot);  // released when the connection ends
   beast::error_code ec;
   const auto remote = stream.socket.remote_endpoint(ec);
@@ -175,13 +183,14 @@ net::awaitable<void> Worker::Session(tcp::socket socket, Listener listener, Conn
     // go to Beast's parser, whose message then fills the same RequestHead.
     RequestHead& head = scratch.head;
     size_t fast_size = 0;
-    const bool fast = ParseRequestHead(View(buffer), gw.server.max_header_bytes, head, &fast_size) ==
-                      HeadParse::kComplete;
+    const bool fast = ParseRequestHead(View(buffer), gw.server.max_header_bytes, head,
+                                       &fast_size) == HeadParse::kComplete;
     std::optional<RequestParser> parser;  // the general one, and a body's
     beast::error_code hec;
     if (!fast) {
       fields_arena.release();  // the last request's parser is gone
-      parser.emplace(std::piecewise_construct, std::make_tuple(), std::make_tuple(RequestAllocator(&fields_arena)));
+      parser.emplace(std::piecewise_construct, std::make_tuple(),
+                     std::make_tuple(RequestAllocator(&fields_arena)));
       parser->header_limit(static_cast<uint32_t>(gw.server.max_header_bytes));
       parser->body_limit(gw.server.max_body_bytes);
       stream.ExpiresAfter(milliseconds(gw.server.header_timeout_ms));
@@ -200,10 +209,7 @@ net::awaitable<void> Worker::Session(tcp::socket socket, Listener listener, Conn
       Exchange& ex = scratch.exchange;
       Step step = Begin(ex, scratch, head, parser ? &*parser : nullptr, peer, peer_ip, listener);
       if (step == Step::kAdminUsage || step == Step::kKeyUsage) {
-        std::string_view type = "application/json";
-        const bhttp::status status = step == Step::kAdminUsage ? co_await UsageExport(ex.query, scratch.body, type)
-                                                               : co_await KeyUsage(*ex.key, ex.now, scratch.body);
-        step = Reply(ex, scratch, status, scratch.body, {}, type);
+        step = co_await ServeUsage(step, ex, scratch);
       } else if (step == Step::kDecide) {
         const std::span<core::Decision> decisions{ex.decisions.data(), ex.n_checks};
         if (gw.memory) {
@@ -218,7 +224,8 @@ net::awaitable<void> Worker::Session(tcp::socket socket, Listener listener, Conn
       } else {
         beast::buffers_suffix<net::const_buffer> rest(net::buffer(scratch.out));
         beast::error_code wec = WriteNow(stream.socket, rest);
-        if (!wec && beast::buffer_bytes(rest) > 0) wec = co_await WriteRest(stream, rest, std::chrono::seconds(30));
+        if (!wec && beast::buffer_bytes(rest) > 0)
+          wec = co_await WriteRest(stream, rest, std::chrono::seconds(30));
         keep = !wec && ex.reply_keep;
       }
       ex.policy.reset();

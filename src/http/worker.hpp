@@ -29,7 +29,6 @@
 #include <tollgate/engine/checks.hpp>
 #include <tollgate/engine/deny_cache.hpp>
 #include <tollgate/engine/engine.hpp>
-#include <tollgate/usage/meter.hpp>
 #include <tollgate/http/gateway.hpp>
 #include <tollgate/http/request_head.hpp>
 #include <tollgate/metrics/metrics.hpp>
@@ -37,6 +36,7 @@
 #include <tollgate/policy/postgres_keys.hpp>
 #include <tollgate/store/memory_store.hpp>
 #include <tollgate/store/redis_store.hpp>
+#include <tollgate/usage/meter.hpp>
 #include <tollgate/usage/usage.hpp>
 #include <tollgate/util/hash.hpp>
 #include <tollgate/util/target.hpp>
@@ -101,7 +101,7 @@ struct Worker;
 using RequestAllocator = std::pmr::polymorphic_allocator<char>;
 using RequestParser = bhttp::request_parser<bhttp::buffer_body, RequestAllocator>;
 
-struct Scratch;  // a connection's buffers, below
+struct Scratch;   // a connection's buffers, below
 struct Exchange;  // a request's state from one step to the next, below
 // What is left to do for a request after one step of it.
 enum class Step {
@@ -170,7 +170,8 @@ struct Gateway::Impl {
   std::atomic<uint64_t>& upstream_stale = metrics.Counter("tollgate_upstream_stale_total");
   std::atomic<uint64_t>& upstream_retries = metrics.Counter("tollgate_upstream_retries_total");
   std::atomic<uint64_t>& accept_errors = metrics.Counter("tollgate_accept_errors_total");
-  std::atomic<uint64_t>& untrusted_headers = metrics.Counter("tollgate_decision_untrusted_headers_total");
+  std::atomic<uint64_t>& untrusted_headers =
+      metrics.Counter("tollgate_decision_untrusted_headers_total");
   std::atomic<size_t> in_flight{0};
   std::atomic<bool> draining{false};
 
@@ -201,7 +202,8 @@ class ConnectionSlot {
   ConnectionSlot(const ConnectionSlot&) = delete;
   ConnectionSlot& operator=(const ConnectionSlot&) = delete;
   ConnectionSlot(ConnectionSlot&& o) noexcept
-      : total_(std::exchange(o.total_, nullptr)), by_address_(std::exchange(o.by_address_, nullptr)),
+      : total_(std::exchange(o.total_, nullptr)),
+        by_address_(std::exchange(o.by_address_, nullptr)),
         address_(std::move(o.address_)) {}
   ~ConnectionSlot() {
     if (total_) total_->fetch_sub(1);
@@ -280,8 +282,8 @@ struct Worker {
   };
   struct CounterKeyHash {
     size_t operator()(const CounterKey& k) const {
-      return std::hash<const void*>()(k.plan) ^ (k.check * 31 + static_cast<size_t>(k.result) * 7919) ^
-             (k.generation << 40);
+      return std::hash<const void*>()(k.plan) ^
+             (k.check * 31 + static_cast<size_t>(k.result) * 7919) ^ (k.generation << 40);
     }
   };
   std::unordered_map<CounterKey, std::atomic<uint64_t>*, CounterKeyHash> decision_counters;
@@ -302,11 +304,14 @@ struct Worker {
     });
   }
   // tollgate_rejections_total{plan,code} and tollgate_shadow_rejections_total{plan}.
-  std::atomic<uint64_t>& RejectionCounter(uint64_t gen, const policy::Plan& plan, core::RejectCode code) {
-    return PlanCounter(CounterKey{gen, &plan, SIZE_MAX, static_cast<int>(code)}, [&]() -> std::atomic<uint64_t>& {
-      return gw.metrics.Counter("tollgate_rejections_total", "plan=\"" + plan.name + "\",code=\"" +
-                                                                 std::string(core::RejectCodeName(code)) + "\"");
-    });
+  std::atomic<uint64_t>& RejectionCounter(uint64_t gen, const policy::Plan& plan,
+                                          core::RejectCode code) {
+    return PlanCounter(
+        CounterKey{gen, &plan, SIZE_MAX, static_cast<int>(code)}, [&]() -> std::atomic<uint64_t>& {
+          return gw.metrics.Counter("tollgate_rejections_total",
+                                    "plan=\"" + plan.name + "\",code=\"" +
+                                        std::string(core::RejectCodeName(code)) + "\"");
+        });
   }
   std::atomic<uint64_t>& ShadowRejectionCounter(uint64_t gen, const policy::Plan& plan) {
     return PlanCounter(CounterKey{gen, &plan, SIZE_MAX - 1, 0}, [&]() -> std::atomic<uint64_t>& {
@@ -346,7 +351,8 @@ struct Worker {
   net::awaitable<void> Session(tcp::socket socket, Listener listener, ConnectionSlot slot);
   net::awaitable<void> SweepDeadlines();
   // A head of another shape than ParseRequestHead() takes, or still arriving: Beast's parser.
-  net::awaitable<beast::error_code> ReadGeneralHead(Conn& stream, beast::flat_buffer& buffer, RequestParser& parser);
+  net::awaitable<beast::error_code> ReadGeneralHead(Conn& stream, beast::flat_buffer& buffer,
+                                                    RequestParser& parser);
   // The answer to a head that could not be read (400, 408, 413, 431) into scratch.out; false
   // when the client just went away.
   bool RenderHeadError(beast::error_code hec, Scratch& scratch);
@@ -368,7 +374,8 @@ struct Worker {
                      std::span<const core::Decision> ds);
   // The decision service: the original request's method (into ex.method) and target, from the
   // headers of the configured proxy (decision.proxy), believed only from a trusted peer.
-  void DescribedRequest(Exchange& ex, const RequestHead& head, const policy::Policy& pol, std::string_view& target);
+  void DescribedRequest(Exchange& ex, const RequestHead& head, const policy::Policy& pol,
+                        std::string_view& target);
   Step Pass(Exchange& ex, Scratch& scratch);  // allowed: forwarded, or the decision service's 200
   Step Reply(Exchange& ex, Scratch& scratch, bhttp::status status, std::string_view body,
              std::string_view headers = {}, std::string_view type = "application/json");
@@ -378,12 +385,12 @@ struct Worker {
   struct UpstreamTry {
     bool request_has_body = false;
     std::unique_ptr<UpstreamConnection> up;
-    bool pooled = false;          // taken from the pool (may have been closed under us)
-    bool busy = false;            // no connection: the queue was full or the wait too long
-    bool client_failed = false;   // the client's body could not be read
+    bool pooled = false;         // taken from the pool (may have been closed under us)
+    bool busy = false;           // no connection: the queue was full or the wait too long
+    bool client_failed = false;  // the client's body could not be read
     bool nothing_written = false;
     bool reached_upstream = false;
-    size_t head_size = 0;         // of the answer's head in up->buffer
+    size_t head_size = 0;  // of the answer's head in up->buffer
   };
   using ResponseParserPtr = std::unique_ptr<bhttp::response_parser<bhttp::buffer_body>>;
   struct ResponseFraming {
@@ -393,15 +400,18 @@ struct Worker {
     bool keep = false;     // the client connection stays open
   };
   void RenderForwardHead(Exchange& ex, Scratch& scratch);
-  net::awaitable<beast::error_code> SendOnce(Conn& stream, beast::flat_buffer& buffer, Scratch& scratch,
-                                             UpstreamTry& t);
-  net::awaitable<beast::error_code> ReadOtherHead(UpstreamConnection& up, bool is_head, ResponseParserPtr& rp);
-  void ReplyUpstreamFailure(Exchange& ex, Scratch& scratch, const UpstreamTry& t, beast::error_code ec);
+  net::awaitable<beast::error_code> SendOnce(Conn& stream, beast::flat_buffer& buffer,
+                                             Scratch& scratch, UpstreamTry& t);
+  net::awaitable<beast::error_code> ReadOtherHead(UpstreamConnection& up, bool is_head,
+                                                  ResponseParserPtr& rp);
+  void ReplyUpstreamFailure(Exchange& ex, Scratch& scratch, const UpstreamTry& t,
+                            beast::error_code ec);
   ResponseFraming RenderResponseHead(Exchange& ex, Scratch& scratch, const SimpleHead* simple,
                                      const ResponseParserPtr& rp);
   // The memory store answers at once: no coroutine, no hop through the executor, no callback.
   // REQUIRES: gw.memory.
-  engine::Verdict DecideNow(const engine::Engine::Request& request, std::span<core::Decision> decisions) {
+  engine::Verdict DecideNow(const engine::Engine::Request& request,
+                            std::span<core::Decision> decisions) {
     return gw.engine->Conclude(request, decisions, gw.memory->ApplyNow(request.batch, decisions));
   }
   // Any store (the Redis store answers on its own thread). `request` and `decisions` must
@@ -411,15 +421,21 @@ struct Worker {
   // An upstream connection: an idle one of the pool that has stayed quiet, else a new one
   // (Connect), else one released to this request while it waits in the queue. Null with
   // `*busy` when the queue is full or the wait ends first; null with `ec` when Connect fails.
-  net::awaitable<std::unique_ptr<UpstreamConnection>> Acquire(beast::error_code& ec, bool* pooled, bool* busy);
+  net::awaitable<std::unique_ptr<UpstreamConnection>> Acquire(beast::error_code& ec, bool* pooled,
+                                                              bool* busy);
   std::unique_ptr<UpstreamConnection> TakeIdle();
   net::awaitable<std::unique_ptr<UpstreamConnection>> Connect(beast::error_code& ec);
   // Gives a connection back: to the pool when `reusable`, else closed; a waiting request gets
   // its turn either way.
   void Release(std::unique_ptr<UpstreamConnection> c, bool reusable);
-  // GET /admin/usage and GET /v1/usage: the status, the body into `body` (and its type).
-  net::awaitable<bhttp::status> UsageExport(std::string_view query, std::string& body, std::string_view& type);
-  net::awaitable<bhttp::status> KeyUsage(const policy::Key& key, core::Instant now, std::string& body);
+  // GET /admin/usage and GET /v1/usage: renders the reply (a coroutine of its own, as only
+  // these requests wait on the usage backend) and says the next step.
+  net::awaitable<Step> ServeUsage(Step step, Exchange& ex, Scratch& scratch);
+  // Their bodies: the status, the body into `body` (and its type).
+  net::awaitable<bhttp::status> UsageExport(std::string_view query, std::string& body,
+                                            std::string_view& type);
+  net::awaitable<bhttp::status> KeyUsage(const policy::Key& key, core::Instant now,
+                                         std::string& body);
 };
 
 // What a request carries from one step to the next (see Worker::Begin). Lives in its
@@ -432,8 +448,8 @@ struct Exchange {
   uint64_t generation = 0;  // the policy's
   const RequestHead* head = nullptr;
   RequestParser* body_parser = nullptr;  // Beast's, when it read the head (and for a body)
-  std::string_view peer;     // the client address of the connection, as limits name it
-  std::string_view peer_ip;  // the socket's peer address as text
+  std::string_view peer;                 // the client address of the connection, as limits name it
+  std::string_view peer_ip;              // the socket's peer address as text
   bool decision_service = false;
   // Views into the request, which stays as it was read, or into its Scratch: the canonical
   // target (`path`, `query`, and `authority` of an absolute-form target, which becomes the
@@ -466,8 +482,9 @@ struct Exchange {
 // Session()'s frame: nothing of a request lives in a coroutine frame of its own, which would be
 // allocated per request.
 struct Scratch {
-  alignas(std::max_align_t) std::array<std::byte, 2048> arena;  // Beast's fields, when it reads the head
-  std::string out;  // what the gateway writes of its own: a response, a forwarded head
+  alignas(std::max_align_t)
+      std::array<std::byte, 2048> arena;  // Beast's fields, when it reads the head
+  std::string out;   // what the gateway writes of its own: a response, a forwarded head
   std::string body;  // the body of a response of ours, before `out` is rendered around it
   std::string log_line;
   std::string target;         // the canonical target, when it differs from the request's
@@ -482,11 +499,10 @@ inline double SecondsSince(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-
 // RFC 9110 9.2.2: a request that may be sent again when a connection fails under it.
 inline bool IsIdempotent(std::string_view method) {
-  return method == "GET" || method == "HEAD" || method == "OPTIONS" || method == "TRACE" || method == "PUT" ||
-         method == "DELETE";
+  return method == "GET" || method == "HEAD" || method == "OPTIONS" || method == "TRACE" ||
+         method == "PUT" || method == "DELETE";
 }
 
 // Our own responses (not the upstream's) are rendered whole into one buffer and written with

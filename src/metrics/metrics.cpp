@@ -13,23 +13,40 @@ struct Family {
 };
 constexpr Family kFamilies[] = {
     {"tollgate_requests_total", "counter", "Requests answered, by status class."},
-    {"tollgate_decisions_total", "counter", "Limiter decisions per check, by plan, check and result (allowed, rejected, shadow_rejected)."},
+    {"tollgate_decisions_total", "counter",
+     "Limiter decisions per check, by plan, check and result (allowed, rejected, "
+     "shadow_rejected)."},
     {"tollgate_rejections_total", "counter", "Requests rejected with 429, by plan and code."},
-    {"tollgate_shadow_rejections_total", "counter", "Requests a shadow-mode limit would have rejected, by plan."},
-    {"tollgate_degraded_total", "counter", "Requests allowed without a decision because the store failed (fail-open)."},
-    {"tollgate_limiter_unavailable_total", "counter", "Requests answered 503 because the store failed (fail-closed)."},
+    {"tollgate_shadow_rejections_total", "counter",
+     "Requests a shadow-mode limit would have rejected, by plan."},
+    {"tollgate_degraded_total", "counter",
+     "Requests allowed without a decision because the store failed (fail-open)."},
+    {"tollgate_limiter_unavailable_total", "counter",
+     "Requests answered 503 because the store failed (fail-closed)."},
     {"tollgate_invalid_keys_total", "counter", "Requests with a missing or unknown API key."},
-    {"tollgate_upstream_errors_total", "counter", "Upstream failures, by kind (connect, timeout, protocol)."},
+    {"tollgate_upstream_errors_total", "counter",
+     "Upstream failures, by kind (connect, timeout, protocol)."},
     {"tollgate_config_reloads_total", "counter", "Configuration reloads, by result (ok, error)."},
-    {"tollgate_bad_requests_total", "counter", "Requests refused with 400 before any decision, by code (invalid_request_target, invalid_host, invalid_transfer_encoding)."},
-    {"tollgate_upstream_busy_total", "counter", "Requests answered 503 upstream_busy: every upstream connection busy, the queue full or the wait too long."},
-    {"tollgate_upstream_stale_total", "counter", "Pooled upstream connections closed unused: readable (bytes or EOF) while idle."},
-    {"tollgate_upstream_retries_total", "counter", "Requests sent again on a new upstream connection (idempotent, or nothing written)."},
-    {"tollgate_accept_errors_total", "counter", "Failed accepts (EMFILE, ENFILE, ENOBUFS, ...); each backs off before the next."},
-    {"tollgate_connections_refused_total", "counter", "Connections closed at accept, by listener and reason (max_connections, per_address)."},
-    {"tollgate_decision_untrusted_headers_total", "counter", "Decision requests whose X-Original-* / X-Forwarded-* came from a peer not in identity.trusted_proxies (ignored)."},
+    {"tollgate_bad_requests_total", "counter",
+     "Requests refused with 400 before any decision, by code (invalid_request_target, "
+     "invalid_host, invalid_transfer_encoding)."},
+    {"tollgate_upstream_busy_total", "counter",
+     "Requests answered 503 upstream_busy: every upstream connection busy, the queue full or the "
+     "wait too long."},
+    {"tollgate_upstream_stale_total", "counter",
+     "Pooled upstream connections closed unused: readable (bytes or EOF) while idle."},
+    {"tollgate_upstream_retries_total", "counter",
+     "Requests sent again on a new upstream connection (idempotent, or nothing written)."},
+    {"tollgate_accept_errors_total", "counter",
+     "Failed accepts (EMFILE, ENFILE, ENOBUFS, ...); each backs off before the next."},
+    {"tollgate_connections_refused_total", "counter",
+     "Connections closed at accept, by listener and reason (max_connections, per_address)."},
+    {"tollgate_decision_untrusted_headers_total", "counter",
+     "Decision requests whose X-Original-* / X-Forwarded-* came from a peer not in "
+     "identity.trusted_proxies (ignored)."},
     {"tollgate_limiter_latency_seconds", "histogram", "Time to decide one request."},
-    {"tollgate_upstream_latency_seconds", "histogram", "Time from forwarding to the upstream's response headers."},
+    {"tollgate_upstream_latency_seconds", "histogram",
+     "Time from forwarding to the upstream's response headers."},
 };
 
 }  // namespace

@@ -50,7 +50,8 @@ bool Cidr::Contains(const std::array<uint8_t, 16>& addr) const {
 }
 
 std::optional<std::array<uint8_t, 16>> ParseAddress(std::string_view text) {
-  if (text.size() >= 2 && text.front() == '[' && text.back() == ']') text = text.substr(1, text.size() - 2);
+  if (text.size() >= 2 && text.front() == '[' && text.back() == ']')
+    text = text.substr(1, text.size() - 2);
   if (text.empty() || text.size() > 45) return std::nullopt;
   char buf[64];
   std::memcpy(buf, text.data(), text.size());
@@ -182,7 +183,8 @@ std::optional<core::Error> Policy::BuildRoutes(const config::Config& config) {
 std::optional<core::Error> Policy::BuildTrustedProxies(const config::Config& config) {
   for (size_t i = 0; i < config.identity.trusted_proxies.size(); ++i) {
     auto cidr = ParseCidr(config.identity.trusted_proxies[i]);
-    if (!cidr) return core::Error{"identity.trusted_proxies[" + std::to_string(i) + "]: " + cidr.error()};
+    if (!cidr)
+      return core::Error{"identity.trusted_proxies[" + std::to_string(i) + "]: " + cidr.error()};
     trusted_.push_back(*cidr);
   }
   return std::nullopt;
@@ -218,7 +220,8 @@ const Route& Policy::Match(std::string_view method, std::string_view path) const
   for (const Route& r : routes_) {
     // Methods are case-sensitive (RFC 9110 9.1); HEAD is GET without the body, and costs and
     // limits what GET does.
-    if (!r.method.empty() && r.method != method && !(method == "HEAD" && r.method == "GET")) continue;
+    if (!r.method.empty() && r.method != method && !(method == "HEAD" && r.method == "GET"))
+      continue;
     if (RouteMatchesPath(r, path)) return r;
   }
   return default_route_;
@@ -242,7 +245,8 @@ core::Result<int64_t> Policy::Cost(const Route& route, std::string_view query) c
     count = std::max(count.value_or(0), n);
     return true;
   });
-  if (!valid) return core::Error{"query parameter '" + c.query + "' must be a non-negative integer"};
+  if (!valid)
+    return core::Error{"query parameter '" + c.query + "' must be a non-negative integer"};
   if (!count) return c.min;
   const int64_t cost = *count / c.per + (*count % c.per != 0);
   return std::max(c.min, cost);
@@ -251,13 +255,15 @@ core::Result<int64_t> Policy::Cost(const Route& route, std::string_view query) c
 bool Policy::IsTrusted(std::string_view peer) const {
   if (trusted_.empty()) return false;
   const auto addr = ParseAddress(peer);
-  return addr && std::any_of(trusted_.begin(), trusted_.end(), [&](const Cidr& c) { return c.Contains(*addr); });
+  return addr && std::any_of(trusted_.begin(), trusted_.end(),
+                             [&](const Cidr& c) { return c.Contains(*addr); });
 }
 
 std::string Policy::ClientAddress(std::string_view peer, std::string_view forwarded_for) const {
   auto addr = ParseAddress(peer);
   auto trusted = [&](const std::array<uint8_t, 16>& a) {
-    for (const Cidr& c : trusted_) if (c.Contains(a)) return true;
+    for (const Cidr& c : trusted_)
+      if (c.Contains(a)) return true;
     return false;
   };
   if (addr && !forwarded_for.empty() && trusted(*addr)) {
@@ -265,7 +271,8 @@ std::string Policy::ClientAddress(std::string_view peer, std::string_view forwar
     std::string_view rest = forwarded_for;
     while (!rest.empty()) {
       const size_t comma = rest.rfind(',');
-      const std::string_view hop = util::Trim(comma == std::string_view::npos ? rest : rest.substr(comma + 1));
+      const std::string_view hop =
+          util::Trim(comma == std::string_view::npos ? rest : rest.substr(comma + 1));
       rest = comma == std::string_view::npos ? std::string_view() : rest.substr(0, comma);
       auto a = ParseAddress(hop);
       if (!a) break;  // garbage: keep the last address we could trust

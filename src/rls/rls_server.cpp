@@ -6,8 +6,8 @@
 
 #include <grpcpp/grpcpp.h>
 
-#include <tollgate/engine/checks.hpp>
 #include <tollgate/contract/contract.hpp>
+#include <tollgate/engine/checks.hpp>
 #include <tollgate/util/clock.hpp>
 
 #include "rls.grpc.pb.h"
@@ -20,23 +20,26 @@ using engine::kMaxChecks;
 
 // "N per unit" for Envoy's current_limit: the largest unit in which the policy is a whole
 // number of requests, or the policy's quota per its window rounded down.
-void DescribeLimit(const core::Limit& limit, core::Instant now, pb::RateLimitResponse::RateLimit* out) {
+void DescribeLimit(const core::Limit& limit, core::Instant now,
+                   pb::RateLimitResponse::RateLimit* out) {
   using Unit = pb::RateLimitResponse::RateLimit;
   struct U {
     int64_t seconds;
     Unit::Unit unit;
   };
-  static constexpr U kUnits[] = {{1, Unit::SECOND}, {60, Unit::MINUTE}, {3600, Unit::HOUR},
-                                 {86'400, Unit::DAY}};
+  static constexpr U kUnits[] = {
+      {1, Unit::SECOND}, {60, Unit::MINUTE}, {3600, Unit::HOUR}, {86'400, Unit::DAY}};
   if (const auto* q = std::get_if<core::Quota>(&limit.impl())) {
     out->set_unit(q->period() == core::Period::kDay ? Unit::DAY : Unit::MONTH);
-    out->set_requests_per_unit(static_cast<uint32_t>(std::min<int64_t>(limit.PolicyQuota(), UINT32_MAX)));
+    out->set_requests_per_unit(
+        static_cast<uint32_t>(std::min<int64_t>(limit.PolicyQuota(), UINT32_MAX)));
     return;
   }
   if (const auto* b = std::get_if<core::TokenBucket>(&limit.impl())) {
     // rate = tokens per per_micros: pick the first unit with at least one whole token.
     for (const U& u : kUnits) {
-      const __int128 per_unit = static_cast<__int128>(b->rate().tokens) * u.seconds * 1'000'000 / b->rate().per_micros;
+      const __int128 per_unit =
+          static_cast<__int128>(b->rate().tokens) * u.seconds * 1'000'000 / b->rate().per_micros;
       if (per_unit >= 1 || u.unit == Unit::DAY) {
         out->set_unit(u.unit);
         out->set_requests_per_unit(static_cast<uint32_t>(std::min<__int128>(per_unit, UINT32_MAX)));
@@ -48,26 +51,42 @@ void DescribeLimit(const core::Limit& limit, core::Instant now, pb::RateLimitRes
   for (auto it = std::rbegin(kUnits); it != std::rend(kUnits); ++it) {
     if (w % it->seconds == 0) {
       out->set_unit(it->unit);
-      out->set_requests_per_unit(static_cast<uint32_t>(std::min<int64_t>(limit.PolicyQuota() / (w / it->seconds), UINT32_MAX)));
+      out->set_requests_per_unit(static_cast<uint32_t>(
+          std::min<int64_t>(limit.PolicyQuota() / (w / it->seconds), UINT32_MAX)));
       return;
     }
   }
 }
 
+// The limit that decided a descriptor, as Envoy reads it: name, rate, what is left, and when
+// the caller may try again (a denial) or the limit resets.
+void DescribeStatus(const store::Check& check, const core::Decision& d, core::Instant now,
+                    pb::RateLimitResponse::DescriptorStatus* status) {
+  auto* limit = status->mutable_current_limit();
+  limit->set_name(std::string(check.name));
+  DescribeLimit(*check.limit, now, limit);
+  status->set_limit_remaining(static_cast<uint32_t>(std::min<int64_t>(d.remaining, UINT32_MAX)));
+  const core::Duration until = !d.allowed && !d.retry_after.IsInfinite() ? d.retry_after : d.reset;
+  status->mutable_duration_until_reset()->set_seconds(until.CeilSeconds());
+}
+
 }  // namespace
 
 struct RlsServer::Impl final : pb::RateLimitService::Service {
-  Impl(RlsOptions o, engine::Engine& e, PolicyFn p) : options(std::move(o)), engine(e), policy(std::move(p)) {}
+  Impl(RlsOptions o, engine::Engine& e, PolicyFn p)
+      : options(std::move(o)), engine(e), policy(std::move(p)) {}
 
   grpc::Status ShouldRateLimit(grpc::ServerContext*, const pb::RateLimitRequest* req,
                                pb::RateLimitResponse* res) override {
     const std::shared_ptr<const policy::Policy> pol = policy();
     const RlsDomain* domain = nullptr;
-    for (const RlsDomain& d : options.domains) if (d.domain == req->domain()) domain = &d;
+    for (const RlsDomain& d : options.domains)
+      if (d.domain == req->domain()) domain = &d;
     res->set_overall_code(pb::RateLimitResponse::OK);
     if (!domain) {
       stats.unknown_domain.fetch_add(1, std::memory_order_relaxed);
-      for (int i = 0; i < req->descriptors_size(); ++i) res->add_statuses()->set_code(pb::RateLimitResponse::OK);
+      for (int i = 0; i < req->descriptors_size(); ++i)
+        res->add_statuses()->set_code(pb::RateLimitResponse::OK);
       stats.ok.fetch_add(1, std::memory_order_relaxed);
       return grpc::Status::OK;
     }
@@ -107,7 +126,8 @@ struct RlsServer::Impl final : pb::RateLimitService::Service {
       const size_t n = engine::ChecksFor(*plan, key, cost, now, checks);
       const std::string scope = engine::ScopeFor(*plan, key, address);
       std::promise<engine::Verdict> done;
-      engine.Decide({.batch = {.scope = scope, .checks = {checks.data(), n}}, .fail_mode = engine::FailMode::kOpen},
+      engine.Decide({.batch = {.scope = scope, .checks = {checks.data(), n}},
+                     .fail_mode = engine::FailMode::kOpen},
                     {decisions.data(), n}, [&done](engine::Verdict v) { done.set_value(v); });
       const engine::Verdict v = done.get_future().get();
       // The one answer mapping (contract/): a denial is OVER_LIMIT; its headers are Envoy's to add.
@@ -127,13 +147,7 @@ struct RlsServer::Impl final : pb::RateLimitService::Service {
       }
       if (v.primary >= 0 && plan->enforced) {
         const auto p = static_cast<size_t>(v.primary);
-        const core::Decision& d = decisions[p];
-        auto* limit = status->mutable_current_limit();
-        limit->set_name(std::string(checks[p].name));
-        DescribeLimit(*checks[p].limit, v.now, limit);
-        status->set_limit_remaining(static_cast<uint32_t>(std::min<int64_t>(d.remaining, UINT32_MAX)));
-        const core::Duration until = !d.allowed && !d.retry_after.IsInfinite() ? d.retry_after : d.reset;
-        status->mutable_duration_until_reset()->set_seconds(until.CeilSeconds());
+        DescribeStatus(checks[p], decisions[p], v.now, status);
       }
     }
     (res->overall_code() == pb::RateLimitResponse::OK ? stats.ok : stats.over_limit)
@@ -158,9 +172,11 @@ core::Result<int> RlsServer::Start() {
   int port = 0;
   builder.AddListeningPort(impl_->options.listen, grpc::InsecureServerCredentials(), &port);
   builder.RegisterService(impl_.get());
-  builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::MAX_POLLERS, impl_->options.threads);
+  builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::MAX_POLLERS,
+                              impl_->options.threads);
   impl_->server = builder.BuildAndStart();
-  if (!impl_->server || port == 0) return core::Error{"rls.listen: cannot listen on " + impl_->options.listen};
+  if (!impl_->server || port == 0)
+    return core::Error{"rls.listen: cannot listen on " + impl_->options.listen};
   return port;
 }
 

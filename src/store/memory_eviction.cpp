@@ -61,7 +61,6 @@ constexpr size_t kMaxEvictionScan = 64;
 // The Retry-After of a new key refused by a full shard whose sampled entries gave no time.
 constexpr core::Duration kFullRetryFallback = core::Duration::Seconds(1);
 
-
 // How much a key's state restricts its client at some instant: the order of eviction, least
 // restrictive first.
 struct Hold {
@@ -144,7 +143,6 @@ core::Decision FullRejection(const core::Limit& limit, core::Duration retry) {
   return d;
 }
 
-
 bool Kept(uint64_t h1, std::span<const uint64_t> keep) {
   return std::find(keep.begin(), keep.end(), h1) != keep.end();
 }
@@ -172,9 +170,9 @@ bool MemoryStore::Shard::MakeRoomFor(std::span<const Check> checks,
 }
 
 inline bool MemoryStore::Shard::Reserve(std::span<const Check> checks,
-                                 std::span<const core::Decision> decisions,
-                                 std::span<Pending> pending, core::Instant now,
-                                 MemoryStoreStats& stats, core::Duration& retry) {
+                                        std::span<const core::Decision> decisions,
+                                        std::span<Pending> pending, core::Instant now,
+                                        MemoryStoreStats& stats, core::Duration& retry) {
   // A sweep may drop the batch's own expired keys (as good as fresh): it goes first, so that
   // they count as new keys. It moves slots.
   SweepIfDue(now, stats);
@@ -222,8 +220,8 @@ inline bool MemoryStore::Shard::Reserve(std::span<const Check> checks,
 }
 
 inline size_t MemoryStore::Shard::MakeRoomForSlots(size_t keys, std::span<const uint64_t> keep,
-                                            core::Instant now, MemoryStoreStats& stats,
-                                            core::Duration& retry) {
+                                                   core::Instant now, MemoryStoreStats& stats,
+                                                   core::Duration& retry) {
   while (count_ + keys > max_keys_) {
     bool expired = false;
     const size_t victim = PickSlot(keep, now, retry, expired);
@@ -235,7 +233,7 @@ inline size_t MemoryStore::Shard::MakeRoomForSlots(size_t keys, std::span<const 
 }
 
 inline size_t MemoryStore::Shard::PickSlot(std::span<const uint64_t> keep, core::Instant now,
-                                    core::Duration& retry, bool& expired) {
+                                           core::Duration& retry, bool& expired) {
   size_t best = SIZE_MAX;
   Hold best_hold;
   size_t i = eviction_cursor_;
@@ -245,8 +243,7 @@ inline size_t MemoryStore::Shard::PickSlot(std::span<const uint64_t> keep, core:
     const Slot& s = slots_[i];
     if (s.h1 == 0 || Kept(s.h1, keep)) continue;
     ++seen;
-    const Hold h =
-        HoldOf(limits_.Find(s.limit_id), s.state, int64_t{s.expires_s} * 1'000'000, now);
+    const Hold h = HoldOf(limits_.Find(s.limit_id), s.state, int64_t{s.expires_s} * 1'000'000, now);
     if (h.level == Hold::kRejects) retry = std::min(retry, h.retry);
     if (best == SIZE_MAX || h.LessThan(best_hold)) {
       best = i;
@@ -261,8 +258,8 @@ inline size_t MemoryStore::Shard::PickSlot(std::span<const uint64_t> keep, core:
 }
 
 inline size_t MemoryStore::Shard::MakeRoomForLogs(size_t keys, std::span<const uint64_t> keep,
-                                           core::Instant now, MemoryStoreStats& stats,
-                                           core::Duration& retry) {
+                                                  core::Instant now, MemoryStoreStats& stats,
+                                                  core::Duration& retry) {
   while (logs_.size() + keys > max_keys_) {
     bool expired = false;
     const auto victim = PickLog(keep, now, retry, expired);
@@ -312,7 +309,8 @@ inline void MemoryStore::Shard::SweepIfDue(core::Instant now, MemoryStoreStats& 
 
 size_t MemoryStore::Shard::Sweep(core::Instant now, MemoryStoreStats& stats) {
   last_sweep_us_ = now.unix_micros();
-  const uint32_t now_s = static_cast<uint32_t>(std::clamp<int64_t>(now.unix_micros() / 1'000'000, 0, UINT32_MAX));
+  const uint32_t now_s =
+      static_cast<uint32_t>(std::clamp<int64_t>(now.unix_micros() / 1'000'000, 0, UINT32_MAX));
   const size_t before = count_;
   // In place, with no second table. Erase() may shift a later entry into slot i, so slot i is
   // looked at again. An entry shifted across the end of the table into a slot before i was

@@ -88,10 +88,10 @@ constexpr uint64_t kNameSeed = 0x165667b19e3779f9ull;
 constexpr uint64_t kDigestSalt = 0x27d4eb2f165667c5ull;
 constexpr uint64_t kDigestSalt2 = 0x94d049bb133111ebull;
 
-// Two hashes of a batch's scope (the halves of one XXH3-128). With the check's name and algorithm they give each
-// key a 79-bit digest (h1 with its low bit set, h2), by which alone the table identifies it:
-// with a million keys in a shard, two keys share one with odds of about 2^-40. The other 16 bits
-// of the 96 a slot has for it name the key's limit (Slot::limit_id).
+// Two hashes of a batch's scope (the halves of one XXH3-128). With the check's name and algorithm
+// they give each key a 79-bit digest (h1 with its low bit set, h2), by which alone the table
+// identifies it: with a million keys in a shard, two keys share one with odds of about 2^-40. The
+// other 16 bits of the 96 a slot has for it name the key's limit (Slot::limit_id).
 struct ScopeHash {
   uint64_t a;
   uint64_t b;
@@ -143,8 +143,7 @@ MemoryStore::MemoryStore(MemoryStoreOptions options, const util::Clock& clock) :
 
 MemoryStore::~MemoryStore() = default;
 
-void MemoryStore::Apply(const Batch& batch, std::span<core::Decision> decisions,
-                        Completion done) {
+void MemoryStore::Apply(const Batch& batch, std::span<core::Decision> decisions, Completion done) {
   done(ApplyNow(batch, decisions));
 }
 

@@ -35,8 +35,8 @@ core::Result<std::vector<std::string>> DaysOfPeriod(std::string_view period) {
   const bool is_day = period.size() == 10 && period[4] == '-' && period[7] == '-' &&
                       ParseInt(period.substr(0, 4), y) && ParseInt(period.substr(5, 2), m) &&
                       ParseInt(period.substr(8, 2), d);
-  const bool is_month = period.size() == 7 && period[4] == '-' && ParseInt(period.substr(0, 4), y) &&
-                        ParseInt(period.substr(5, 2), m);
+  const bool is_month = period.size() == 7 && period[4] == '-' &&
+                        ParseInt(period.substr(0, 4), y) && ParseInt(period.substr(5, 2), m);
   if ((!is_day && !is_month) || m < 1 || m > 12 || (is_day && (d < 1 || d > 31))) {
     return core::Error{"period: expected YYYY-MM or YYYY-MM-DD, got '" + std::string(period) + "'"};
   }
@@ -49,8 +49,10 @@ core::Result<std::vector<std::string>> DaysOfPeriod(std::string_view period) {
   }
   std::vector<std::string> out;
   const int64_t first = core::DaysFromCivil({y, m, 1});
-  const int64_t end = core::PeriodEnd(core::Period::kMonth, core::Instant::FromUnixSeconds(first * 86'400))
-                          .unix_micros() / (int64_t{86'400} * 1'000'000);
+  const int64_t end =
+      core::PeriodEnd(core::Period::kMonth, core::Instant::FromUnixSeconds(first * 86'400))
+          .unix_micros() /
+      (int64_t{86'400} * 1'000'000);
   for (int64_t day = first; day < end; ++day) out.push_back(DayLabel(day));
   return out;
 }
@@ -70,8 +72,10 @@ void UsageMeter::Record(std::string_view account, std::string_view key_id, usage
   std::lock_guard lock(mu_);
   auto it = pending_.find(view);
   if (it == pending_.end()) {
-    it = pending_.emplace(usage::UsageKey{cached_label, std::string(account), std::string(key_id)},
-                          usage::UsageCounts{}).first;
+    it = pending_
+             .emplace(usage::UsageKey{cached_label, std::string(account), std::string(key_id)},
+                      usage::UsageCounts{})
+             .first;
     slice_rows_[rows_created_++ % slices_].push_back(&*it);
   }
   it->second.requests[o] += 1;
@@ -125,15 +129,16 @@ void UsageMeter::Query(std::string_view period, std::string account,
   auto days = DaysOfPeriod(period);
   if (!days) return done(core::Error{days.error()});
   Flush();
-  backend_.Read(std::move(days).value(), std::move(account),
-                [period = std::string(period), done = std::move(done)](core::Result<usage::UsageRows> rows) {
-                  if (!rows) return done(core::Error{rows.error()});
-                  std::map<std::pair<std::string, std::string>, usage::UsageCounts> sums;
-                  for (const auto& [k, v] : *rows) sums[{k.account, k.key_id}].Add(v);
-                  std::vector<UsageRecord> out;
-                  for (const auto& [k, v] : sums) out.push_back({period, k.first, k.second, v});
-                  done(std::move(out));
-                });
+  backend_.Read(
+      std::move(days).value(), std::move(account),
+      [period = std::string(period), done = std::move(done)](core::Result<usage::UsageRows> rows) {
+        if (!rows) return done(core::Error{rows.error()});
+        std::map<std::pair<std::string, std::string>, usage::UsageCounts> sums;
+        for (const auto& [k, v] : *rows) sums[{k.account, k.key_id}].Add(v);
+        std::vector<UsageRecord> out;
+        for (const auto& [k, v] : sums) out.push_back({period, k.first, k.second, v});
+        done(std::move(out));
+      });
 }
 
 std::string UsageCsv(const std::vector<UsageRecord>& records) {
@@ -164,8 +169,9 @@ std::string UsageJson(const std::vector<UsageRecord>& records) {
     out += "{\"period\":\"" + Escape(r.period) + "\",\"account\":\"" + Escape(r.account) +
            "\",\"key_id\":\"" + Escape(r.key_id) + "\"";
     for (size_t o = 0; o < usage::kOutcomes; ++o) {
-      out += ",\"" + std::string(usage::kOutcomeNames[o]) + "\":{\"requests\":" +
-             std::to_string(r.counts.requests[o]) + ",\"cost\":" + std::to_string(r.counts.cost[o]) + "}";
+      out += ",\"" + std::string(usage::kOutcomeNames[o]) +
+             "\":{\"requests\":" + std::to_string(r.counts.requests[o]) +
+             ",\"cost\":" + std::to_string(r.counts.cost[o]) + "}";
     }
     out += "}";
   }

@@ -107,7 +107,8 @@ void RedisUsageBackend::Add(const UsageDeltas& fresh) {
     const int slot = store::RedisStore::KeySlot(key);
     // Every HINCRBY of the row, in one go. A request usually costs 1, so the cost is kept as
     // what it adds to the request count: one HINCRBY per outcome, not two.
-    store::RedisStore::Fire counts{{}, slot, [f, row](store::RedisStore::FireResult r) { f->OnCounts(row, r); }, 0};
+    store::RedisStore::Fire counts{
+        {}, slot, [f, row](store::RedisStore::FireResult r) { f->OnCounts(row, r); }, 0};
     counts.command.reserve(128);
     for (size_t i = 0; i < kOutcomes; ++i) {
       for (const bool extra : {false, true}) {
@@ -117,7 +118,8 @@ void RedisUsageBackend::Add(const UsageDeltas& fresh) {
             .append("|")
             .append(kOutcomeNames[i])
             .append(extra ? "|extra_cost" : "|requests");
-        store::RedisStore::EncodeCommand(counts.command, {"HINCRBY", key, field, std::to_string(n)});
+        store::RedisStore::EncodeCommand(counts.command,
+                                         {"HINCRBY", key, field, std::to_string(n)});
         ++counts.replies;
       }
     }
@@ -128,15 +130,17 @@ void RedisUsageBackend::Add(const UsageDeltas& fresh) {
     f->left += 3;
     auto confirm = [f, row](store::RedisStore::FireResult r) { f->OnIndex(row, r); };
     const std::string index = prefix_ + ":usage:" + k.day;
-    store::RedisStore::Fire& expire = commands.emplace_back(store::RedisStore::Fire{{}, slot, confirm});
+    store::RedisStore::Fire& expire =
+        commands.emplace_back(store::RedisStore::Fire{{}, slot, confirm});
     store::RedisStore::EncodeCommand(expire.command, {"EXPIRE", key, ttl});
     // The day's index and its TTL: one write, two replies.
-    store::RedisStore::Fire& add = commands.emplace_back(store::RedisStore::Fire{{}, store::RedisStore::KeySlot(index), confirm, 2});
+    store::RedisStore::Fire& add = commands.emplace_back(
+        store::RedisStore::Fire{{}, store::RedisStore::KeySlot(index), confirm, 2});
     store::RedisStore::EncodeCommand(add.command, {"SADD", index, k.account});
     store::RedisStore::EncodeCommand(add.command, {"EXPIRE", index, ttl});
   }
   if (f->left == 0) return;  // rows of zeros: nothing sent
-  flight.release();  // deleted by its last reply
+  flight.release();          // deleted by its last reply
   redis_.FireAndForget(std::move(commands));
 }
 
@@ -147,37 +151,38 @@ void RedisUsageBackend::Read(std::vector<std::string> days, std::string account,
   g->left = 1;  // released at the end of this function
   auto read_hash = [this, g](const std::string& day, const std::string& acct) {
     g->left.fetch_add(1);
-    redis_.Command({"HGETALL", HashKey(prefix_, acct, day)}, 1, [g, day, acct](core::Result<RedisValue> r) {
-      {
-        std::lock_guard lock(g->mu);
-        const auto* items = r ? std::get_if<std::vector<RedisValue>>(&r->v) : nullptr;
-        if (!items) {
-          g->error = r ? "unexpected reply" : r.error();
-        } else {
-          for (size_t i = 0; i + 1 < items->size(); i += 2) {
-            const auto* field = std::get_if<std::string>(&(*items)[i].v);
-            const auto* value = std::get_if<std::string>(&(*items)[i + 1].v);
-            if (!field || !value) continue;
-            // "<key_id>|<outcome>|<requests|extra_cost>"; key ids may not contain '|'. The
-            // cost is the requests plus the extra cost.
-            const size_t b = field->rfind('|');
-            const size_t a = b == std::string::npos ? b : field->rfind('|', b - 1);
-            if (a == std::string::npos) continue;
-            const std::string outcome = field->substr(a + 1, b - a - 1);
-            const std::string what = field->substr(b + 1);
-            if (what != "requests" && what != "extra_cost") continue;
-            for (size_t o = 0; o < kOutcomes; ++o) {
-              if (outcome != kOutcomeNames[o]) continue;
-              UsageCounts& c = g->rows[UsageKey{day, acct, field->substr(0, a)}];
-              const int64_t n = std::stoll(*value);
-              c.cost[o] += n;
-              if (what == "requests") c.requests[o] += n;
+    redis_.Command(
+        {"HGETALL", HashKey(prefix_, acct, day)}, 1, [g, day, acct](core::Result<RedisValue> r) {
+          {
+            std::lock_guard lock(g->mu);
+            const auto* items = r ? std::get_if<std::vector<RedisValue>>(&r->v) : nullptr;
+            if (!items) {
+              g->error = r ? "unexpected reply" : r.error();
+            } else {
+              for (size_t i = 0; i + 1 < items->size(); i += 2) {
+                const auto* field = std::get_if<std::string>(&(*items)[i].v);
+                const auto* value = std::get_if<std::string>(&(*items)[i + 1].v);
+                if (!field || !value) continue;
+                // "<key_id>|<outcome>|<requests|extra_cost>"; key ids may not contain '|'. The
+                // cost is the requests plus the extra cost.
+                const size_t b = field->rfind('|');
+                const size_t a = b == std::string::npos ? b : field->rfind('|', b - 1);
+                if (a == std::string::npos) continue;
+                const std::string outcome = field->substr(a + 1, b - a - 1);
+                const std::string what = field->substr(b + 1);
+                if (what != "requests" && what != "extra_cost") continue;
+                for (size_t o = 0; o < kOutcomes; ++o) {
+                  if (outcome != kOutcomeNames[o]) continue;
+                  UsageCounts& c = g->rows[UsageKey{day, acct, field->substr(0, a)}];
+                  const int64_t n = std::stoll(*value);
+                  c.cost[o] += n;
+                  if (what == "requests") c.requests[o] += n;
+                }
+              }
             }
           }
-        }
-      }
-      g->Finish();
-    });
+          g->Finish();
+        });
   };
   for (const std::string& day : days) {
     if (!account.empty()) {
@@ -193,7 +198,8 @@ void RedisUsageBackend::Read(std::vector<std::string> days, std::string account,
                        g->error = r ? "unexpected reply" : r.error();
                      } else {
                        for (const RedisValue& m : *items) {
-                         if (const auto* acct = std::get_if<std::string>(&m.v)) read_hash(day, *acct);
+                         if (const auto* acct = std::get_if<std::string>(&m.v))
+                           read_hash(day, *acct);
                        }
                      }
                      g->Finish();

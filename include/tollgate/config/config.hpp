@@ -46,8 +46,8 @@ struct ServerConfig {
 struct UpstreamConfig {
   std::string url = "http://127.0.0.1:8081";  // http://host:port[/base-path]
   int connect_timeout_ms = 1'000;
-  int timeout_ms = 30'000;                    // until the upstream's response headers
-  size_t max_connections = 256;               // pooled keep-alive connections, per process
+  int timeout_ms = 30'000;       // until the upstream's response headers
+  size_t max_connections = 256;  // pooled keep-alive connections, per process
   // Requests waiting for a connection when all max_connections are busy, per process; past
   // it, or after queue_timeout_ms of waiting, 503 upstream_busy.
   size_t queue_size = 1'024;
@@ -55,15 +55,15 @@ struct UpstreamConfig {
 };
 
 struct StoreConfig {
-  std::string type = "memory";   // memory | redis
-  size_t max_keys = 1'000'000;   // memory: most keys held
+  std::string type = "memory";      // memory | redis
+  size_t max_keys = 1'000'000;      // memory: most keys held
   std::string prefix = "tollgate";  // key prefix: separates environments sharing a Redis
   // redis: redis://[user:pass@]host:port[/db] or redis-cluster://host:port[,host:port...];
   // rediss:// and rediss-cluster:// over TLS
   std::string url;
-  int timeout_ms = 5;            // redis: deadline per decision
+  int timeout_ms = 5;              // redis: deadline per decision
   int connect_timeout_ms = 1'000;  // redis: to connect and authenticate
-  bool deny_cache = true;        // redis: reject locally what the last answer proves hopeless
+  bool deny_cache = true;          // redis: reject locally what the last answer proves hopeless
   // rediss: PEM files; the CA that signed the server's certificate (empty: the system's CAs),
   // and a client certificate with its key when the server asks for one.
   std::string tls_ca_file;
@@ -90,7 +90,7 @@ enum class DecisionProxy {
 };
 
 struct DecisionConfig {
-  std::string listen;    // host:port
+  std::string listen;     // host:port
   int deny_status = 429;  // nginx auth_request needs 403 (it turns anything else into 500)
   DecisionProxy proxy = DecisionProxy::kNginx;
   TargetConfig request_target;
@@ -123,15 +123,15 @@ struct LimitConfig {
 
 struct PlanConfig {
   std::string name;
-  std::optional<Mode> mode;  // unset: the global mode
+  std::optional<Mode> mode;   // unset: the global mode
   std::string scope = "key";  // key | account: whose budget the limits count
   std::vector<LimitConfig> limits;
 };
 
 // A per-key change to one named limit of its plan, until `expires`.
 struct OverrideConfig {
-  std::string limit;               // the plan limit's name
-  core::LimitSpec spec;            // the plan's spec with the overridden fields
+  std::string limit;                      // the plan limit's name
+  core::LimitSpec spec;                   // the plan's spec with the overridden fields
   std::optional<int64_t> expires_unix_s;  // unset: never expires
 };
 
@@ -153,15 +153,15 @@ enum class RouteIdentity { kKey, kIp, kNone };
 enum class FailMode { kOpen, kClosed };
 
 struct CostConfig {
-  int64_t fixed = 1;          // used when `query` is empty
-  std::string query;          // the query parameter holding a count (e.g. pages)
-  int64_t per = 1;            // cost = max(min, ceil(count / per))
+  int64_t fixed = 1;  // used when `query` is empty
+  std::string query;  // the query parameter holding a count (e.g. pages)
+  int64_t per = 1;    // cost = max(min, ceil(count / per))
   int64_t min = 1;
 };
 
 struct RouteConfig {
-  std::string path;           // exact path, or a prefix ending in '*' ("/v1/export*")
-  std::string method;         // empty: any method
+  std::string path;    // exact path, or a prefix ending in '*' ("/v1/export*")
+  std::string method;  // empty: any method
   CostConfig cost;
   FailMode fail_mode = FailMode::kOpen;
   RouteIdentity identity = RouteIdentity::kKey;
@@ -189,7 +189,7 @@ struct Config {
   std::vector<PlanConfig> plans;  // in file order
   std::vector<KeyConfig> keys;
   KeySourceConfig key_source;
-  std::vector<RouteConfig> routes;  // first match wins; unmatched paths: identity key, cost 1
+  std::vector<RouteConfig> routes;     // first match wins; unmatched paths: identity key, cost 1
   std::vector<LimitConfig> anonymous;  // per client IP, for `identity: ip` routes
   HeadersConfig headers;
   DecisionConfig decision;

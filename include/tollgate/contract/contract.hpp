@@ -32,7 +32,9 @@ class HeaderList {
     [[gnu::always_inline]] void Add(std::string_view name, std::string_view value) {
       Start(name) << value << "\r\n";
     }
-    [[gnu::always_inline]] void Add(std::string_view name, int64_t value) { Start(name) << value << "\r\n"; }
+    [[gnu::always_inline]] void Add(std::string_view name, int64_t value) {
+      Start(name) << value << "\r\n";
+    }
     // Adds a header whose value `write(util::StringAppender&)` writes in place.
     template <typename Write>
     void AddWith(std::string_view name, Write&& write) {
@@ -42,7 +44,8 @@ class HeaderList {
 
    private:
     [[gnu::always_inline]] util::StringAppender& Start(std::string_view name) {
-      list_.names_.push_back({static_cast<uint32_t>(out_.size()), static_cast<uint32_t>(name.size())});
+      list_.names_.push_back(
+          {static_cast<uint32_t>(out_.size()), static_cast<uint32_t>(name.size())});
       list_.sizes_ |= name.size() < 64 ? uint64_t{1} << name.size() : 0;
       return out_ << name << ": ";
     }
@@ -77,7 +80,7 @@ class HeaderList {
 
   std::string text_;
   std::vector<Name> names_;  // where each header's name is in text_
-  uint64_t sizes_ = 0;  // bit n set: a name of size n (below 64) is in names_
+  uint64_t sizes_ = 0;       // bit n set: a name of size n (below 64) is in names_
 };
 
 // Appends the configured header sets for the enforced checks (shadow checks are never
@@ -88,27 +91,26 @@ class HeaderList {
 //   (the one that limited, else the one with the smallest remaining). Reset is delta seconds:
 //   on a 429 the wait before a retry can pass, otherwise the time until fully recovered.
 //   Retry-After on a rejection, unless the request can never pass.
-void AppendRateLimitHeaders(const config::HeadersConfig& sets,
-                            std::span<const store::Check> checks,
+void AppendRateLimitHeaders(const config::HeadersConfig& sets, std::span<const store::Check> checks,
                             std::span<const core::Decision> decisions,
                             const engine::Verdict& verdict, HeaderList& out);
 
 // application/problem+json body of a 429 (or 503 limiter_unavailable). `status` is the HTTP
 // status it is sent with (the decision service may deny with 403 for nginx auth_request).
 void AppendRejectionBody(std::string& out, std::span<const store::Check> checks,
-                         std::span<const core::Decision> decisions,
-                         const engine::Verdict& verdict, int status = 429);
+                         std::span<const core::Decision> decisions, const engine::Verdict& verdict,
+                         int status = 429);
 std::string RejectionBody(std::span<const store::Check> checks,
-                          std::span<const core::Decision> decisions,
-                          const engine::Verdict& verdict, int status = 429);
+                          std::span<const core::Decision> decisions, const engine::Verdict& verdict,
+                          int status = 429);
 
 // How an adapter answers. The gateway and libtollgate use the defaults; the decision listener
 // denies with decision.deny_status (nginx auth_request needs 403) and adds the code in a header.
 struct AnswerOptions {
   const config::HeadersConfig* headers = nullptr;  // which rate-limit header sets. REQUIRES: set
-  int deny_status = 429;     // a rejection, and a store failure on a fail-closed route (below)
+  int deny_status = 429;          // a rejection, and a store failure on a fail-closed route (below)
   bool deny_unavailable = false;  // a store failure answers deny_status instead of 503
-  bool code_header = false;  // X-Tollgate-Code on a rejection (nginx drops auth bodies)
+  bool code_header = false;       // X-Tollgate-Code on a rejection (nginx drops auth bodies)
 };
 
 // What to send for a decided request: the status, the body's code and type. The headers and
@@ -128,15 +130,15 @@ struct Answer {
 //                Retry-After (none when the request can never pass)
 //   unavailable  503 limiter_unavailable (or deny_status), Retry-After
 Answer Respond(const engine::Verdict& verdict, std::span<const store::Check> checks,
-               std::span<const core::Decision> decisions, bool advertise, const AnswerOptions& options,
-               HeaderList& headers, std::string& body);
+               std::span<const core::Decision> decisions, bool advertise,
+               const AnswerOptions& options, HeaderList& headers, std::string& body);
 
 // A request without a valid key on a keyed route: 401 (missing_api_key or invalid_api_key, with
 // WWW-Authenticate: Bearer), or, once the client address has sent too many invalid keys (the
 // verdict of identity.invalid_key_limit, `check` and `decision`), deny_status with Retry-After.
 Answer RespondInvalidKey(const engine::Verdict& verdict, const store::Check& check,
-                         const core::Decision& decision, bool key_presented, const AnswerOptions& options,
-                         HeaderList& headers, std::string& body);
+                         const core::Decision& decision, bool key_presented,
+                         const AnswerOptions& options, HeaderList& headers, std::string& body);
 
 // {"code": "...", "message": "..."} for other errors (401, 400, 502, 504 ...).
 std::string ErrorBody(std::string_view code, std::string_view message);

@@ -26,7 +26,8 @@ size_t ChecksFor(const policy::Plan& plan, const policy::Key* key, int64_t cost,
 // or "ip:<address>".
 std::string ScopeFor(const policy::Plan& plan, const policy::Key* key, std::string_view address);
 // The same into `scope`, reusing its capacity (per request on the gateway's hot path).
-void AssignScope(std::string& scope, const policy::Plan& plan, const policy::Key* key, std::string_view address);
+void AssignScope(std::string& scope, const policy::Plan& plan, const policy::Key* key,
+                 std::string_view address);
 
 // Who a request is and what it is checked against: the first half of every decision, the same
 // for the gateway and libtollgate.
@@ -50,8 +51,9 @@ struct Admission {
 // caller's key); `key`: what the presented key names, null for none or an unknown one. Writes
 // the checks into `checks` and their store scope into `scope` (reusing its capacity). The cost
 // is `fixed_cost` when given, else the route's, read from `query`.
-Admission Admit(const policy::Policy& pol, const policy::Route& route, bool keyed, const policy::Key* key,
-                std::string_view client, std::string_view query, std::optional<int64_t> fixed_cost,
-                core::Instant now, std::span<store::Check> checks, std::string& scope);
+Admission Admit(const policy::Policy& pol, const policy::Route& route, bool keyed,
+                const policy::Key* key, std::string_view client, std::string_view query,
+                std::optional<int64_t> fixed_cost, core::Instant now,
+                std::span<store::Check> checks, std::string& scope);
 
 }  // namespace tollgate::engine

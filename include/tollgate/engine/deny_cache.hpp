@@ -58,13 +58,13 @@ class DenyCache final : public store::Store {
     // A bucket's capacity, tokens and per_micros (zeros otherwise): a reload's new limit may
     // take the address of a freed one, and a bound holds only for the bucket it was made for.
     std::array<int64_t, 3> bucket;
-    int64_t level_upper;       // units, at sent_us
+    int64_t level_upper;  // units, at sent_us
     core::Decision last;
   };
   static std::array<int64_t, 3> BucketOf(const core::Limit& limit);
   struct Entry {
-    int64_t sent_us;         // local monotonic time the answered request left
-    int64_t store_now_us;    // the store's time of that answer
+    int64_t sent_us;       // local monotonic time the answered request left
+    int64_t store_now_us;  // the store's time of that answer
     std::vector<CheckBound> checks;
   };
 

@@ -51,9 +51,9 @@ Verdict Combine(std::span<const store::Check> checks, std::span<const core::Deci
 struct EngineStats {
   std::atomic<uint64_t> allowed{0};
   std::atomic<uint64_t> rejected{0};
-  std::atomic<uint64_t> shadow_rejected{0};   // requests a shadow check would have rejected
-  std::atomic<uint64_t> degraded{0};          // store failed, allowed (fail-open)
-  std::atomic<uint64_t> unavailable{0};       // store failed, rejected (fail-closed)
+  std::atomic<uint64_t> shadow_rejected{0};  // requests a shadow check would have rejected
+  std::atomic<uint64_t> degraded{0};         // store failed, allowed (fail-open)
+  std::atomic<uint64_t> unavailable{0};      // store failed, rejected (fail-closed)
 };
 
 // Thread-safe: holds no per-request state; the store is thread-safe.

@@ -19,7 +19,7 @@ struct RequestHead {
   RequestHead() { fields.reserve(kMaxFields); }
 
   std::string_view method, target;
-  unsigned version = 11;  // 10 or 11
+  unsigned version = 11;   // 10 or 11
   bool keep_alive = true;  // after the version's default and the Connection field
   bool chunked = false;
   std::optional<uint64_t> content_length;

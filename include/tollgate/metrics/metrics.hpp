@@ -2,9 +2,9 @@
 #pragma once
 
 #include <array>
-#include <functional>
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -16,9 +16,8 @@ namespace tollgate::metrics {
 // Latency histogram with fixed buckets (seconds). Thread-safe (relaxed atomics).
 class Histogram {
  public:
-  static constexpr std::array<double, 14> kBuckets = {0.00005, 0.0001, 0.00025, 0.0005, 0.001,
-                                                      0.0025, 0.005, 0.01, 0.025, 0.05,
-                                                      0.1, 0.25, 1, 5};
+  static constexpr std::array<double, 14> kBuckets = {
+      0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1, 5};
   void Observe(double seconds);
   void Render(std::string_view name, std::string& out) const;
 

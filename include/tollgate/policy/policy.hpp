@@ -48,7 +48,7 @@ struct Key {
 };
 
 struct Route {
-  std::string path;   // exact, or a prefix when `prefix`
+  std::string path;  // exact, or a prefix when `prefix`
   bool prefix = false;
   std::string method;  // empty: any
   config::CostConfig cost;
@@ -100,7 +100,8 @@ class Policy {
       std::string_view v = header(name);
       if (v.empty()) continue;
       if (name.size() == 13 && util::EqualsIgnoreCase(name, "Authorization")) {
-        if (v.size() > 7 && util::EqualsIgnoreCase(v.substr(0, 7), "Bearer ")) return util::Trim(v.substr(7));
+        if (v.size() > 7 && util::EqualsIgnoreCase(v.substr(0, 7), "Bearer "))
+          return util::Trim(v.substr(7));
         continue;
       }
       return util::Trim(v);
@@ -113,7 +114,6 @@ class Policy {
   const std::vector<Plan>& plans() const { return plans_; }
   const Plan& strictest() const { return plans_[strictest_]; }
   const config::Config& config() const { return config_; }
-
 
  private:
   Policy() = default;

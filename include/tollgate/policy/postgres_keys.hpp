@@ -18,9 +18,9 @@
 
 namespace tollgate::policy {
 namespace internal {
-struct KeyRecord;   // one api_keys row as read, before it is checked
-class Connection;   // one libpq connection, driven without blocking
-class Wakeup;       // the thread's stop and wake-up signal; every wait watches it
+struct KeyRecord;  // one api_keys row as read, before it is checked
+class Connection;  // one libpq connection, driven without blocking
+class Wakeup;      // the thread's stop and wake-up signal; every wait watches it
 }  // namespace internal
 
 struct PostgresKeySourceOptions {

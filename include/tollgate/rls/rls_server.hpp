@@ -24,7 +24,7 @@ struct RlsDomain {
 struct RlsOptions {
   std::string listen = "127.0.0.1:8081";  // host:port of the gRPC server
   std::vector<RlsDomain> domains;
-  int threads = 2;                        // gRPC handler threads
+  int threads = 2;  // gRPC handler threads
 };
 
 // Counters for /metrics. Thread-safe.

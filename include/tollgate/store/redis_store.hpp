@@ -59,16 +59,16 @@ struct RedisValue {
 
 // Counters for /metrics. Thread-safe (relaxed atomics).
 struct RedisStoreStats {
-  std::atomic<uint64_t> calls{0};           // decisions sent
-  std::atomic<uint64_t> scripts{0};         // script calls sent for them (a group is one)
+  std::atomic<uint64_t> calls{0};    // decisions sent
+  std::atomic<uint64_t> scripts{0};  // script calls sent for them (a group is one)
   std::atomic<uint64_t> timeouts{0};
   std::atomic<uint64_t> errors{0};          // connection and protocol failures
   std::atomic<uint64_t> command_errors{0};  // FireAndForget replies that were errors or failures
   std::atomic<uint64_t> breaker_rejections{0};  // failed at once: circuit open
-  std::atomic<uint64_t> noscript{0};        // script reloaded after NOSCRIPT
-  std::atomic<uint64_t> redirects{0};       // MOVED / ASK followed
+  std::atomic<uint64_t> noscript{0};            // script reloaded after NOSCRIPT
+  std::atomic<uint64_t> redirects{0};           // MOVED / ASK followed
   std::atomic<uint64_t> reconnects{0};
-  std::atomic<int> breaker_open{0};         // 1 while the circuit is open
+  std::atomic<int> breaker_open{0};  // 1 while the circuit is open
 };
 
 // Thread-safe: Apply() may be called from any thread. The store runs its own I/O thread, with
@@ -134,7 +134,7 @@ class RedisStore final : public Store {
  private:
   explicit RedisStore(std::unique_ptr<redis::SharedState> shared);
   std::unique_ptr<redis::SharedState> shared_;  // statistics, the circuit breaker, TLS
-  std::unique_ptr<redis::Lane> own_lane_;  // the store's own lane, on its own thread
+  std::unique_ptr<redis::Lane> own_lane_;       // the store's own lane, on its own thread
   std::vector<std::unique_ptr<redis::Lane>> lanes_;
 };
 

@@ -16,10 +16,10 @@ namespace tollgate::store {
 
 // One check of a batch. The store keys its state by (batch scope, name, algorithm).
 struct Check {
-  std::string_view name;        // e.g. "burst", "daily"
-  const core::Limit* limit;     // not null; outlives the call
-  int64_t cost = 1;             // >= 0; 0 reads without changing anything
-  bool enforced = true;         // false: shadow, computed and reported, never blocks
+  std::string_view name;     // e.g. "burst", "daily"
+  const core::Limit* limit;  // not null; outlives the call
+  int64_t cost = 1;          // >= 0; 0 reads without changing anything
+  bool enforced = true;      // false: shadow, computed and reported, never blocks
 };
 
 enum class Mode : uint8_t {
@@ -51,7 +51,7 @@ struct ApplyResult {
   StoreErrc error = StoreErrc::kOk;
   std::string message;  // set on error
   bool committed = false;
-  core::Instant now;    // the time the decisions were made at
+  core::Instant now;  // the time the decisions were made at
 };
 
 // Interface. Implementations are thread-safe: Apply() may be called from any thread.

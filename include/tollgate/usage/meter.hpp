@@ -57,7 +57,9 @@ class UsageMeter {
   struct KeyHash {
     using is_transparent = void;
     size_t operator()(const KeyView& k) const;
-    size_t operator()(const usage::UsageKey& k) const { return (*this)(KeyView{k.day, k.account, k.key_id}); }
+    size_t operator()(const usage::UsageKey& k) const {
+      return (*this)(KeyView{k.day, k.account, k.key_id});
+    }
   };
   struct KeyEq {
     using is_transparent = void;

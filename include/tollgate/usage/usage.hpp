@@ -49,7 +49,8 @@ struct UsageKey {
   auto operator<=>(const UsageKey&) const = default;
 };
 
-inline size_t HashUsageKey(std::string_view day, std::string_view account, std::string_view key_id) {
+inline size_t HashUsageKey(std::string_view day, std::string_view account,
+                           std::string_view key_id) {
   return util::Hash64(key_id, util::Hash64(account, util::Hash64(day)));
 }
 struct UsageKeyHash {
@@ -84,7 +85,7 @@ class MemoryUsageBackend final : public UsageBackend {
   const size_t max_days_;
   std::mutex mu_;
   std::unordered_map<UsageKey, UsageCounts, UsageKeyHash> rows_;  // sorted when read
-  std::set<std::string> days_;  // the days in rows_
+  std::set<std::string> days_;                                    // the days in rows_
 };
 
 }  // namespace tollgate::usage

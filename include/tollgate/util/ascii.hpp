@@ -21,7 +21,8 @@ inline bool EqualsIgnoreCase(std::string_view a, std::string_view b) {
     // Bytes that differ are equal only as the two cases of one ASCII letter. (Most bytes
     // compared are equal: names are usually written in their canonical case.)
     const unsigned char x = static_cast<unsigned char>(a[i]) | 0x20;
-    if (a[i] != b[i] && (x != (static_cast<unsigned char>(b[i]) | 0x20) || static_cast<unsigned>(x - 'a') > 25u)) {
+    if (a[i] != b[i] &&
+        (x != (static_cast<unsigned char>(b[i]) | 0x20) || static_cast<unsigned>(x - 'a') > 25u)) {
       return false;
     }
   }

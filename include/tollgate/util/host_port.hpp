@@ -20,7 +20,8 @@ inline std::optional<HostPort> SplitHostPort(std::string_view s) {
   const size_t colon = s.rfind(':');
   if (colon == std::string_view::npos || colon + 1 == s.size()) return std::nullopt;
   std::string_view host = s.substr(0, colon);
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']')
+    host = host.substr(1, host.size() - 2);
   return HostPort{std::string(host), std::string(s.substr(colon + 1))};
 }
 

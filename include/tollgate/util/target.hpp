@@ -45,8 +45,9 @@ struct CanonicalTarget {
 // userinfo ("http://host:8080/p?q", converted to origin-form, an empty path becoming "/");
 // "*" for OPTIONS only. Refused: authority-form and CONNECT; '#'; '\'; bytes below 0x21, 0x7f
 // and above; '%' not followed by two hex digits; encoded control bytes in the path
-// (%00-%1F, %7F; the query carries form text and keeps them encoded); by default %2F, %5C and ';' in the path (see TargetOptions); and,
-// whatever the options, a path segment with a "." or ".." piece between ';', %3B, %2F or %5C
+// (%00-%1F, %7F; the query carries form text and keeps them encoded); by default %2F, %5C and ';'
+// in the path (see TargetOptions); and, whatever the options, a path segment with a "." or ".."
+// piece between ';', %3B, %2F or %5C
 // ("..;", "..%3B", ".%2F"), which some upstream would read as a dot segment.
 // Bytes RFC 3986 leaves out but clients send ("[", "]", "|", "{", "}", '"', "^", "`", "<",
 // ">") are kept as they are.

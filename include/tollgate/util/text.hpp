@@ -44,9 +44,10 @@ class StringAppender {
 
   // Integers in decimal (not char or bool, which would be surprising).
   template <std::integral T>
-    requires(!std::same_as<T, bool> && !std::same_as<T, char>)
-  [[gnu::always_inline]] StringAppender& operator<<(T v) {
-    if (std::end(buf_) - p_ < 24) [[unlikely]] Flush();
+  requires(!std::same_as<T, bool> && !std::same_as<T, char>) [[gnu::always_inline]] StringAppender&
+  operator<<(T v) {
+    if (std::end(buf_) - p_ < 24) [[unlikely]]
+      Flush();
     p_ = std::to_chars(p_, std::end(buf_), v).ptr;
     return *this;
   }

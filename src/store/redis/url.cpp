@@ -57,7 +57,8 @@ core::Result<bool> TakeNodes(std::string_view rest, Url& out) {
     auto node = ParseHostPort(rest.substr(0, comma));
     if (!node) return core::Error{node.error()};
     if (node->host.empty()) {
-      return core::Error{"store.url: expected host:port, got '" + std::string(rest.substr(0, comma)) + "'"};
+      return core::Error{"store.url: expected host:port, got '" +
+                         std::string(rest.substr(0, comma)) + "'"};
     }
     out.nodes.push_back(*node);
     if (comma == std::string_view::npos) break;

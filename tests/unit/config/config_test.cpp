@@ -62,17 +62,20 @@ TEST(Config, ErrorsNameTheField) {
 
 TEST(Config, NamesThatReachHeadersRefuseControlCharacters) {
   // Issue 18: a CR/LF in a key id injected "X-Evil: 1" into every upstream request of the key.
-  const std::string plan = "plans: {free: {limits: [{name: b, capacity: 5, refill_per_second: 1}]}}\n";
+  const std::string plan =
+      "plans: {free: {limits: [{name: b, capacity: 5, refill_per_second: 1}]}}\n";
   EXPECT_EQ(ErrorOf(plan + "keys: [{key: k, id: \"a\\r\\nX-Evil: 1\", plan: free}]"),
             "keys[0].id: must not contain control characters (CR, LF, NUL, ...)");
   EXPECT_EQ(ErrorOf(plan + "keys: [{key: k, id: a, account: \"x\\ny\", plan: free}]"),
             "keys[0].account: must not contain control characters (CR, LF, NUL, ...)");
   EXPECT_EQ(ErrorOf(plan + "keys: [{key: k, id: a, plan: \"free\\r\"}]"),
             "keys[0].plan: must not contain control characters (CR, LF, NUL, ...)");
-  EXPECT_EQ(ErrorOf("plans: {\"free\\n\": {limits: [{name: b, capacity: 5, refill_per_second: 1}]}}"),
-            "plans.free\n: a plan name must not be empty or contain control characters");
-  EXPECT_EQ(ErrorOf("plans: {free: {limits: [{name: \"b\\r\", capacity: 5, refill_per_second: 1}]}}"),
-            "plans.free.limits[0].name: must not contain control characters (CR, LF, NUL, ...)");
+  EXPECT_EQ(
+      ErrorOf("plans: {\"free\\n\": {limits: [{name: b, capacity: 5, refill_per_second: 1}]}}"),
+      "plans.free\n: a plan name must not be empty or contain control characters");
+  EXPECT_EQ(
+      ErrorOf("plans: {free: {limits: [{name: \"b\\r\", capacity: 5, refill_per_second: 1}]}}"),
+      "plans.free.limits[0].name: must not contain control characters (CR, LF, NUL, ...)");
   EXPECT_EQ(ErrorOf(plan + "identity: {api_key_headers: [\"X-Key\\r\\nX-Evil\"]}"),
             "identity.api_key_headers[0]: must be a header name (letters, digits, -, ...)");
   EXPECT_EQ(ErrorOf(plan + "routes: [{path: /x, method: \"GET /\"}]"),
@@ -83,7 +86,8 @@ TEST(Config, NamesThatReachHeadersRefuseControlCharacters) {
 }
 
 TEST(Config, ListenerAndPoolSettings) {
-  const std::string plan = "plans: {free: {limits: [{name: b, capacity: 5, refill_per_second: 1}]}}\n";
+  const std::string plan =
+      "plans: {free: {limits: [{name: b, capacity: 5, refill_per_second: 1}]}}\n";
   auto c = ParseConfig(plan + R"(
 server: {max_connections_per_address: 3, admin_max_connections: 5,
          request_target: {allow_encoded_slash: true}}
@@ -100,8 +104,10 @@ decision: {listen: "127.0.0.1:1", proxy: traefik, request_target: {allow_path_pa
   EXPECT_EQ(c->upstream.queue_timeout_ms, 250);
   EXPECT_EQ(c->decision.proxy, DecisionProxy::kTraefik);
   EXPECT_TRUE(c->decision.request_target.allow_path_parameters);
-  EXPECT_EQ(ErrorOf(plan + "decision: {proxy: haproxy}"), "decision.proxy: must be nginx, traefik or envoy, got 'haproxy'");
-  EXPECT_EQ(ErrorOf(plan + "server: {request_target: {allow_dots: true}}"), "server.request_target.allow_dots: unknown field");
+  EXPECT_EQ(ErrorOf(plan + "decision: {proxy: haproxy}"),
+            "decision.proxy: must be nginx, traefik or envoy, got 'haproxy'");
+  EXPECT_EQ(ErrorOf(plan + "server: {request_target: {allow_dots: true}}"),
+            "server.request_target.allow_dots: unknown field");
 }
 
 TEST(Config, StoreTls) {
@@ -111,7 +117,8 @@ TEST(Config, StoreTls) {
 store:
   type: redis
   url: rediss://user:pw@redis.internal:6380/0
-  tls: {ca_file: )" + pem + ", cert_file: " + pem + ", key_file: " + pem + "}\n");
+  tls: {ca_file: )" + pem +
+                       ", cert_file: " + pem + ", key_file: " + pem + "}\n");
   ASSERT_TRUE(c.ok()) << c.error();
   EXPECT_EQ(c->store.tls_ca_file, pem);
   EXPECT_EQ(c->store.tls_cert_file, pem);
@@ -123,7 +130,8 @@ store:
             "store.tls: cert_file and key_file go together");
   EXPECT_EQ(ErrorOf(store + "  url: rediss://h:1\n  tls: {ca_file: /no/such/ca.pem}\n"),
             "store.tls.ca_file: cannot read '/no/such/ca.pem'");
-  EXPECT_EQ(ErrorOf(store + "  url: rediss://h:1\n  tls: {ca: /ca.pem}\n"), "store.tls.ca: unknown field");
+  EXPECT_EQ(ErrorOf(store + "  url: rediss://h:1\n  tls: {ca: /ca.pem}\n"),
+            "store.tls.ca: unknown field");
 }
 
 TEST(Config, OverridesStartFromThePlanLimit) {
@@ -141,10 +149,10 @@ TEST(Config, OverridesStartFromThePlanLimit) {
   EXPECT_EQ(o.expires_unix_s, core::DaysFromCivil({2026, 12, 31}) * 86'400);
 
   EXPECT_EQ(ErrorOf(std::string(kMinimal) + "  - {key: k3, id: three, plan: free, overrides: "
-                                              "{nope: {capacity: 1}}}\n"),
+                                            "{nope: {capacity: 1}}}\n"),
             "keys[1].overrides.nope: plan 'free' has no limit named 'nope'");
   EXPECT_EQ(ErrorOf(std::string(kMinimal) + "  - {key: k3, id: three, plan: free, overrides: "
-                                              "{burst: {capacity: 1, expires: soon}}}\n"),
+                                            "{burst: {capacity: 1, expires: soon}}}\n"),
             "keys[1].overrides.burst.expires: must be a UTC date (2026-12-31) or time "
             "(2026-12-31T23:00:00Z), got 'soon'");
 }
@@ -240,8 +248,9 @@ TEST(Config, KeyWindowLimit) {
   EXPECT_EQ(*KeyWindowLimit(1, 0), 1);
   EXPECT_EQ(KeyWindowLimit(0, 5).error(), "rate_limit_per_minute: must be >= 1, got 0");
   EXPECT_EQ(KeyWindowLimit(5, -1).error(), "rate_limit_burst: must be >= 0, got -1");
-  EXPECT_EQ(KeyWindowLimit(int64_t{1} << 53, 1).error(),
-            "rate_limit_burst: rate_limit_per_minute + rate_limit_burst must be <= 9007199254740992");
+  EXPECT_EQ(
+      KeyWindowLimit(int64_t{1} << 53, 1).error(),
+      "rate_limit_burst: rate_limit_per_minute + rate_limit_burst must be <= 9007199254740992");
   EXPECT_FALSE(KeyWindowLimit(INT64_MAX, INT64_MAX).ok());
 }
 
@@ -267,11 +276,13 @@ TEST(Config, ParseOverridesReadsFieldsLikeTheYamlLoader) {
             "burst.capacity: must be >= 1, got -5");
   EXPECT_EQ(ParseOverrides({{"nope", {{"capacity", "5"}}}}, free).error(),
             "nope: plan 'free' has no limit named 'nope'");
-  EXPECT_EQ(ParseOverrides({{"burst", {{"colour", "red"}}}}, free).error(), "burst.colour: unknown field");
+  EXPECT_EQ(ParseOverrides({{"burst", {{"colour", "red"}}}}, free).error(),
+            "burst.colour: unknown field");
   EXPECT_EQ(ParseOverrides({{"burst", {{"limit", "5"}}}}, free).error(),
             "burst.limit: does not apply to algorithm token_bucket");
-  EXPECT_EQ(ParseOverrides({{"burst", {{"expires", "soon"}}}}, free).error(),
-            "burst.expires: must be a UTC date (2026-12-31) or time (2026-12-31T23:00:00Z), got 'soon'");
+  EXPECT_EQ(
+      ParseOverrides({{"burst", {{"expires", "soon"}}}}, free).error(),
+      "burst.expires: must be a UTC date (2026-12-31) or time (2026-12-31T23:00:00Z), got 'soon'");
 }
 
 }  // namespace
@@ -346,9 +357,11 @@ TEST(Config, SectionChecks) {
   EXPECT_EQ(ErrorOf(plan + "store: {type: redis}\n"), "store.url: required for store.type redis");
   EXPECT_EQ(ErrorOf(plan + "routes: [{path: /x, identity: who}]\n"),
             "routes[0].identity: must be key, ip or none, got 'who'");
-  EXPECT_EQ(ErrorOf(plan + "routes: [{path: /x, cost: {per: 5}}]\n"), "routes[0].cost.query: required");
-  auto c = ParseConfig(plan + "routes: [{path: /x, cost: 7}]\n"
-                              "rls: {domains: [{domain: web, ip_entry: remote_address}]}\n");
+  EXPECT_EQ(ErrorOf(plan + "routes: [{path: /x, cost: {per: 5}}]\n"),
+            "routes[0].cost.query: required");
+  auto c = ParseConfig(plan +
+                       "routes: [{path: /x, cost: 7}]\n"
+                       "rls: {domains: [{domain: web, ip_entry: remote_address}]}\n");
   ASSERT_TRUE(c.ok()) << c.error();
   EXPECT_EQ(c->routes[0].cost.fixed, 7);
   EXPECT_EQ(c->rls.domains[0].ip_entry, "remote_address");
@@ -362,8 +375,9 @@ TEST(Config, KeySourcePathsAreRelativeToTheConfigFile) {
   ASSERT_TRUE(c.ok()) << c.error();
   EXPECT_EQ(c->key_source.snapshot, "/etc/tollgate/keys.json");
   EXPECT_EQ(c->key_source.resync_seconds, 5);
-  EXPECT_EQ(ErrorOf(std::string(kOnePlan) + "keys: {source: postgres, url: x}\nkeys_file: k.yaml\n"),
-            "keys_file: give keys_file or keys.source, not both");
+  EXPECT_EQ(
+      ErrorOf(std::string(kOnePlan) + "keys: {source: postgres, url: x}\nkeys_file: k.yaml\n"),
+      "keys_file: give keys_file or keys.source, not both");
   EXPECT_EQ(ErrorOf(std::string(kOnePlan) + "keys_file: /no/such/keys.yaml\n"),
             "keys_file: cannot read '/no/such/keys.yaml'");
 }

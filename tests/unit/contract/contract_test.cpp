@@ -27,7 +27,8 @@ class ContractTest : public ::testing::Test {
  protected:
   core::Limit burst_ = Bucket(20, "0.5");
   core::Limit daily_ =
-      core::Limit::Create({.algorithm = core::Algorithm::kQuota, .allowance = 1000, .ceiling = 10000})
+      core::Limit::Create(
+          {.algorithm = core::Algorithm::kQuota, .allowance = 1000, .ceiling = 10000})
           .value();
   std::vector<store::Check> checks_ = {{"burst", &burst_, 1, true}, {"daily", &daily_, 1, true}};
   config::HeadersConfig all_{true, true, true};
@@ -53,8 +54,12 @@ TEST_F(ContractTest, AllowedCarriesIetfAndLegacyHeaders) {
 
 TEST_F(ContractTest, RejectionCarriesRetryAfterAndProblemBody) {
   std::vector<Decision> d(2);
-  d[0] = {.allowed = false, .code = core::RejectCode::kRateLimited, .limit = 20, .remaining = 0,
-          .reset = Duration::Seconds(40), .retry_after = Duration::Millis(1500)};
+  d[0] = {.allowed = false,
+          .code = core::RejectCode::kRateLimited,
+          .limit = 20,
+          .remaining = 0,
+          .reset = Duration::Seconds(40),
+          .retry_after = Duration::Millis(1500)};
   d[1] = {.allowed = true, .limit = 1000, .remaining = 990};
   const engine::Verdict v = engine::Combine(checks_, d);
   HeaderList h;
@@ -70,8 +75,11 @@ TEST_F(ContractTest, RejectionCarriesRetryAfterAndProblemBody) {
 
 TEST_F(ContractTest, CostAboveCapacityHasNoRetryAfter) {
   std::vector<Decision> d(2);
-  d[0] = {.allowed = false, .code = core::RejectCode::kCostExceedsCapacity, .limit = 20,
-          .remaining = 20, .retry_after = Duration::Infinite()};
+  d[0] = {.allowed = false,
+          .code = core::RejectCode::kCostExceedsCapacity,
+          .limit = 20,
+          .remaining = 20,
+          .retry_after = Duration::Infinite()};
   d[1] = {.allowed = true, .limit = 1000, .remaining = 990};
   const engine::Verdict v = engine::Combine(checks_, d);
   HeaderList h;
@@ -87,7 +95,8 @@ TEST_F(ContractTest, ShadowChecksAreNotAdvertisedAndSetsAreConfigurable) {
   d[1] = {.allowed = false, .limit = 1000};
   const engine::Verdict v = engine::Combine(checks_, d);
   HeaderList h;
-  AppendRateLimitHeaders({.ietf = true, .ratelimit = false, .x_ratelimit = false}, checks_, d, v, h);
+  AppendRateLimitHeaders({.ietf = true, .ratelimit = false, .x_ratelimit = false}, checks_, d, v,
+                         h);
   auto m = ToMap(h);
   EXPECT_EQ(m["RateLimit-Policy"], "\"burst\";q=20;w=40");
   EXPECT_EQ(m.count("RateLimit-Limit"), 0u);
@@ -103,9 +112,9 @@ TEST(Contract, JsonEscape) {
 TEST(Contract, JsonEscapeReplacesInvalidUtf8) {
   EXPECT_EQ(JsonEscape("/\xc3\x28"), "/\\ufffd(");
   EXPECT_EQ(JsonEscape("\xff\xfe"), "\\ufffd\\ufffd");
-  EXPECT_EQ(JsonEscape("\xe2\x82"), "\\ufffd\\ufffd");          // truncated sequence
+  EXPECT_EQ(JsonEscape("\xe2\x82"), "\\ufffd\\ufffd");             // truncated sequence
   EXPECT_EQ(JsonEscape("\xed\xa0\x80"), "\\ufffd\\ufffd\\ufffd");  // a surrogate
-  EXPECT_EQ(JsonEscape("\xc0\xaf"), "\\ufffd\\ufffd");          // overlong
+  EXPECT_EQ(JsonEscape("\xc0\xaf"), "\\ufffd\\ufffd");             // overlong
 }
 
 }  // namespace
@@ -134,7 +143,9 @@ TEST(HeaderListTest, WriterKeepsNamesAcrossBufferFlushes) {
     HeaderList::Writer w(h);
     w.Add("Long", long_value);
     w.Add("After-Long", int64_t{42});
-    w.AddWith("Built", [](util::StringAppender& out) { out << "a=" << -7 << ";b=" << uint64_t{18446744073709551615u}; });
+    w.AddWith("Built", [](util::StringAppender& out) {
+      out << "a=" << -7 << ";b=" << uint64_t{18446744073709551615u};
+    });
   }
   EXPECT_EQ(h.Rendered(), "First: 1\r\nLong: " + long_value +
                               "\r\nAfter-Long: 42\r\nBuilt: a=-7;b=18446744073709551615\r\n");
@@ -182,4 +193,3 @@ TEST(StringAppenderTest, GivesTheConcatenationWhateverThePieceSizes) {
 }
 
 }  // namespace tollgate::contract
-

@@ -47,10 +47,9 @@ TEST(TokenBucketProperty, MatchesFormulaAndNeverExceedsCPlusRT) {
     const int64_t capacity = 1 + static_cast<int64_t>(rng() % 50);
     const char* rates[] = {"0.5", "1", "3", "7.25", "50", "0.016667"};
     const Rate rate = Rate::Parse(rates[rng() % std::size(rates)], 1).value();
-    const Limit limit = Limit::Create({.algorithm = Algorithm::kTokenBucket,
-                                       .capacity = capacity,
-                                       .refill = rate})
-                            .value();
+    const Limit limit =
+        Limit::Create({.algorithm = Algorithm::kTokenBucket, .capacity = capacity, .refill = rate})
+            .value();
     ReferenceBucket ref(capacity, rate);
     State state;
     int64_t now = kT0.unix_micros();
@@ -90,10 +89,9 @@ TEST(SlidingLogProperty, MatchesExactRollingCount) {
     std::mt19937_64 rng(seed);
     const int64_t max = 1 + static_cast<int64_t>(rng() % 30);
     const Duration window = Duration::Millis(100 + static_cast<int64_t>(rng() % 5000));
-    const Limit limit = Limit::Create({.algorithm = Algorithm::kSlidingWindowLog,
-                                       .limit = max,
-                                       .window = window})
-                            .value();
+    const Limit limit =
+        Limit::Create({.algorithm = Algorithm::kSlidingWindowLog, .limit = max, .window = window})
+            .value();
     LogState state;
     std::vector<Accepted> accepted;
     int64_t now = kT0.unix_micros();
@@ -117,7 +115,8 @@ TEST(SlidingLogProperty, MatchesExactRollingCount) {
         for (const Accepted& a : accepted) later += a.at_us > at - window.micros() ? a.cost : 0;
         ASSERT_LE(later + cost, max);
         int64_t before = 0;
-        for (const Accepted& a : accepted) before += a.at_us > at - 1 - window.micros() ? a.cost : 0;
+        for (const Accepted& a : accepted)
+          before += a.at_us > at - 1 - window.micros() ? a.cost : 0;
         ASSERT_GT(before + cost, max);
       }
     }
@@ -129,10 +128,10 @@ TEST(WindowProperty, FixedAndSlidingCounterMatchTheirFormulas) {
     std::mt19937_64 rng(seed);
     const int64_t max = 1 + static_cast<int64_t>(rng() % 30);
     const int64_t w_ms = 100 + static_cast<int64_t>(rng() % 5000);
-    const Limit fixed = Limit::Create({.algorithm = Algorithm::kFixedWindow,
-                                       .limit = max,
-                                       .window = Duration::Millis(w_ms)})
-                            .value();
+    const Limit fixed =
+        Limit::Create(
+            {.algorithm = Algorithm::kFixedWindow, .limit = max, .window = Duration::Millis(w_ms)})
+            .value();
     const Limit sliding = Limit::Create({.algorithm = Algorithm::kSlidingWindowCounter,
                                          .limit = max,
                                          .window = Duration::Millis(w_ms)})
@@ -157,9 +156,8 @@ TEST(WindowProperty, FixedAndSlidingCounterMatchTheirFormulas) {
       if (fd.allowed) fixed_ok.push_back({now, cost});
       // Sliding counter: prev * (1 - elapsed/W) + curr + cost <= limit, elapsed in whole ms.
       const long double elapsed = static_cast<long double>((now / 1000) % w_ms);
-      const long double estimate =
-          sum_in(sliding_ok, index - 1, w_us) * (1.0L - elapsed / w_ms) +
-          sum_in(sliding_ok, index, w_us);
+      const long double estimate = sum_in(sliding_ok, index - 1, w_us) * (1.0L - elapsed / w_ms) +
+                                   sum_in(sliding_ok, index, w_us);
       const Decision sd = sliding.Evaluate(ss, cost, Instant::FromUnixMicros(now));
       if (std::abs(static_cast<double>(estimate + cost - max)) > 1e-9) {
         ASSERT_EQ(sd.allowed, estimate + cost <= max) << "seed " << seed << " step " << i;

@@ -101,7 +101,8 @@ TEST(Limiter, AddressRoutesLimitPerClientAndOpenRoutesNotAtAll) {
 // served.
 TEST(Limiter, ThePathIsMadeCanonicalAsTheGatewayMakesIt) {
   auto l = Make();
-  for (const char* path : {"/public/../v1/items", "/public/%2e%2e/v1/items", "/health/./../v1/items"}) {
+  for (const char* path :
+       {"/public/../v1/items", "/public/%2e%2e/v1/items", "/health/./../v1/items"}) {
     const Answer a = l->Check({.method = "GET", .path = path, .client_address = "198.51.100.9"});
     EXPECT_EQ(a.status, 401) << path;
     EXPECT_EQ(a.code, "missing_api_key") << path;
@@ -112,7 +113,8 @@ TEST(Limiter, ThePathIsMadeCanonicalAsTheGatewayMakesIt) {
   EXPECT_EQ(bad.code, "invalid_request_target");
   // The cost reads the decoded parameter, the largest of a repeated one: 5000 pages cost 100,
   // more than the burst of 3.
-  const Answer costly = l->Check({.api_key = "k-free", .path = "/v1//export/?pag%65s=1&pages=5000"});
+  const Answer costly =
+      l->Check({.api_key = "k-free", .path = "/v1//export/?pag%65s=1&pages=5000"});
   EXPECT_EQ(costly.status, 429);
   EXPECT_EQ(costly.code, "cost_exceeds_capacity");
 }

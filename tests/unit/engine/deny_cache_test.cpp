@@ -51,8 +51,10 @@ ApplyResult ApplySync(store::Store& s, const Batch& b, std::span<Decision> d) {
 }
 
 Limit Bucket(int64_t capacity, const char* rate) {
-  return Limit::Create({.algorithm = core::Algorithm::kTokenBucket, .capacity = capacity,
-                        .refill = core::Rate::Parse(rate, 1).value()}).value();
+  return Limit::Create({.algorithm = core::Algorithm::kTokenBucket,
+                        .capacity = capacity,
+                        .refill = core::Rate::Parse(rate, 1).value()})
+      .value();
 }
 
 TEST(DenyCache, FloodingClientCostsTheStoreAlmostNothing) {
@@ -64,7 +66,8 @@ TEST(DenyCache, FloodingClientCostsTheStoreAlmostNothing) {
   const Limit b = Bucket(5, "1");
   const std::vector<Check> checks = {{"burst", &b, 1}};
   std::vector<Decision> d(1);
-  for (int i = 0; i < 5; ++i) ASSERT_TRUE(ApplySync(cache, {.scope = "k", .checks = checks}, d).committed);
+  for (int i = 0; i < 5; ++i)
+    ASSERT_TRUE(ApplySync(cache, {.scope = "k", .checks = checks}, d).committed);
   const int before = counting.calls;
   for (int i = 0; i < 1000; ++i) {
     const ApplyResult r = ApplySync(cache, {.scope = "k", .checks = checks}, d);
@@ -108,7 +111,8 @@ TEST(DenyCache, NeverRejectsWhatTheStoreWouldAllow) {
     // Another replica takes tokens from the same store behind the cache's back.
     DenyCache cache(cached_inner, {}, mono);
     const Limit b = Bucket(1 + static_cast<int64_t>(rng() % 10), seed % 2 ? "3" : "0.5");
-    const Limit daily = Limit::Create({.algorithm = core::Algorithm::kQuota, .ceiling = 400}).value();
+    const Limit daily =
+        Limit::Create({.algorithm = core::Algorithm::kQuota, .ceiling = 400}).value();
     std::vector<Check> checks = {{"burst", &b, 1}, {"daily", &daily, 1}};
     std::vector<Decision> dc(2), dp(2);
     for (int step = 0; step < 600; ++step) {

@@ -9,8 +9,8 @@
 #include <utility>
 #include <vector>
 
-#include <boost/beast/http.hpp>
 #include <gtest/gtest.h>
+#include <boost/beast/http.hpp>
 
 namespace tollgate::http {
 namespace {
@@ -19,17 +19,19 @@ namespace bhttp = boost::beast::http;
 
 std::string RandomHead(std::mt19937& rng) {
   auto pick = [&](std::initializer_list<const char*> xs) {
-    return std::string(*(xs.begin() + std::uniform_int_distribution<size_t>(0, xs.size() - 1)(rng)));
+    return std::string(
+        *(xs.begin() + std::uniform_int_distribution<size_t>(0, xs.size() - 1)(rng)));
   };
-  std::string s = pick({"GET", "POST", "HEAD", "DELETE", "PATCH", "get", "M-SEARCH", "G T", ""}) + " " +
-                  pick({"/", "/v1/items?page=2", "*", "http://a/b", "/a%20b", "/\x7f"}) + " " +
-                  pick({"HTTP/1.1", "HTTP/1.0", "HTTP/1.1", "HTTP/2.0"}) + "\r\n";
+  std::string s = pick({"GET", "POST", "HEAD", "DELETE", "PATCH", "get", "M-SEARCH", "G T", ""}) +
+                  " " + pick({"/", "/v1/items?page=2", "*", "http://a/b", "/a%20b", "/\x7f"}) +
+                  " " + pick({"HTTP/1.1", "HTTP/1.0", "HTTP/1.1", "HTTP/2.0"}) + "\r\n";
   const int fields = std::uniform_int_distribution<int>(0, 8)(rng);
   for (int i = 0; i < fields; ++i) {
     s += pick({"Host", "X-API-Key", "Connection", "Content-Length", "Accept", "X-Forwarded-For",
                "Transfer-Encoding", "Bad Name", "X-Empty"}) +
          pick({": ", ":", ":  ", " : "}) +
-         pick({"v", "close", "keep-alive", "0", "00", "5", "Upgrade, close", "", "a\tb", "x ", "chunked"}) +
+         pick({"v", "close", "keep-alive", "0", "00", "5", "Upgrade, close", "", "a\tb", "x ",
+               "chunked"}) +
          pick({"\r\n", "\r\n", "\r\n", "\n"});
   }
   s += pick({"\r\n", "\r\n", "\n"});
@@ -69,7 +71,8 @@ TEST(RequestHeadBeastTest, WhatItAcceptsBeastAcceptsTheSameWay) {
       for (auto& [name, value] : v) {
         for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
       }
-      std::stable_sort(v.begin(), v.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+      std::stable_sort(v.begin(), v.end(),
+                       [](const auto& a, const auto& b) { return a.first < b.first; });
       return v;
     };
     std::vector<std::pair<std::string, std::string>> beast_fields, fast_fields;

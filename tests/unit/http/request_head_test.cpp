@@ -14,7 +14,8 @@ HeadParse Parse(std::string_view data, RequestHead& h, size_t* size, size_t max 
 
 TEST(RequestHeadTest, ParsesTheCommonShapeInPlace) {
   const std::string data =
-      "GET /v1/items?page=2 HTTP/1.1\r\nHost: api\r\nX-API-Key:  k-1 \r\nAccept: */*\r\n\r\nGET /next";
+      "GET /v1/items?page=2 HTTP/1.1\r\nHost: api\r\nX-API-Key:  k-1 \r\nAccept: */*\r\n\r\nGET "
+      "/next";
   RequestHead h;
   size_t size = 0;
   ASSERT_EQ(Parse(data, h, &size), HeadParse::kComplete);
@@ -59,7 +60,8 @@ TEST(RequestHeadTest, KeepAliveAsTheVersionAndConnectionSay) {
 }
 
 TEST(RequestHeadTest, AnExplicitZeroLengthIsNoBody) {
-  for (const char* head : {"POST /x HTTP/1.1\r\nContent-Length: 0\r\n\r\n", "POST /x HTTP/1.1\r\ncontent-length: 000\r\n\r\n"}) {
+  for (const char* head : {"POST /x HTTP/1.1\r\nContent-Length: 0\r\n\r\n",
+                           "POST /x HTTP/1.1\r\ncontent-length: 000\r\n\r\n"}) {
     RequestHead h;
     size_t size = 0;
     ASSERT_EQ(Parse(head, h, &size), HeadParse::kComplete) << head;
@@ -84,22 +86,22 @@ TEST(RequestHeadTest, LeavesEverythingElseToTheGeneralParser) {
     return s + "\r\n";
   }();
   const std::string cases[] = {
-      "POST / HTTP/1.1\r\nContent-Length: 5\r\n\r\nhello",        // a body
-      "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n",    // a body
+      "POST / HTTP/1.1\r\nContent-Length: 5\r\n\r\nhello",      // a body
+      "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n",  // a body
       "GET / HTTP/1.1\r\nContent-Length: 0\r\nContent-Length: 0\r\n\r\n",
       "GET / HTTP/1.1\r\nContent-Length: \r\n\r\n",
       "GET / HTTP/1.1\r\nContent-Length: -0\r\n\r\n",
       "GET / HTTP/1.1\r\nConnection: close\r\nConnection: close\r\n\r\n",
-      "GET / HTTP/1.1\r\nConnection: cl\xf6se\r\n\r\n",                // not a token list
+      "GET / HTTP/1.1\r\nConnection: cl\xf6se\r\n\r\n",  // not a token list
       "GET / HTTP/1.1\r\nConnection: keep alive\r\n\r\n",
       "GET / HTTP/1.1\r\nProxy-Connection: close\r\n\r\n",
-      "GET / HTTP/1.1\r\nA: b\r\n c\r\n\r\n",                      // a folded line
-      "GET / HTTP/1.1\nHost: a\n\n",                               // bare LF
+      "GET / HTTP/1.1\r\nA: b\r\n c\r\n\r\n",  // a folded line
+      "GET / HTTP/1.1\nHost: a\n\n",           // bare LF
       "GET / HTTP/1.1\r\nHost: a\n\r\n",
       "GET / HTTP/1.1\r\nNo colon\r\n\r\n",
-      "GET / HTTP/1.1\r\nName : v\r\n\r\n",                        // space before the colon
+      "GET / HTTP/1.1\r\nName : v\r\n\r\n",  // space before the colon
       "GET / HTTP/1.1\r\n: v\r\n\r\n",
-      "GET / HTTP/1.1\r\nA: b\x01\r\n\r\n",                        // a control character
+      "GET / HTTP/1.1\r\nA: b\x01\r\n\r\n",  // a control character
       "GET / HTTP/1.1\r\nA: b\x7f\r\n\r\n",
       "G(T / HTTP/1.1\r\n\r\n",
       " GET / HTTP/1.1\r\n\r\n",
@@ -158,9 +160,12 @@ TEST(RequestHeadTest, CheckRequestHeadRefusesFramingAndHostItCannotTrust) {
       {11, {{"Host", "a"}, {"Transfer-Encoding", "chunked"}}, nullptr},
       {11, {{"Host", "a"}, {"transfer-encoding", "Chunked"}}, nullptr},
       {11, {{"Host", "a"}, {"Transfer-Encoding", "xchunked"}}, "invalid_transfer_encoding"},
-      {11, {{"Host", "a"}, {"Transfer-Encoding", "chunked, identity"}}, "invalid_transfer_encoding"},
+      {11,
+       {{"Host", "a"}, {"Transfer-Encoding", "chunked, identity"}},
+       "invalid_transfer_encoding"},
       {11, {{"Host", "a"}, {"Transfer-Encoding", "chunked, chunked"}}, "invalid_transfer_encoding"},
-      {11, {{"Host", "a"}, {"Transfer-Encoding", "chunked"}, {"Transfer-Encoding", "chunked"}},
+      {11,
+       {{"Host", "a"}, {"Transfer-Encoding", "chunked"}, {"Transfer-Encoding", "chunked"}},
        "invalid_transfer_encoding"},
       {11, {{"Host", "a"}, {"Transfer-Encoding", "gzip, chunked"}}, "invalid_transfer_encoding"},
       {11, {{"Host", "a"}, {"Transfer-Encoding", "identity"}}, "invalid_transfer_encoding"},

@@ -41,7 +41,8 @@ routes:
 
 std::string Raw(const std::string& hex) {
   std::string raw;
-  for (size_t i = 0; i < hex.size(); i += 2) raw += static_cast<char>(std::stoi(hex.substr(i, 2), nullptr, 16));
+  for (size_t i = 0; i < hex.size(); i += 2)
+    raw += static_cast<char>(std::stoi(hex.substr(i, 2), nullptr, 16));
   return raw;
 }
 
@@ -58,8 +59,10 @@ TEST(Policy, OverrideAppliesUntilItExpires) {
   auto p = Build();
   const Key* k = p->FindById("o");
   ASSERT_NE(k, nullptr);
-  const core::Instant before = core::Instant::FromUnixSeconds(core::DaysFromCivil({2026, 12, 30}) * 86'400);
-  const core::Instant after = core::Instant::FromUnixSeconds(core::DaysFromCivil({2026, 12, 31}) * 86'400);
+  const core::Instant before =
+      core::Instant::FromUnixSeconds(core::DaysFromCivil({2026, 12, 30}) * 86'400);
+  const core::Instant after =
+      core::Instant::FromUnixSeconds(core::DaysFromCivil({2026, 12, 31}) * 86'400);
   EXPECT_EQ(k->LimitAt(0, before).PolicyQuota(), 5000);
   EXPECT_EQ(k->LimitAt(0, after).PolicyQuota(), 200);
 }
@@ -100,11 +103,14 @@ anonymous:
   limits: [{name: ip, capacity: 5, refill_per_second: 1}]
 )");
   const Route& fallback = p->Match("GET", "/nothing");
-  for (const char* path : {"/login", "/login/"}) EXPECT_EQ(p->Match("POST", path).identity, config::RouteIdentity::kIp) << path;
-  for (const char* path : {"/login/x", "/loginx", "/LOGIN", "/logi"}) EXPECT_EQ(&p->Match("POST", path), &fallback) << path;
+  for (const char* path : {"/login", "/login/"})
+    EXPECT_EQ(p->Match("POST", path).identity, config::RouteIdentity::kIp) << path;
+  for (const char* path : {"/login/x", "/loginx", "/LOGIN", "/logi"})
+    EXPECT_EQ(&p->Match("POST", path), &fallback) << path;
   EXPECT_EQ(&p->Match("post", "/login"), &fallback);  // methods are case-sensitive
   EXPECT_EQ(&p->Match("GET", "/login"), &fallback);
-  EXPECT_EQ(p->Match("GET", "/v1/items").identity, config::RouteIdentity::kNone);  // exact, stored without '/'
+  EXPECT_EQ(p->Match("GET", "/v1/items").identity,
+            config::RouteIdentity::kNone);  // exact, stored without '/'
   EXPECT_EQ(p->Match("GET", "/v1/items/").identity, config::RouteIdentity::kNone);
   // Prefix routes: the segment itself and below it, never a longer segment.
   for (const char* path : {"/public", "/public/", "/public/a/b"}) {
@@ -179,8 +185,10 @@ keys:
   auto built = Policy::Build(*c);
   ASSERT_TRUE(built.ok()) << built.error();
   const auto& p = *built;
-  const core::Instant now = core::Instant::FromUnixSeconds(core::DaysFromCivil({2026, 6, 1}) * 86'400);
-  const core::Instant later = core::Instant::FromUnixSeconds(core::DaysFromCivil({2027, 1, 1}) * 86'400);
+  const core::Instant now =
+      core::Instant::FromUnixSeconds(core::DaysFromCivil({2026, 6, 1}) * 86'400);
+  const core::Instant later =
+      core::Instant::FromUnixSeconds(core::DaysFromCivil({2027, 1, 1}) * 86'400);
   const core::Limit& minute = p->FindById("cols")->LimitAt(1, now);
   EXPECT_EQ(minute.algorithm(), core::Algorithm::kSlidingWindowLog);
   EXPECT_EQ(minute.PolicyQuota(), 40);
@@ -199,7 +207,6 @@ keys:
   bad.keys[0].rate_limit_per_minute = -1;
   EXPECT_EQ(Policy::Build(bad).error(), "keys.cols.rate_limit_per_minute: must be >= 1, got -1");
 }
-
 
 }  // namespace
 }  // namespace tollgate::policy

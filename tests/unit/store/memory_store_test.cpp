@@ -29,8 +29,8 @@ Limit DailyCeiling(int64_t ceiling) {
 
 class MemoryStoreTest : public ::testing::Test {
  protected:
-  ApplyResult Apply(std::string_view scope, std::vector<Check> checks,
-                    std::vector<Decision>& out, Mode mode = Mode::kConsume) {
+  ApplyResult Apply(std::string_view scope, std::vector<Check> checks, std::vector<Decision>& out,
+                    Mode mode = Mode::kConsume) {
     out.assign(checks.size(), Decision{});
     return store_.ApplyNow(Batch{.scope = scope, .checks = checks, .mode = mode}, out);
   }
@@ -235,7 +235,8 @@ TEST(MemoryStore, FullyRefilledStateIsEvictedBeforeLiveState) {
   // The slow keys kept their state.
   for (int i = 0; i < 50; ++i) {
     const std::vector<Check> checks = {{"burst", &slow, 0}};
-    store.ApplyNow(Batch{.scope = "slow:" + std::to_string(i), .checks = checks, .mode = Mode::kPeek}, out);
+    store.ApplyNow(
+        Batch{.scope = "slow:" + std::to_string(i), .checks = checks, .mode = Mode::kPeek}, out);
     ASSERT_EQ(out[0].remaining, 9);
   }
 }

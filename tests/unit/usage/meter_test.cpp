@@ -17,7 +17,8 @@ core::Instant At(int y, int m, int d, int64_t s) {
   return core::Instant::FromUnixSeconds(core::DaysFromCivil({y, m, d}) * 86'400 + s);
 }
 
-std::vector<UsageRecord> QuerySync(UsageMeter& meter, std::string_view period, std::string account = "") {
+std::vector<UsageRecord> QuerySync(UsageMeter& meter, std::string_view period,
+                                   std::string account = "") {
   std::vector<UsageRecord> out;
   meter.Query(period, account, [&](core::Result<std::vector<UsageRecord>> r) {
     ASSERT_TRUE(r.ok()) << r.error();
@@ -60,7 +61,8 @@ TEST(UsageMeter, CountsByOutcomeClassAndRollsOverAtMidnightUtc) {
 class RecordingBackend final : public usage::UsageBackend {
  public:
   void Add(const usage::UsageDeltas& deltas) override { adds.push_back(deltas); }
-  void Read(std::vector<std::string>, std::string, std::function<void(core::Result<usage::UsageRows>)> done) override {
+  void Read(std::vector<std::string>, std::string,
+            std::function<void(core::Result<usage::UsageRows>)> done) override {
     done(usage::UsageRows{});
   }
   std::vector<usage::UsageDeltas> adds;
@@ -84,7 +86,8 @@ TEST(UsageMeter, EachFlushHandsOnOnlyWhatWasCountedSinceTheLast) {
 
   ASSERT_EQ(backend.adds.size(), 4u);
   auto sorted = [](usage::UsageDeltas d) {
-    std::sort(d.begin(), d.end(), [](const auto& a, const auto& b) { return a.first.key_id < b.first.key_id; });
+    std::sort(d.begin(), d.end(),
+              [](const auto& a, const auto& b) { return a.first.key_id < b.first.key_id; });
     return d;
   };
   const auto first = sorted(backend.adds[0]);
@@ -189,7 +192,8 @@ TEST(MemoryUsageBackend, KeepsTheNewestDaysOnly) {
   backend.Add(row("2026-11-29", "k1"));
   auto read = [&backend](std::vector<std::string> days) {
     usage::UsageRows out;
-    backend.Read(std::move(days), "", [&out](core::Result<usage::UsageRows> r) { out = std::move(r).value(); });
+    backend.Read(std::move(days), "",
+                 [&out](core::Result<usage::UsageRows> r) { out = std::move(r).value(); });
     return out;
   };
   EXPECT_TRUE(read({"2026-11-27"}).empty());
