@@ -1,13 +1,14 @@
 # tollgate: the two commands of the README, and their parts.
 #   make run    build and start the gateway on its embedded defaults
-#   make test   install what is missing, build, run every test (plus an ASan+UBSan unit build)
+#   make test   install what is missing, build, check the formatting, run every test (plus an
+#               ASan+UBSan unit build)
 SHELL := /bin/bash
 BUILD ?= build
 BUILD_ASAN ?= build-asan
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: deps build build-asan test test-unit test-asan bench run format clean
+.PHONY: deps build build-asan test test-unit test-asan bench run format format-check tidy clean
 
 deps:
 	@scripts/install-deps.sh
@@ -30,6 +31,7 @@ test-asan: build-asan
 	ctest --test-dir $(BUILD_ASAN) -L unit --output-on-failure -j $(JOBS)
 
 test: build build-asan
+	scripts/format-check.sh
 	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
 	ctest --test-dir $(BUILD_ASAN) -L unit --output-on-failure -j $(JOBS)
 
@@ -41,6 +43,13 @@ run: build
 
 format:
 	clang-format -i $$(git ls-files '*.hpp' '*.cpp')
+
+format-check: deps
+	scripts/format-check.sh
+
+# clang-tidy with .clang-tidy's checks over the sources, from the build's compile commands.
+tidy: build
+	scripts/tidy.sh $(BUILD)
 
 clean:
 	rm -rf $(BUILD) $(BUILD_ASAN)

@@ -11,7 +11,7 @@ packages=(
   redis-server redis-tools curl python3
   libpq-dev postgresql nginx-light
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
-  clang-14 libclang-rt-14-dev
+  clang-14 libclang-rt-14-dev clang-format clang-tidy
 )
 if [[ ${TOLLGATE_EXTRA_PACKAGES:-} ]]; then
   read -r -a extra <<<"$TOLLGATE_EXTRA_PACKAGES"

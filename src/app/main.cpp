@@ -209,16 +209,7 @@ std::unique_ptr<tollgate::rls::RlsServer> StartRls(const tollgate::config::RlsCo
       std::move(options), gateway.engine(), [&gateway] { return gateway.CurrentPolicy(); });
   auto port = server->Start();
   if (!port) throw std::runtime_error(port.error());
-  tollgate::metrics::Registry& m = gateway.metrics();
-  const auto& st = server->stats();
-  m.Gauge("tollgate_rls_ok_total", "Envoy RLS answers OK.",
-          [&st] { return static_cast<double>(st.ok.load()); });
-  m.Gauge("tollgate_rls_over_limit_total", "Envoy RLS answers OVER_LIMIT.",
-          [&st] { return static_cast<double>(st.over_limit.load()); });
-  m.Gauge("tollgate_rls_unknown_domain_total", "Envoy RLS calls for a domain not configured.",
-          [&st] { return static_cast<double>(st.unknown_domain.load()); });
-  m.Gauge("tollgate_rls_unknown_key_total", "Envoy RLS descriptors with an unknown API key.",
-          [&st] { return static_cast<double>(st.unknown_key.load()); });
+  server->ExportMetrics(gateway.metrics());
   return server;
 }
 #else

@@ -1,21 +1,13 @@
 #include <tollgate/engine/deny_cache.hpp>
 
 #include <algorithm>
-#include <chrono>
+
+#include <tollgate/metrics/metrics.hpp>
 
 namespace tollgate::engine {
 namespace {
 
 int64_t CeilDiv(int64_t a, int64_t b) { return a <= 0 ? 0 : (a + b - 1) / b; }
-
-class SteadyMonotonicClock final : public MonotonicClock {
- public:
-  int64_t NowMicros() const override {
-    return std::chrono::duration_cast<std::chrono::microseconds>(
-               std::chrono::steady_clock::now().time_since_epoch())
-        .count();
-  }
-};
 
 }  // namespace
 
@@ -25,12 +17,7 @@ std::array<int64_t, 3> DenyCache::BucketOf(const core::Limit& limit) {
   return {b->capacity(), b->rate().tokens, b->rate().per_micros};
 }
 
-const MonotonicClock& MonotonicClock::Steady() {
-  static SteadyMonotonicClock clock;
-  return clock;
-}
-
-DenyCache::DenyCache(store::Store& inner, DenyCacheOptions options, const MonotonicClock& clock)
+DenyCache::DenyCache(store::Store& inner, DenyCacheOptions options, const util::Clock& clock)
     : inner_(inner), options_(options), clock_(clock) {}
 
 bool DenyCache::TryReject(const store::Batch& batch, std::span<core::Decision> decisions,
@@ -122,7 +109,7 @@ void DenyCache::Record(const std::string& scope, std::span<const store::Check> c
 
 void DenyCache::Apply(const store::Batch& batch, std::span<core::Decision> decisions,
                       Completion done) {
-  const int64_t now_us = clock_.NowMicros();
+  const int64_t now_us = clock_.SteadyMicros();
   if (batch.mode == store::Mode::kConsume) {
     store::ApplyResult local;
     if (TryReject(batch, decisions, now_us, local)) {
@@ -144,6 +131,12 @@ void DenyCache::Apply(const store::Batch& batch, std::span<core::Decision> decis
                  }
                  done(std::move(r));
                });
+}
+
+void DenyCache::ExportMetrics(metrics::Registry& registry) const {
+  registry.CounterFrom("tollgate_deny_cache_rejections_total",
+                       "Requests rejected locally by the exact deny cache.",
+                       metrics::ReadOf(stats_.local_rejections));
 }
 
 }  // namespace tollgate::engine

@@ -1,11 +1,12 @@
 #include "endpoints.hpp"
 
-#include <tollgate/contract/contract.hpp>
+#include <boost/json/object.hpp>
+#include <boost/json/serialize.hpp>
+
 #include <tollgate/core/limit.hpp>
 
 namespace tollgate::http {
-
-using contract::JsonEscape;
+namespace json = boost::json;
 
 usage::Outcome OutcomeOf(int status, bool rejected) {
   if (rejected) return usage::Outcome::kRejected;
@@ -14,87 +15,91 @@ usage::Outcome OutcomeOf(int status, bool rejected) {
   return usage::Outcome::kSuccess;
 }
 
-std::string CountsJson(const usage::UsageCounts& c) {
-  std::string out = "{";
+namespace {
+
+json::object CountsJson(const usage::UsageCounts& c) {
+  json::object out;
   for (size_t o = 0; o < usage::kOutcomes; ++o) {
-    out += (o ? "," : "") + std::string("\"") + usage::kOutcomeNames[o] +
-           "\":{\"requests\":" + std::to_string(c.requests[o]) +
-           ",\"cost\":" + std::to_string(c.cost[o]) + "}";
+    out[usage::kOutcomeNames[o]] = {{"requests", c.requests[o]}, {"cost", c.cost[o]}};
   }
-  return out + "}";
+  return out;
 }
 
-std::string AdminKeyBody(const policy::Key& k) {
-  std::string body = "{\"id\":\"" + JsonEscape(k.id) + "\",\"account\":\"" + JsonEscape(k.account) +
-                     "\",\"plan\":\"" + JsonEscape(k.plan->name) + "\",\"configured_plan\":\"" +
-                     JsonEscape(k.plan_name) +
-                     "\",\"enforced\":" + (k.plan->enforced ? "true" : "false") +
-                     ",\"overrides\":[";
-  for (size_t i = 0; i < k.overrides.size(); ++i) {
-    const auto& o = k.overrides[i];
-    body += (i ? "," : "") + std::string("{\"limit\":\"") +
-            JsonEscape(k.plan->limits[o.limit_index].name) +
-            "\",\"quota\":" + std::to_string(o.limit.PolicyQuota()) + ",\"expires_unix\":" +
-            (o.expires ? std::to_string(o.expires->unix_micros() / 1'000'000) : "null") + "}";
+json::value OrNull(const std::optional<int64_t>& v) { return v ? json::value(*v) : nullptr; }
+
+// One limit's state, as GET /v1/rate-limit lists it.
+json::object PolicyJson(const store::Check& check, const core::Decision& d, core::Instant now) {
+  const auto alg = check.limit->algorithm();
+  json::object item{{"name", check.name},
+                    {"algorithm", core::AlgorithmName(alg)},
+                    {"limit", d.limit},
+                    {"remaining", d.remaining},
+                    {"resetSeconds", d.reset.CeilSeconds()},
+                    {"windowSeconds", check.limit->PolicyWindowSeconds(now)}};
+  if (alg == core::Algorithm::kQuota) {
+    const auto& q = std::get<core::Quota>(check.limit->impl());
+    item["period"] = q.period() == core::Period::kDay ? "day" : "month";
+    item["used"] = d.used;
+    item["allowance"] = OrNull(q.allowance());
+    item["ceiling"] = OrNull(q.ceiling());
+    item["overAllowance"] = d.over_allowance;
   }
-  return body + "]}";
+  return item;
+}
+
+}  // namespace
+
+std::string AdminKeyBody(const policy::Key& k) {
+  json::array overrides;
+  for (const auto& o : k.overrides) {
+    overrides.push_back(json::object{
+        {"limit", k.plan->limits[o.limit_index].name},
+        {"quota", o.limit.PolicyQuota()},
+        {"expires_unix", o.expires ? json::value(o.expires->unix_micros() / 1'000'000) : nullptr}});
+  }
+  return json::serialize(json::object{{"id", k.id},
+                                      {"account", k.account},
+                                      {"plan", k.plan->name},
+                                      {"configured_plan", k.plan_name},
+                                      {"enforced", k.plan->enforced},
+                                      {"overrides", std::move(overrides)}});
 }
 
 std::string RateLimitStatusBody(const policy::Key& key, const policy::Plan& plan,
                                 std::span<const store::Check> cs,
                                 std::span<const core::Decision> ds, const engine::Verdict& v) {
-  const int p = v.primary;
-  std::string body = "{\"key_id\":\"" + JsonEscape(key.id) + "\",\"plan\":\"" +
-                     JsonEscape(plan.name) + "\",\"mode\":\"" +
-                     (plan.enforced ? "enforce" : "shadow") + "\"";
-  if (p >= 0) {
-    body += ",\"limit\":" + std::to_string(ds[p].limit) +
-            ",\"remaining\":" + std::to_string(ds[p].remaining) +
-            ",\"resetSeconds\":" + std::to_string(ds[p].reset.CeilSeconds());
+  json::object body{
+      {"key_id", key.id}, {"plan", plan.name}, {"mode", plan.enforced ? "enforce" : "shadow"}};
+  if (v.primary >= 0) {
+    const core::Decision& d = ds[static_cast<size_t>(v.primary)];
+    body["limit"] = d.limit;
+    body["remaining"] = d.remaining;
+    body["resetSeconds"] = d.reset.CeilSeconds();
   }
-  body += ",\"policies\":[";
-  std::string burst, quota;
+  json::array policies;
+  json::value burst, quota;  // the first of each kind, named for clients that want one
   for (size_t i = 0; i < cs.size(); ++i) {
-    const auto& d = ds[i];
-    const auto alg = cs[i].limit->algorithm();
-    std::string item =
-        "{\"name\":\"" + JsonEscape(cs[i].name) + "\",\"algorithm\":\"" +
-        std::string(core::AlgorithmName(alg)) + "\",\"limit\":" + std::to_string(d.limit) +
-        ",\"remaining\":" + std::to_string(d.remaining) +
-        ",\"resetSeconds\":" + std::to_string(d.reset.CeilSeconds()) +
-        ",\"windowSeconds\":" + std::to_string(cs[i].limit->PolicyWindowSeconds(v.now));
-    if (alg == core::Algorithm::kQuota) {
-      const auto& q = std::get<core::Quota>(cs[i].limit->impl());
-      item += ",\"period\":\"" + std::string(q.period() == core::Period::kDay ? "day" : "month") +
-              "\",\"used\":" + std::to_string(d.used) +
-              ",\"allowance\":" + (q.allowance() ? std::to_string(*q.allowance()) : "null") +
-              ",\"ceiling\":" + (q.ceiling() ? std::to_string(*q.ceiling()) : "null") +
-              ",\"overAllowance\":" + (d.over_allowance ? "true" : "false");
-      if (quota.empty()) quota = item + "}";
-    } else if (burst.empty()) {
-      burst = item + "}";
+    json::object item = PolicyJson(cs[i], ds[i], v.now);
+    json::value& first = cs[i].limit->algorithm() == core::Algorithm::kQuota ? quota : burst;
+    if (first.is_null()) first = item;
+    policies.push_back(std::move(item));
+  }
+  body["policies"] = std::move(policies);
+  if (!burst.is_null()) body["burst"] = std::move(burst);
+  if (!quota.is_null()) body["quota"] = std::move(quota);
+  return json::serialize(body);
+}
+
+std::string KeyUsageBody(const policy::Key& key, std::span<const UsagePeriod> periods) {
+  json::object body{{"key_id", key.id}, {"account", key.account}};
+  for (const UsagePeriod& p : periods) {
+    usage::UsageCounts counts;
+    for (const auto& r : p.records) {
+      if (r.key_id == key.id) counts = r.counts;
     }
-    body += (i ? "," : "") + item + "}";
+    body[p.name] = {{"period", p.period}, {"usage", CountsJson(counts)}};
   }
-  body += "]";
-  if (!burst.empty()) body += ",\"burst\":" + burst;
-  if (!quota.empty()) body += ",\"quota\":" + quota;
-  return body + "}";
-}
-
-void AppendUsagePeriod(std::string& body, std::string_view name, const std::string& period,
-                       std::string_view key_id, const std::vector<usage::UsageRecord>& records) {
-  usage::UsageCounts counts;
-  for (const auto& r : records) {
-    if (r.key_id == key_id) counts = r.counts;
-  }
-  body += ",\"" + std::string(name) + "\":{\"period\":\"" + period +
-          "\",\"usage\":" + CountsJson(counts) + "}";
-}
-
-std::string UsageHead(const policy::Key& key) {
-  return "{\"key_id\":\"" + JsonEscape(key.id) + "\",\"account\":\"" + JsonEscape(key.account) +
-         "\"";
+  return json::serialize(body);
 }
 
 }  // namespace tollgate::http

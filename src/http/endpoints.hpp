@@ -1,5 +1,5 @@
 // The bodies of the built-in endpoints (GET /v1/rate-limit, /v1/usage, /admin/keys/ID): pure
-// functions of the policy and the decision.
+// functions of the policy and the decision, built with Boost.JSON.
 #pragma once
 
 #include <span>
@@ -18,8 +18,6 @@ namespace tollgate::http {
 
 usage::Outcome OutcomeOf(int status, bool rejected);
 
-std::string CountsJson(const usage::UsageCounts& c);
-
 // GET /admin/keys/ID.
 std::string AdminKeyBody(const policy::Key& k);
 
@@ -28,10 +26,12 @@ std::string RateLimitStatusBody(const policy::Key& key, const policy::Plan& plan
                                 std::span<const store::Check> cs,
                                 std::span<const core::Decision> ds, const engine::Verdict& v);
 
-// One period's part of GET /v1/usage: the key's counts among the account's records.
-void AppendUsagePeriod(std::string& body, std::string_view name, const std::string& period,
-                       std::string_view key_id, const std::vector<usage::UsageRecord>& records);
-
-std::string UsageHead(const policy::Key& key);
+// GET /v1/usage: the key's counts among its account's records, per period.
+struct UsagePeriod {
+  std::string_view name;  // "day", "month"
+  std::string period;     // its label, e.g. 2026-12
+  std::vector<usage::UsageRecord> records;
+};
+std::string KeyUsageBody(const policy::Key& key, std::span<const UsagePeriod> periods);
 
 }  // namespace tollgate::http

@@ -69,21 +69,21 @@ net::awaitable<bhttp::status> Worker::UsageExport(std::string_view query, std::s
 // The caller's metered usage today and this month (UTC).
 net::awaitable<bhttp::status> Worker::KeyUsage(const policy::Key& key, core::Instant now,
                                                std::string& body) {
-  const std::string day = core::PeriodLabel(core::Period::kDay, now);
-  const std::string month = core::PeriodLabel(core::Period::kMonth, now);
-  body = UsageHead(key);
-  for (const std::string& period : {day, month}) {
+  std::array<UsagePeriod, 2> periods{
+      UsagePeriod{"day", core::PeriodLabel(core::Period::kDay, now), {}},
+      UsagePeriod{"month", core::PeriodLabel(core::Period::kMonth, now), {}}};
+  for (UsagePeriod& p : periods) {
     auto records = co_await Await<core::Result<std::vector<usage::UsageRecord>>>(
-        [this, &period, &key](auto resume) {
-          gw.meter->Query(period, key.account, std::move(resume));
+        [this, &p, &key](auto resume) {
+          gw.meter->Query(p.period, key.account, std::move(resume));
         });
     if (!records) {
       body = ErrorBody("usage_unavailable", records.error());
       co_return bhttp::status::service_unavailable;
     }
-    AppendUsagePeriod(body, period == day ? "day" : "month", period, key.id, *records);
+    p.records = std::move(*records);
   }
-  body += "}";
+  body = KeyUsageBody(key, periods);
   co_return bhttp::status::ok;
 }
 

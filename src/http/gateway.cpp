@@ -208,62 +208,11 @@ void Gateway::Impl::RegisterMetrics() {
   }
   metrics.Gauge("tollgate_connections", "Open client connections.",
                 [this] { return static_cast<double>(connections.load()); });
-  if (memory) {
-    metrics.Gauge("tollgate_store_keys", "Keys held by the memory store.",
-                  [this] { return static_cast<double>(memory->size()); });
-    metrics.Gauge("tollgate_store_evictions_total", "Live keys evicted from the full memory store.",
-                  [this] { return static_cast<double>(memory->stats().evicted_live.load()); });
-    metrics.Gauge("tollgate_store_full_rejections_total",
-                  "New identities rejected because the memory store was full of state that still "
-                  "restricts a client.",
-                  [this] { return static_cast<double>(memory->stats().full_rejections.load()); });
-  }
-  if (redis) {
-    const auto& st = redis->stats();
-    metrics.Gauge("tollgate_redis_calls_total", "Decisions sent to Redis.",
-                  [&st] { return static_cast<double>(st.calls.load()); });
-    metrics.Gauge("tollgate_redis_scripts_total",
-                  "Script calls sent to Redis for those decisions (a group of them is one).",
-                  [&st] { return static_cast<double>(st.scripts.load()); });
-    metrics.Gauge(
-        "tollgate_redis_command_errors_total",
-        "Usage-count commands that failed (sent again if Redis never got them, else lost).",
-        [&st] { return static_cast<double>(st.command_errors.load()); });
-    metrics.Gauge("tollgate_redis_timeouts_total", "Redis calls past their deadline.",
-                  [&st] { return static_cast<double>(st.timeouts.load()); });
-    metrics.Gauge("tollgate_redis_errors_total", "Redis connection and protocol failures.",
-                  [&st] { return static_cast<double>(st.errors.load()); });
-    metrics.Gauge("tollgate_redis_breaker_rejections_total", "Calls failed at once: circuit open.",
-                  [&st] { return static_cast<double>(st.breaker_rejections.load()); });
-    metrics.Gauge("tollgate_redis_breaker_open", "1 while the circuit breaker is open.",
-                  [&st] { return static_cast<double>(st.breaker_open.load()); });
-    metrics.Gauge("tollgate_redis_noscript_total", "Script reloads after NOSCRIPT.",
-                  [&st] { return static_cast<double>(st.noscript.load()); });
-    metrics.Gauge("tollgate_redis_redirects_total", "Redis Cluster MOVED/ASK redirects followed.",
-                  [&st] { return static_cast<double>(st.redirects.load()); });
-    metrics.Gauge("tollgate_redis_reconnects_total", "Redis connections lost and reopened.",
-                  [&st] { return static_cast<double>(st.reconnects.load()); });
-  }
-  if (deny_cache) {
-    metrics.Gauge("tollgate_deny_cache_rejections_total",
-                  "Requests rejected locally by the exact deny cache.", [this] {
-                    return static_cast<double>(deny_cache->stats().local_rejections.load());
-                  });
-  }
-  if (key_source) {
-    const auto& ks = key_source->stats();
-    metrics.Gauge("tollgate_keys_loads_total", "Full key loads from PostgreSQL.",
-                  [&ks] { return static_cast<double>(ks.loads.load()); });
-    metrics.Gauge("tollgate_keys_notifications_total", "Key changes notified by PostgreSQL.",
-                  [&ks] { return static_cast<double>(ks.notifications.load()); });
-    metrics.Gauge("tollgate_keys_errors_total",
-                  "Key source failures (PostgreSQL down, bad queries).",
-                  [&ks] { return static_cast<double>(ks.errors.load()); });
-    metrics.Gauge("tollgate_keys_skipped_rows_total", "Malformed api_keys rows skipped.",
-                  [&ks] { return static_cast<double>(ks.skipped_rows.load()); });
-    metrics.Gauge("tollgate_keys_source_connected", "1 while connected to PostgreSQL.",
-                  [&ks] { return ks.connected.load() ? 1.0 : 0.0; });
-  }
+  // Each component declares its own.
+  if (memory) memory->ExportMetrics(metrics);
+  if (redis) redis->ExportMetrics(metrics);
+  if (deny_cache) deny_cache->ExportMetrics(metrics);
+  if (key_source) key_source->ExportMetrics(metrics);
 }
 
 Gateway::Impl::~Impl() {

@@ -299,8 +299,9 @@ struct Worker {
     return PlanCounter(CounterKey{gen, &plan, check, result}, [&]() -> std::atomic<uint64_t>& {
       static constexpr const char* kResults[] = {"allowed", "rejected", "shadow_rejected"};
       return gw.metrics.Counter("tollgate_decisions_total",
-                                "plan=\"" + plan.name + "\",check=\"" + plan.limits[check].name +
-                                    "\",result=\"" + kResults[result] + "\"");
+                                metrics::Label("plan", plan.name) + "," +
+                                    metrics::Label("check", plan.limits[check].name) + "," +
+                                    metrics::Label("result", kResults[result]));
     });
   }
   // tollgate_rejections_total{plan,code} and tollgate_shadow_rejections_total{plan}.
@@ -309,13 +310,14 @@ struct Worker {
     return PlanCounter(
         CounterKey{gen, &plan, SIZE_MAX, static_cast<int>(code)}, [&]() -> std::atomic<uint64_t>& {
           return gw.metrics.Counter("tollgate_rejections_total",
-                                    "plan=\"" + plan.name + "\",code=\"" +
-                                        std::string(core::RejectCodeName(code)) + "\"");
+                                    metrics::Label("plan", plan.name) + "," +
+                                        metrics::Label("code", core::RejectCodeName(code)));
         });
   }
   std::atomic<uint64_t>& ShadowRejectionCounter(uint64_t gen, const policy::Plan& plan) {
     return PlanCounter(CounterKey{gen, &plan, SIZE_MAX - 1, 0}, [&]() -> std::atomic<uint64_t>& {
-      return gw.metrics.Counter("tollgate_shadow_rejections_total", "plan=\"" + plan.name + "\"");
+      return gw.metrics.Counter("tollgate_shadow_rejections_total",
+                                metrics::Label("plan", plan.name));
     });
   }
 

@@ -95,9 +95,36 @@ Histogram& Registry::Hist(std::string_view name) {
   return *slot;
 }
 
-void Registry::Gauge(std::string_view name, std::string_view help, std::function<double()> read) {
+void Registry::AddRead(std::string_view name, const char* type, std::string_view help,
+                       std::function<double()> read) {
   std::lock_guard lock(mu_);
-  gauges_[std::string(name)] = {std::string(help), std::move(read)};
+  reads_[std::string(name)] = {type, std::string(help), std::move(read)};
+}
+
+void Registry::CounterFrom(std::string_view name, std::string_view help,
+                           std::function<double()> read) {
+  AddRead(name, "counter", help, std::move(read));
+}
+
+void Registry::Gauge(std::string_view name, std::string_view help, std::function<double()> read) {
+  AddRead(name, "gauge", help, std::move(read));
+}
+
+std::string Label(std::string_view name, std::string_view value) {
+  std::string out(name);
+  out += "=\"";
+  for (const char c : value) {
+    if (c == '\\' || c == '"') {
+      out += '\\';
+      out += c;
+    } else if (c == '\n') {
+      out += "\\n";
+    } else {
+      out += c;
+    }
+  }
+  out += '"';
+  return out;
 }
 
 std::string Registry::Render() const {
@@ -124,11 +151,12 @@ std::string Registry::Render() const {
     }
     if (!any) out.append(f.name).append(" 0\n");
   }
-  for (const auto& [name, g] : gauges_) {
+  for (const auto& [name, r] : reads_) {
     char buf[64];
-    std::snprintf(buf, sizeof buf, " %.17g\n", g.second());
-    out.append("# HELP ").append(name).append(" ").append(g.first).append("\n");
-    out.append("# TYPE ").append(name).append(" gauge\n").append(name).append(buf);
+    std::snprintf(buf, sizeof buf, " %.17g\n", r.read());
+    out.append("# HELP ").append(name).append(" ").append(r.help).append("\n");
+    out.append("# TYPE ").append(name).append(" ").append(r.type).append("\n");
+    out.append(name).append(buf);
   }
   return out;
 }

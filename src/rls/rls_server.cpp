@@ -8,6 +8,7 @@
 
 #include <tollgate/contract/contract.hpp>
 #include <tollgate/engine/checks.hpp>
+#include <tollgate/metrics/metrics.hpp>
 #include <tollgate/util/clock.hpp>
 
 #include "rls.grpc.pb.h"
@@ -188,5 +189,17 @@ void RlsServer::Shutdown() {
 }
 
 const RlsStats& RlsServer::stats() const { return impl_->stats; }
+
+void RlsServer::ExportMetrics(metrics::Registry& registry) const {
+  const RlsStats& st = stats();
+  using metrics::ReadOf;
+  registry.CounterFrom("tollgate_rls_ok_total", "Envoy RLS answers OK.", ReadOf(st.ok));
+  registry.CounterFrom("tollgate_rls_over_limit_total", "Envoy RLS answers OVER_LIMIT.",
+                       ReadOf(st.over_limit));
+  registry.CounterFrom("tollgate_rls_unknown_domain_total",
+                       "Envoy RLS calls for a domain not configured.", ReadOf(st.unknown_domain));
+  registry.CounterFrom("tollgate_rls_unknown_key_total",
+                       "Envoy RLS descriptors with an unknown API key.", ReadOf(st.unknown_key));
+}
 
 }  // namespace tollgate::rls

@@ -12,6 +12,7 @@
 #include <sys/mman.h>
 #endif
 
+#include <tollgate/metrics/metrics.hpp>
 #include <tollgate/util/hash.hpp>
 
 #include "store/memory_shard.hpp"
@@ -224,6 +225,18 @@ size_t MemoryStore::MemoryBytes() const {
     n += shard->MemoryBytes();
   }
   return n;
+}
+
+void MemoryStore::ExportMetrics(metrics::Registry& registry) const {
+  registry.Gauge("tollgate_store_keys", "Keys held by the memory store.",
+                 [this] { return static_cast<double>(size()); });
+  registry.CounterFrom("tollgate_store_evictions_total",
+                       "Live keys evicted from the full memory store.",
+                       metrics::ReadOf(stats_.evicted_live));
+  registry.CounterFrom("tollgate_store_full_rejections_total",
+                       "New identities rejected because the memory store was full of state that "
+                       "still restricts a client.",
+                       metrics::ReadOf(stats_.full_rejections));
 }
 
 }  // namespace tollgate::store

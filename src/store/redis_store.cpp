@@ -3,6 +3,8 @@
 // per event loop, with a connection (connection.hpp) per node.
 #include <tollgate/store/redis_store.hpp>
 
+#include <tollgate/metrics/metrics.hpp>
+
 #include "store/redis/cluster.hpp"
 #include "store/redis/lane.hpp"
 #include "store/redis/resp.hpp"
@@ -67,6 +69,33 @@ void RedisStore::Apply(const Batch& batch, std::span<core::Decision> decisions, 
 }
 
 const RedisStoreStats& RedisStore::stats() const { return shared_->stats; }
+
+void RedisStore::ExportMetrics(metrics::Registry& registry) const {
+  const RedisStoreStats& st = stats();
+  using metrics::ReadOf;
+  registry.CounterFrom("tollgate_redis_calls_total", "Decisions sent to Redis.", ReadOf(st.calls));
+  registry.CounterFrom("tollgate_redis_scripts_total",
+                       "Script calls sent to Redis for those decisions (a group of them is one).",
+                       ReadOf(st.scripts));
+  registry.CounterFrom(
+      "tollgate_redis_command_errors_total",
+      "Usage-count commands that failed (sent again if Redis never got them, else lost).",
+      ReadOf(st.command_errors));
+  registry.CounterFrom("tollgate_redis_timeouts_total", "Redis calls past their deadline.",
+                       ReadOf(st.timeouts));
+  registry.CounterFrom("tollgate_redis_errors_total", "Redis connection and protocol failures.",
+                       ReadOf(st.errors));
+  registry.CounterFrom("tollgate_redis_breaker_rejections_total",
+                       "Calls failed at once: circuit open.", ReadOf(st.breaker_rejections));
+  registry.Gauge("tollgate_redis_breaker_open", "1 while the circuit breaker is open.",
+                 ReadOf(st.breaker_open));
+  registry.CounterFrom("tollgate_redis_noscript_total", "Script reloads after NOSCRIPT.",
+                       ReadOf(st.noscript));
+  registry.CounterFrom("tollgate_redis_redirects_total",
+                       "Redis Cluster MOVED/ASK redirects followed.", ReadOf(st.redirects));
+  registry.CounterFrom("tollgate_redis_reconnects_total", "Redis connections lost and reopened.",
+                       ReadOf(st.reconnects));
+}
 
 void RedisStore::Command(std::vector<std::string> args, size_t key_index,
                          std::function<void(core::Result<RedisValue>)> done) {

@@ -140,7 +140,7 @@ void RedisUsageBackend::Add(const UsageDeltas& fresh) {
     store::RedisStore::EncodeCommand(add.command, {"EXPIRE", index, ttl});
   }
   if (f->left == 0) return;  // rows of zeros: nothing sent
-  flight.release();          // deleted by its last reply
+  (void)flight.release();    // the replies own it now: the last one deletes it
   redis_.FireAndForget(std::move(commands));
 }
 

@@ -13,6 +13,8 @@ class FakeClock final : public util::Clock {
   explicit FakeClock(core::Instant start = core::Instant::FromUnixSeconds(1'790'000'000))
       : us_(start.unix_micros()) {}
   core::Instant Now() const override { return core::Instant::FromUnixMicros(us_.load()); }
+  // Moves with Now(), as a replica's steady clock moves with the store's time.
+  int64_t SteadyMicros() const override { return us_.load(); }
   void Advance(core::Duration d) { us_.fetch_add(d.micros()); }
   void Set(core::Instant t) { us_.store(t.unix_micros()); }
 

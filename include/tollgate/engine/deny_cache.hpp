@@ -11,16 +11,13 @@
 #include <vector>
 
 #include <tollgate/store/store.hpp>
+#include <tollgate/util/clock.hpp>
+
+namespace tollgate::metrics {
+class Registry;
+}
 
 namespace tollgate::engine {
-
-// A monotonic clock in microseconds (interval measurements only). Thread-safe.
-class MonotonicClock {
- public:
-  virtual ~MonotonicClock() = default;
-  virtual int64_t NowMicros() const = 0;
-  static const MonotonicClock& Steady();
-};
 
 struct DenyCacheOptions {
   // Identities remembered at once; beyond it the oldest are forgotten (a forgotten identity
@@ -43,13 +40,14 @@ struct DenyCacheStats {
 class DenyCache final : public store::Store {
  public:
   DenyCache(store::Store& inner, DenyCacheOptions options = {},
-            const MonotonicClock& clock = MonotonicClock::Steady());
+            const util::Clock& clock = util::SystemClock::Instance());
 
   void Apply(const store::Batch& batch, std::span<core::Decision> decisions,
              Completion done) override;
   std::string_view Name() const override { return inner_.Name(); }
 
   const DenyCacheStats& stats() const { return stats_; }
+  void ExportMetrics(metrics::Registry& registry) const;
 
  private:
   struct CheckBound {
@@ -77,7 +75,7 @@ class DenyCache final : public store::Store {
 
   store::Store& inner_;
   const DenyCacheOptions options_;
-  const MonotonicClock& clock_;
+  const util::Clock& clock_;  // its steady reading
   std::mutex mu_;
   std::unordered_map<std::string, Entry> entries_;
   DenyCacheStats stats_;

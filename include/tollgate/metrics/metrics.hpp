@@ -32,7 +32,9 @@ class Registry {
   // `labels` is the rendered label set without braces: plan="free",result="allowed".
   std::atomic<uint64_t>& Counter(std::string_view name, std::string_view labels = {});
   Histogram& Hist(std::string_view name);
-  // Gauges are read when rendering.
+  // Values a component keeps itself (its own atomics), read when rendering: a counter only
+  // grows, a gauge goes up and down. Each component declares its own (its ExportMetrics()).
+  void CounterFrom(std::string_view name, std::string_view help, std::function<double()> read);
   void Gauge(std::string_view name, std::string_view help, std::function<double()> read);
 
   // HELP text per metric family, declared once (see metrics.cpp for the list).
@@ -42,7 +44,24 @@ class Registry {
   mutable std::mutex mu_;
   std::map<std::string, std::unique_ptr<std::atomic<uint64_t>>> counters_;
   std::map<std::string, std::unique_ptr<Histogram>> histograms_;
-  std::map<std::string, std::pair<std::string, std::function<double()>>> gauges_;
+  struct Read {
+    const char* type;
+    std::string help;
+    std::function<double()> read;
+  };
+  void AddRead(std::string_view name, const char* type, std::string_view help,
+               std::function<double()> read);
+  std::map<std::string, Read> reads_;
 };
+
+// Reads one of a component's atomics, for CounterFrom() and Gauge().
+template <typename T>
+std::function<double()> ReadOf(const std::atomic<T>& value) {
+  return [&value] { return static_cast<double>(value.load(std::memory_order_relaxed)); };
+}
+
+// One rendered label, `name="value"`, its value escaped as the text format requires (backslash,
+// double quote and line feed).
+std::string Label(std::string_view name, std::string_view value);
 
 }  // namespace tollgate::metrics

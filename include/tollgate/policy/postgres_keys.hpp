@@ -16,6 +16,10 @@
 #include <tollgate/core/result.hpp>
 #include <vector>
 
+namespace tollgate::metrics {
+class Registry;
+}
+
 namespace tollgate::policy {
 namespace internal {
 struct KeyRecord;  // one api_keys row as read, before it is checked
@@ -96,6 +100,7 @@ class PostgresKeySource {
   // follows. REQUIRES: at least one plan.
   void SetPlans(std::vector<config::PlanConfig> plans);
   const KeySnapshotStats& stats() const { return stats_; }
+  void ExportMetrics(metrics::Registry& registry) const;
 
  private:
   struct Rows;  // the rows held, by key id; the source's thread only (and Start)

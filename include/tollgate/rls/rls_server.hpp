@@ -12,6 +12,10 @@
 #include <tollgate/engine/engine.hpp>
 #include <tollgate/policy/policy.hpp>
 
+namespace tollgate::metrics {
+class Registry;
+}
+
 namespace tollgate::rls {
 
 // How the descriptors of one RLS domain map to tollgate identities.
@@ -49,6 +53,7 @@ class RlsServer {
   core::Result<int> Start();
   void Shutdown();
   const RlsStats& stats() const;
+  void ExportMetrics(metrics::Registry& registry) const;
 
   struct Impl;  // defined in rls_server.cpp
 

@@ -9,6 +9,10 @@
 #include <tollgate/store/store.hpp>
 #include <tollgate/util/clock.hpp>
 
+namespace tollgate::metrics {
+class Registry;
+}
+
 namespace tollgate::store {
 
 struct MemoryStoreOptions {
@@ -72,6 +76,8 @@ class MemoryStore final : public Store {
   // Bytes allocated for state, including logs.
   size_t MemoryBytes() const;
   const MemoryStoreStats& stats() const { return stats_; }
+  // Declares the store's gauges and counters (read when /metrics is rendered).
+  void ExportMetrics(metrics::Registry& registry) const;
 
  private:
   class Shard;

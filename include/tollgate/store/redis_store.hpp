@@ -18,6 +18,10 @@ namespace boost::asio {
 class io_context;
 }
 
+namespace tollgate::metrics {
+class Registry;
+}
+
 namespace tollgate::store {
 
 namespace redis {  // the implementation's rooms (src/store/redis/)
@@ -90,6 +94,8 @@ class RedisStore final : public Store {
   std::string_view Name() const override { return "redis"; }
 
   const RedisStoreStats& stats() const;
+  // Declares the store's counters and the breaker's gauge (read when /metrics is rendered).
+  void ExportMetrics(metrics::Registry& registry) const;
   // Why the last connection to Redis failed ("host:port: reason"), for the logs; "" if none has.
   std::string LastError() const;
 

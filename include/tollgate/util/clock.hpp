@@ -1,7 +1,9 @@
-// The clock seam: objects that must read time themselves take a Clock&.
+// The clock seam, the one clock interface of the project: objects that must read time
+// themselves take a Clock& (tests pass tests/support/fake_clock.hpp).
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 
 #include <tollgate/core/time.hpp>
 
@@ -13,6 +15,9 @@ class Clock {
   virtual ~Clock() = default;
   // Now on the limiter's timeline (Unix microseconds, like Redis TIME).
   virtual core::Instant Now() const = 0;
+  // A monotonic reading in microseconds from an arbitrary origin, for intervals only: it never
+  // goes back when the wall clock is set.
+  virtual int64_t SteadyMicros() const = 0;
 };
 
 // The system's real-time clock. Thread-safe.
@@ -22,6 +27,11 @@ class SystemClock final : public Clock {
     const auto us = std::chrono::duration_cast<std::chrono::microseconds>(
         std::chrono::system_clock::now().time_since_epoch());
     return core::Instant::FromUnixMicros(us.count());
+  }
+  int64_t SteadyMicros() const override {
+    return std::chrono::duration_cast<std::chrono::microseconds>(
+               std::chrono::steady_clock::now().time_since_epoch())
+        .count();
   }
   static SystemClock& Instance() {
     static SystemClock clock;

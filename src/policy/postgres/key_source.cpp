@@ -9,6 +9,7 @@
 #include <optional>
 #include <random>
 #include <set>
+#include <tollgate/metrics/metrics.hpp>
 #include <tollgate/policy/postgres_keys.hpp>
 
 #include "policy/postgres/connection.hpp"
@@ -449,6 +450,21 @@ void PostgresKeySource::WriteSnapshot() {
   }
   stats_.errors.fetch_add(1, std::memory_order_relaxed);
   Log(JsonLine("error", "cannot write the api keys snapshot file", {{"error", error}}));
+}
+
+void PostgresKeySource::ExportMetrics(metrics::Registry& registry) const {
+  using metrics::ReadOf;
+  registry.CounterFrom("tollgate_keys_loads_total", "Full key loads from PostgreSQL.",
+                       ReadOf(stats_.loads));
+  registry.CounterFrom("tollgate_keys_notifications_total", "Key changes notified by PostgreSQL.",
+                       ReadOf(stats_.notifications));
+  registry.CounterFrom("tollgate_keys_errors_total",
+                       "Key source failures (PostgreSQL down, bad queries).",
+                       ReadOf(stats_.errors));
+  registry.CounterFrom("tollgate_keys_skipped_rows_total", "Malformed api_keys rows skipped.",
+                       ReadOf(stats_.skipped_rows));
+  registry.Gauge("tollgate_keys_source_connected", "1 while connected to PostgreSQL.",
+                 [this] { return stats_.connected.load() ? 1.0 : 0.0; });
 }
 
 }  // namespace tollgate::policy

@@ -8,6 +8,7 @@
 
 #include <tollgate/store/memory_store.hpp>
 #include "support/fake_clock.hpp"
+#include "support/limits.hpp"
 
 namespace tollgate::engine {
 namespace {
@@ -18,16 +19,7 @@ using core::Limit;
 using store::ApplyResult;
 using store::Batch;
 using store::Check;
-
-// One fake time for the store (Unix) and the cache (monotonic), like Redis TIME and a replica.
-class FakeMono final : public MonotonicClock {
- public:
-  explicit FakeMono(const testing::FakeClock& c) : c_(c) {}
-  int64_t NowMicros() const override { return c_.Now().unix_micros(); }
-
- private:
-  const testing::FakeClock& c_;
-};
+using testing::Bucket;
 
 // Counts calls to the store behind the cache.
 class CountingStore final : public store::Store {
@@ -50,19 +42,11 @@ ApplyResult ApplySync(store::Store& s, const Batch& b, std::span<Decision> d) {
   return out;
 }
 
-Limit Bucket(int64_t capacity, const char* rate) {
-  return Limit::Create({.algorithm = core::Algorithm::kTokenBucket,
-                        .capacity = capacity,
-                        .refill = core::Rate::Parse(rate, 1).value()})
-      .value();
-}
-
 TEST(DenyCache, FloodingClientCostsTheStoreAlmostNothing) {
   testing::FakeClock clock;
-  FakeMono mono(clock);
   store::MemoryStore memory({.max_keys = 100, .shards = 1}, clock);
   CountingStore counting(memory);
-  DenyCache cache(counting, {}, mono);
+  DenyCache cache(counting, {}, clock);
   const Limit b = Bucket(5, "1");
   const std::vector<Check> checks = {{"burst", &b, 1}};
   std::vector<Decision> d(1);
@@ -86,9 +70,8 @@ TEST(DenyCache, FloodingClientCostsTheStoreAlmostNothing) {
 // made for the old bucket does not hold for a larger one at the same address.
 TEST(DenyCache, ABoundIsForTheBucketItWasMadeFor) {
   testing::FakeClock clock;
-  FakeMono mono(clock);
   store::MemoryStore memory({.max_keys = 100, .shards = 1}, clock);
-  DenyCache cache(memory, {}, mono);
+  DenyCache cache(memory, {}, clock);
   std::optional<Limit> limit(Bucket(1, "0.001"));
   const std::vector<Check> checks = {{"burst", &*limit, 1}};
   std::vector<Decision> d(1);
@@ -105,11 +88,10 @@ TEST(DenyCache, NeverRejectsWhatTheStoreWouldAllow) {
   for (uint32_t seed = 1; seed <= 30; ++seed) {
     std::mt19937_64 rng(seed);
     testing::FakeClock clock;
-    FakeMono mono(clock);
     store::MemoryStore cached_inner({.max_keys = 100, .shards = 1}, clock);
     store::MemoryStore plain({.max_keys = 100, .shards = 1}, clock);
     // Another replica takes tokens from the same store behind the cache's back.
-    DenyCache cache(cached_inner, {}, mono);
+    DenyCache cache(cached_inner, {}, clock);
     const Limit b = Bucket(1 + static_cast<int64_t>(rng() % 10), seed % 2 ? "3" : "0.5");
     const Limit daily =
         Limit::Create({.algorithm = core::Algorithm::kQuota, .ceiling = 400}).value();
