@@ -21,12 +21,15 @@ function(tollgate_library name)
 endfunction()
 
 # tollgate_test(NAME SOURCES a_test.cpp DEPS lib LABELS unit)
+# Links the test-only library (tests/support: "support/fake_clock.hpp", ...); src/ is on the
+# include path for the tests of private headers.
 function(tollgate_test name)
   cmake_parse_arguments(ARG "" "" "SOURCES;DEPS;LABELS" ${ARGN})
   add_executable(${name} ${ARG_SOURCES})
   target_compile_options(${name} PRIVATE ${TOLLGATE_WARNINGS})
-  target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR}/tests ${PROJECT_SOURCE_DIR}/src)
-  target_link_libraries(${name} PRIVATE ${ARG_DEPS} GTest::gtest_main Threads::Threads)
+  target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR}/src)
+  target_link_libraries(${name} PRIVATE ${ARG_DEPS} tollgate_test_support GTest::gtest_main
+                                        Threads::Threads)
   gtest_discover_tests(${name} DISCOVERY_TIMEOUT 60 PROPERTIES LABELS "${ARG_LABELS}")
 endfunction()
 

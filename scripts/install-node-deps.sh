@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
-# Installs what tests/integration/test_decision.py needs to call tollgate's Envoy RLS listener
+# Installs what tests/integration/e2e/test_decision.py needs to call tollgate's Envoy RLS listener
 # with a real gRPC client: Node.js and npm (Debian's packages, only when `node` or `npm` is
-# missing), then @grpc/grpc-js and @grpc/proto-loader into tests/integration/node/node_modules
+# missing), then @grpc/grpc-js and @grpc/proto-loader into tests/integration/e2e/node/node_modules
 # (git-ignored) from the committed package-lock.json.
 # Idempotent: does nothing when node_modules is there and not older than package-lock.json.
 set -euo pipefail
 
 root="$(cd "$(dirname "$0")/.." && pwd)"
-dir="$root/tests/integration/node"
+dir="$root/tests/integration/e2e/node"
 
 sudo=""
 [[ $(id -u) -ne 0 ]] && sudo="sudo"
@@ -29,7 +29,7 @@ if [[ -f $stamp && -f $dir/node_modules/@grpc/grpc-js/package.json &&
       ! $dir/package-lock.json -nt $stamp ]]; then
   exit 0
 fi
-echo "install-node-deps: npm ci in tests/integration/node" >&2
+echo "install-node-deps: npm ci in tests/integration/e2e/node" >&2
 # No install scripts: neither package needs one to work (protobufjs's postinstall only
 # checks its optional CLI).
 (cd "$dir" && npm ci --no-audit --no-fund --ignore-scripts --loglevel=error)

@@ -1,4 +1,4 @@
-"""A raw-socket HTTP/1.1 upstream for hostile-input tests (tests/integration/test_hostile.py).
+"""A raw-socket HTTP/1.1 upstream for hostile-input tests (tests/integration/e2e/test_hostile.py).
 
 Unlike upstream.py (http.server), it parses requests itself and RECORDS the exact bytes of every
 request head it receives, and each body as framed (Content-Length or chunked), per connection,

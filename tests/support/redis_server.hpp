@@ -16,6 +16,8 @@
 #include <thread>
 #include <vector>
 
+#include "support/wait.hpp"
+
 namespace tollgate::testing {
 
 // Binds 127.0.0.1:`port` (0: any) and returns the port bound, or 0 when it is taken.
@@ -41,7 +43,8 @@ inline int FreePort() { return TryBind(0); }
 // A free port P below 55535 whose cluster bus port P + 10000 is free too.
 inline int FreeClusterPort() {
   for (int i = 0; i < 1000; ++i) {
-    const int p = 20000 + static_cast<int>((static_cast<unsigned>(::getpid()) * 7919u + i * 104729u) % 30000);
+    const int p =
+        20000 + static_cast<int>((static_cast<unsigned>(::getpid()) * 7919u + i * 104729u) % 30000);
     if (TryBind(p) && TryBind(p + 10000)) return p;
   }
   return 0;
@@ -77,9 +80,10 @@ class RedisServer {
     }
     pid_ = ::fork();
     if (pid_ == 0) {
-      std::vector<std::string> args = {"redis-server", "--port", std::to_string(port_),
-                                       "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-                                       "--dir", dir_, "--logfile", dir_ + "/redis.log"};
+      std::vector<std::string> args = {
+          "redis-server", "--port",    std::to_string(port_), "--bind", "127.0.0.1",
+          "--save",       "",          "--appendonly",        "no",     "--dir",
+          dir_,           "--logfile", dir_ + "/redis.log"};
       args.insert(args.end(), extra_.begin(), extra_.end());
       std::vector<char*> argv;
       for (auto& a : args) argv.push_back(a.data());
@@ -87,9 +91,9 @@ class RedisServer {
       ::execvp("redis-server", argv.data());
       std::_Exit(127);
     }
-    for (int i = 0; i < 200; ++i) {
-      if (Cli("PING") == "PONG") return;
-      std::this_thread::sleep_for(std::chrono::milliseconds(25));
+    if (WaitUntil([&] { return Cli("PING") == "PONG"; }, std::chrono::seconds(5),
+                  std::chrono::milliseconds(25))) {
+      return;
     }
     throw std::runtime_error("redis-server did not start on port " + std::to_string(port_));
   }
@@ -105,7 +109,8 @@ class RedisServer {
 
   // Runs redis-cli against this server and returns its trimmed output.
   std::string Cli(const std::string& command) const {
-    const std::string cmd = "redis-cli -h 127.0.0.1 -p " + std::to_string(port_) + " " + command + " 2>/dev/null";
+    const std::string cmd =
+        "redis-cli -h 127.0.0.1 -p " + std::to_string(port_) + " " + command + " 2>/dev/null";
     std::string out;
     if (FILE* p = ::popen(cmd.c_str(), "r")) {
       char buf[256];

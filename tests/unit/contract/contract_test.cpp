@@ -4,18 +4,14 @@
 
 #include <gtest/gtest.h>
 
+#include "support/limits.hpp"
+
 namespace tollgate::contract {
 namespace {
 
 using core::Decision;
 using core::Duration;
-
-core::Limit Bucket(int64_t capacity, const char* rate) {
-  return core::Limit::Create({.algorithm = core::Algorithm::kTokenBucket,
-                              .capacity = capacity,
-                              .refill = core::Rate::Parse(rate, 1).value()})
-      .value();
-}
+using testing::Bucket;
 
 std::map<std::string, std::string> ToMap(const HeaderList& h) {
   std::map<std::string, std::string> m;

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include "support/fake_clock.hpp"
+#include "support/limits.hpp"
 
 namespace tollgate::store {
 namespace {
@@ -15,13 +16,7 @@ namespace {
 using core::Decision;
 using core::Duration;
 using core::Limit;
-
-Limit Bucket(int64_t capacity, const char* per_second) {
-  return Limit::Create({.algorithm = core::Algorithm::kTokenBucket,
-                        .capacity = capacity,
-                        .refill = core::Rate::Parse(per_second, 1).value()})
-      .value();
-}
+using testing::Bucket;
 
 Limit DailyCeiling(int64_t ceiling) {
   return Limit::Create({.algorithm = core::Algorithm::kQuota, .ceiling = ceiling}).value();

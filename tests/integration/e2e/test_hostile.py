@@ -33,7 +33,7 @@ import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.normpath(os.path.join(HERE, "..", "support")))
+sys.path.insert(0, os.path.normpath(os.path.join(HERE, "..", "..", "support")))
 import harness  # noqa: E402
 from harness import SLOW, burst, reserve_port  # noqa: E402
 from raw_upstream import RawUpstream  # noqa: E402
@@ -866,7 +866,7 @@ class TargetTableTests(HostileCase):
             if r.status == 200:
                 self.assertEqual(json.loads(r.body)["seen"], "/public/q%d" % i)
         self.assertEqual(statuses, [200] * ANON + [429, 429])
-        time.sleep(0.05)
+        time.sleep(0.05)  # for an absence: a request forwarded by mistake would arrive by then
         self.assertEqual([q.target for q in self.upstream.requests_since(mark)],
                          ["/public/q%d" % i for i in range(ANON)])
 
@@ -1098,7 +1098,7 @@ class UpstreamIdleCloseTests(HostileCase):
                 self.assertEqual(self.get("/public/warm-%d" % n, ip=fresh_ip()).status, 200)
                 [warm] = self.upstream.requests_since(mark)
                 [conn] = [c for c in self.upstream.connections() if c.id == warm.conn_id]
-                time.sleep(0.3)  # 200 ms idle, then closed
+                # 200 ms idle, then closed.
                 self.assertTrue(self.upstream.wait_for(lambda up: conn.closed_by is not None, 5))
                 self.assertEqual(conn.closed_by, "upstream-idle", "nothing tested")
                 time.sleep(0.05)  # for the FIN to reach the gateway
@@ -1153,7 +1153,7 @@ class UpstreamResetTests(HostileCase):
                 self.assertIsNotNone(r)
                 self.assertIn(r.status, (502, 503), r)
                 self.assertEqual(r.code, "upstream_unavailable", r)
-                time.sleep(0.05)
+                time.sleep(0.05)  # for an absence: a retry the gateway should not make
                 n = self.upstream.executions(method, path)
                 self.assertGreaterEqual(n, 1)
                 self.assertLessEqual(n, most, "%s %s executed %d times" % (method, path, n))
@@ -1186,7 +1186,7 @@ class UpstreamPoolQueueTests(HostileCase):
         threads = self._send_all(5, results)
         try:
             self.assertTrue(self.upstream.wait_held(2, timeout=5), "the upstream got < 2 requests")
-            time.sleep(0.3)
+            time.sleep(0.3)  # for an absence: nothing is answered while both connections are held
             self.assertEqual(results, {}, "answered while every connection was busy")
             self.assertLessEqual(self.upstream.held, 2)
         finally:

@@ -1,5 +1,5 @@
 // libFuzzer target: ParseRequestHead on arbitrary bytes, against Beast's parser. Whatever the
-// in-place parser accepts, Beast's must accept as the same request (see fuzz/run.sh).
+// in-place parser accepts, Beast's must accept as the same request (see tests/fuzz/run.sh).
 #include <tollgate/http/request_head.hpp>
 
 #include <algorithm>
@@ -21,7 +21,8 @@ Fields ByName(Fields v) {
   for (auto& f : v) {
     for (char& c : f.first) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   }
-  std::stable_sort(v.begin(), v.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::stable_sort(v.begin(), v.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
   return v;
 }
 
@@ -44,7 +45,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const size_t beast_used = p.put(boost::asio::buffer(data, size), ec);
   Check(!ec && p.is_header_done() && p.is_done() && beast_used == used);
   const auto& m = p.get();
-  Check(m.method_string() == head.method && m.target() == head.target && m.version() == head.version);
+  Check(m.method_string() == head.method && m.target() == head.target &&
+        m.version() == head.version);
   Check(m.keep_alive() == head.keep_alive && !p.chunked() && !head.chunked);
   Fields beast, fast;
   for (const auto& f : m) beast.emplace_back(f.name_string(), f.value());

@@ -11,13 +11,15 @@
 #include <thread>
 #include <vector>
 
+#include <gtest/gtest.h>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
-#include <gtest/gtest.h>
 
 #include "support/apply_sync.hpp"
+#include "support/limits.hpp"
 #include "support/redis_server.hpp"
 #include "support/tls_certs.hpp"
+#include "support/wait.hpp"
 
 namespace tollgate::store {
 namespace {
@@ -27,15 +29,16 @@ using core::Decision;
 using core::Limit;
 
 using testing::ApplySync;
-
-Limit Bucket(int64_t capacity, const char* rate) {
-  return Limit::Create({.algorithm = Algorithm::kTokenBucket, .capacity = capacity,
-                        .refill = core::Rate::Parse(rate, 1).value()}).value();
-}
+using testing::Bucket;
+using testing::WaitUntil;
 
 std::unique_ptr<RedisStore> Make(const testing::RedisServer& s, int timeout_ms = 200) {
-  auto r = RedisStore::Create({.url = s.url(), .prefix = "t", .timeout_ms = timeout_ms,
-                               .connect_timeout_ms = 200, .breaker_failures = 3, .breaker_open_ms = 100});
+  auto r = RedisStore::Create({.url = s.url(),
+                               .prefix = "t",
+                               .timeout_ms = timeout_ms,
+                               .connect_timeout_ms = 200,
+                               .breaker_failures = 3,
+                               .breaker_open_ms = 100});
   EXPECT_TRUE(r.ok()) << r.error();
   return std::move(r).value();
 }
@@ -50,11 +53,18 @@ TEST(RedisStore, RejectsBadUrls) {
   EXPECT_TRUE(RedisStore::Create({.url = "redis-cluster://a:1,b:2"}).ok());
 }
 
-std::unique_ptr<RedisStore> MakeTls(const std::string& url, const std::string& ca, const std::string& cert = "",
-                                    const std::string& key = "", int timeout_ms = 2000) {
-  auto r = RedisStore::Create({.url = url, .prefix = "tls", .timeout_ms = timeout_ms, .connect_timeout_ms = 1000,
-                               .breaker_failures = 3, .breaker_open_ms = 100, .tls_ca_file = ca,
-                               .tls_cert_file = cert, .tls_key_file = key});
+std::unique_ptr<RedisStore> MakeTls(const std::string& url, const std::string& ca,
+                                    const std::string& cert = "", const std::string& key = "",
+                                    int timeout_ms = 2000) {
+  auto r = RedisStore::Create({.url = url,
+                               .prefix = "tls",
+                               .timeout_ms = timeout_ms,
+                               .connect_timeout_ms = 1000,
+                               .breaker_failures = 3,
+                               .breaker_open_ms = 100,
+                               .tls_ca_file = ca,
+                               .tls_cert_file = cert,
+                               .tls_key_file = key});
   EXPECT_TRUE(r.ok()) << r.error();
   return std::move(r).value();
 }
@@ -90,12 +100,14 @@ TEST(RedisStore, TlsDecidesWithAVerifiedServerOnly) {
   EXPECT_EQ(tls.server.Cli("EXISTS tls:{k}:burst:tb"), "1");
   EXPECT_EQ(store->LastError(), "");
   // Signed by another CA; issued for 127.0.0.1, not for localhost.
-  for (const auto& [u, ca] : {std::pair{tls.url, tls.certs.File("other.crt")},
-                              std::pair{"rediss://localhost:" + std::to_string(tls.port), tls.certs.File("ca.crt")}}) {
+  for (const auto& [u, ca] :
+       {std::pair{tls.url, tls.certs.File("other.crt")},
+        std::pair{"rediss://localhost:" + std::to_string(tls.port), tls.certs.File("ca.crt")}}) {
     auto untrusted = MakeTls(u, ca);
     const ApplyResult r = tls.Decide(*untrusted, "k2");
     EXPECT_EQ(r.error, StoreErrc::kUnavailable) << u;
-    EXPECT_NE(untrusted->LastError().find("certificate verify failed"), std::string::npos) << untrusted->LastError();
+    EXPECT_NE(untrusted->LastError().find("certificate verify failed"), std::string::npos)
+        << untrusted->LastError();
   }
   EXPECT_EQ(tls.server.Cli("EXISTS tls:{k2}:burst:tb"), "0");
 }
@@ -110,11 +122,8 @@ TEST(RedisStore, TlsReconnectsAfterRedisRestartsOrStalls) {
   EXPECT_NE(tls.Decide(*store).error, StoreErrc::kOk);
   tls.server.Start();  // same ports, same certificate
   auto recovers = [&] {
-    for (int i = 0; i < 100; ++i) {
-      if (tls.Decide(*store).error == StoreErrc::kOk) return true;
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-    return false;
+    return WaitUntil([&] { return tls.Decide(*store).error == StoreErrc::kOk; },
+                     std::chrono::seconds(5), std::chrono::milliseconds(50));
   };
   EXPECT_TRUE(recovers()) << store->LastError();
   const uint64_t reconnects = store->stats().reconnects.load();
@@ -131,7 +140,8 @@ TEST(RedisStore, TlsPresentsAClientCertificateWhenTheServerAsksForOne) {
   auto anonymous = MakeTls(tls.url, tls.certs.File("ca.crt"));
   EXPECT_NE(tls.Decide(*anonymous).error, StoreErrc::kOk);
   EXPECT_NE(anonymous->LastError(), "");
-  auto known = MakeTls(tls.url, tls.certs.File("ca.crt"), tls.certs.File("client.crt"), tls.certs.File("client.key"));
+  auto known = MakeTls(tls.url, tls.certs.File("ca.crt"), tls.certs.File("client.crt"),
+                       tls.certs.File("client.key"));
   const ApplyResult r = tls.Decide(*known);
   EXPECT_EQ(r.error, StoreErrc::kOk) << r.message << " " << known->LastError();
   EXPECT_TRUE(tls.d[0].allowed);
@@ -139,12 +149,17 @@ TEST(RedisStore, TlsPresentsAClientCertificateWhenTheServerAsksForOne) {
 
 TEST(RedisStore, TlsSettingsAreCheckedWhenTheStoreIsMade) {
   testing::TlsCerts certs;
-  auto missing = RedisStore::Create({.url = "rediss://127.0.0.1:1", .tls_ca_file = certs.File("none.crt")});
+  auto missing =
+      RedisStore::Create({.url = "rediss://127.0.0.1:1", .tls_ca_file = certs.File("none.crt")});
   ASSERT_FALSE(missing.ok());
   EXPECT_NE(missing.error().find("store.tls.ca_file"), std::string::npos) << missing.error();
-  EXPECT_FALSE(RedisStore::Create({.url = "redis://127.0.0.1:1", .tls_ca_file = certs.File("ca.crt")}).ok());
-  EXPECT_FALSE(RedisStore::Create({.url = "rediss://127.0.0.1:1", .tls_cert_file = certs.File("client.crt")}).ok());
-  auto wrong_key = RedisStore::Create({.url = "rediss://127.0.0.1:1", .tls_cert_file = certs.File("client.crt"),
+  EXPECT_FALSE(
+      RedisStore::Create({.url = "redis://127.0.0.1:1", .tls_ca_file = certs.File("ca.crt")}).ok());
+  EXPECT_FALSE(
+      RedisStore::Create({.url = "rediss://127.0.0.1:1", .tls_cert_file = certs.File("client.crt")})
+          .ok());
+  auto wrong_key = RedisStore::Create({.url = "rediss://127.0.0.1:1",
+                                       .tls_cert_file = certs.File("client.crt"),
                                        .tls_key_file = certs.File("server.key")});
   ASSERT_FALSE(wrong_key.ok());
   EXPECT_NE(wrong_key.error().find("store.tls.key_file"), std::string::npos) << wrong_key.error();
@@ -207,7 +222,8 @@ TEST(RedisStore, LanesDecideOnTheirOwnLoopsAndShareOneBudget) {
   // The store's own lane, from this thread, on the same budget.
   std::vector<Decision> d(1);
   for (int i = 0; i < 100; ++i) {
-    if (ApplySync(*store, Batch{.scope = "key:lanes", .checks = checks}, d).committed) accepted.fetch_add(1);
+    if (ApplySync(*store, Batch{.scope = "key:lanes", .checks = checks}, d).committed)
+      accepted.fetch_add(1);
   }
   store->CloseLanes();  // before the loops go
   EXPECT_EQ(elsewhere.load(), 0);
@@ -218,8 +234,10 @@ TEST(RedisStore, KeysHaveTtlsAndDisappearAfterTheirWindows) {
   testing::RedisServer server;
   auto store = Make(server, 2000);
   const Limit burst = Bucket(5, "50");  // full again 20 ms after one request
-  const Limit window = Limit::Create({.algorithm = Algorithm::kSlidingWindowLog, .limit = 5,
-                                      .window = core::Duration::Millis(100)}).value();
+  const Limit window = Limit::Create({.algorithm = Algorithm::kSlidingWindowLog,
+                                      .limit = 5,
+                                      .window = core::Duration::Millis(100)})
+                           .value();
   std::vector<Decision> d(2);
   for (int i = 0; i < 2000; ++i) {
     const std::string scope = "key:" + std::to_string(i);
@@ -227,10 +245,9 @@ TEST(RedisStore, KeysHaveTtlsAndDisappearAfterTheirWindows) {
     ASSERT_TRUE(ApplySync(*store, Batch{.scope = scope, .checks = checks}, d).committed);
   }
   EXPECT_GE(std::stoi(server.Cli("DBSIZE")), 1);
-  for (int i = 0; i < 100 && server.Cli("DBSIZE") != "0"; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  EXPECT_EQ(server.Cli("DBSIZE"), "0");
+  EXPECT_TRUE(WaitUntil([&] { return server.Cli("DBSIZE") == "0"; }, std::chrono::seconds(5),
+                        std::chrono::milliseconds(50)))
+      << server.Cli("DBSIZE");
 }
 
 TEST(RedisStore, ScriptCacheFlushIsHandled) {
@@ -265,20 +282,22 @@ TEST(RedisStore, DeadRedisFailsFastThenRecoversWithoutRestart) {
   }
   EXPECT_GE(store->stats().breaker_rejections.load(), 1u);
   server.Start();  // same port, empty: no script cached
-  bool recovered = false;
-  for (int i = 0; i < 100 && !recovered; ++i) {
-    recovered = ApplySync(*store, Batch{.scope = "k", .checks = checks}, d).error == StoreErrc::kOk;
-    if (!recovered) std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  EXPECT_TRUE(recovered);
+  EXPECT_TRUE(WaitUntil(
+      [&] {
+        return ApplySync(*store, Batch{.scope = "k", .checks = checks}, d).error == StoreErrc::kOk;
+      },
+      std::chrono::seconds(5), std::chrono::milliseconds(50)));
 }
 
 // Decisions waiting for a group while Redis stalls time out like any other, and once Redis
 // answers again they are not sent: only the groups already in flight reach Redis.
 TEST(RedisStore, GroupedDecisionsThatTimedOutWaitingAreNeverSent) {
   testing::RedisServer server;
-  auto r = RedisStore::Create({.url = server.url(), .prefix = "t", .timeout_ms = 50,
-                               .connect_timeout_ms = 200, .breaker_failures = 1'000'000});
+  auto r = RedisStore::Create({.url = server.url(),
+                               .prefix = "t",
+                               .timeout_ms = 50,
+                               .connect_timeout_ms = 200,
+                               .breaker_failures = 1'000'000});
   ASSERT_TRUE(r.ok()) << r.error();
   RedisStore& store = **r;
   const Limit burst = Bucket(1000, "0.001");
@@ -287,7 +306,8 @@ TEST(RedisStore, GroupedDecisionsThatTimedOutWaitingAreNeverSent) {
   // Until one decision makes its 50 ms (the first connects and loads the script).
   auto decide = [&] {
     for (int i = 0; i < 50; ++i) {
-      if (ApplySync(store, Batch{.scope = "k", .checks = checks}, d).error == StoreErrc::kOk) return true;
+      if (ApplySync(store, Batch{.scope = "k", .checks = checks}, d).error == StoreErrc::kOk)
+        return true;
     }
     return false;
   };
@@ -326,8 +346,12 @@ TEST(RedisStore, HalfOpenBreakerSendsOneProbe) {
   std::vector<Decision> d(1);
   ASSERT_EQ(ApplySync(*store, Batch{.scope = "k", .checks = checks}, d).error, StoreErrc::kOk);
   server.Pause();
-  for (int i = 0; i < 3; ++i) EXPECT_EQ(ApplySync(*store, Batch{.scope = "k", .checks = checks}, d).error, StoreErrc::kTimeout);
+  for (int i = 0; i < 3; ++i)
+    EXPECT_EQ(ApplySync(*store, Batch{.scope = "k", .checks = checks}, d).error,
+              StoreErrc::kTimeout);
   ASSERT_EQ(store->stats().breaker_open.load(), 1);
+  // Pacing, not a wait for a condition: the circuit's open time (100 ms) must pass, and nothing
+  // can be polled for it without sending the very call whose probing is under test.
   std::this_thread::sleep_for(std::chrono::milliseconds(150));
   const uint64_t timeouts = store->stats().timeouts.load();
   const uint64_t rejections = store->stats().breaker_rejections.load();
@@ -341,7 +365,8 @@ TEST(RedisStore, HalfOpenBreakerSendsOneProbe) {
   for (auto& reply : replies) EXPECT_NE(reply.get_future().get().error, StoreErrc::kOk);
   server.Resume();
   EXPECT_EQ(store->stats().timeouts.load() - timeouts, 1u);
-  EXPECT_EQ(store->stats().breaker_rejections.load() - rejections, static_cast<uint64_t>(kCalls - 1));
+  EXPECT_EQ(store->stats().breaker_rejections.load() - rejections,
+            static_cast<uint64_t>(kCalls - 1));
 }
 
 // A refused AUTH backs off like any failed connection (it used to start over at 50 ms, since the
@@ -350,7 +375,9 @@ TEST(RedisStore, RefusedPasswordBacksOff) {
   testing::RedisServer server;
   server.Cli("CONFIG SET requirepass right");
   auto r = RedisStore::Create({.url = "redis://:wrong@127.0.0.1:" + std::to_string(server.port()),
-                               .prefix = "t", .timeout_ms = 50, .breaker_failures = 1'000'000});
+                               .prefix = "t",
+                               .timeout_ms = 50,
+                               .breaker_failures = 1'000'000});
   ASSERT_TRUE(r.ok()) << r.error();
   RedisStore& store = **r;
   const Limit burst = Bucket(100, "1");
@@ -359,6 +386,7 @@ TEST(RedisStore, RefusedPasswordBacksOff) {
   const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(1500);
   while (std::chrono::steady_clock::now() < end) {
     EXPECT_NE(ApplySync(store, Batch{.scope = "k", .checks = checks}, d).error, StoreErrc::kOk);
+    // Pacing: a call every 10 ms for 1.5 s; what is counted is how many reconnects they cause.
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   EXPECT_NE(store.LastError().find("AUTH"), std::string::npos) << store.LastError();
@@ -381,15 +409,20 @@ TEST(RedisStore, BreakerLeavesAConnectionInItsHandshake) {
   ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
   testing::TlsCerts certs;
   auto r = RedisStore::Create({.url = "rediss://127.0.0.1:" + std::to_string(ntohs(addr.sin_port)),
-                               .prefix = "t", .timeout_ms = 20, .connect_timeout_ms = 3000,
-                               .breaker_failures = 3, .breaker_open_ms = 100,
+                               .prefix = "t",
+                               .timeout_ms = 20,
+                               .connect_timeout_ms = 3000,
+                               .breaker_failures = 3,
+                               .breaker_open_ms = 100,
                                .tls_ca_file = certs.File("ca.crt")});
   ASSERT_TRUE(r.ok()) << r.error();
   RedisStore& store = **r;
   const Limit burst = Bucket(100, "1");
   const std::vector<Check> checks = {{"burst", &burst, 1}};
   std::vector<Decision> d(1);
-  for (int i = 0; i < 3; ++i) EXPECT_EQ(ApplySync(store, Batch{.scope = "k", .checks = checks}, d).error, StoreErrc::kTimeout);
+  for (int i = 0; i < 3; ++i)
+    EXPECT_EQ(ApplySync(store, Batch{.scope = "k", .checks = checks}, d).error,
+              StoreErrc::kTimeout);
   EXPECT_EQ(store.stats().breaker_open.load(), 1);
   EXPECT_EQ(store.stats().reconnects.load(), 0u);  // the handshake goes on
   ::close(fd);
@@ -418,15 +451,16 @@ TEST(RedisStore, StalledRedisTripsTheDeadline) {
 namespace tollgate::store {
 namespace {
 
+using usage::kOutcomeNames;
+using usage::kOutcomes;
+using usage::Outcome;
 using usage::RedisUsageBackend;
 using usage::UsageCounts;
 using usage::UsageDeltas;
 using usage::UsageKey;
 using usage::UsageRows;
-using usage::Outcome;
-using usage::kOutcomeNames;
-using usage::kOutcomes;
 
+using testing::WaitUntil;
 
 // How many times Redis ran `command` (lower case), from INFO commandstats.
 int64_t CommandCalls(testing::RedisServer& server, const std::string& command) {
@@ -434,17 +468,6 @@ int64_t CommandCalls(testing::RedisServer& server, const std::string& command) {
   const std::string field = "cmdstat_" + command + ":calls=";
   const size_t at = info.find(field);
   return at == std::string::npos ? 0 : std::stoll(info.substr(at + field.size()));
-}
-
-// Polls `condition` until it holds or `limit` has passed; returns whether it held.
-bool WaitUntil(const std::function<bool()>& condition,
-               std::chrono::milliseconds limit = std::chrono::milliseconds(2000)) {
-  const auto end = std::chrono::steady_clock::now() + limit;
-  while (!condition()) {
-    if (std::chrono::steady_clock::now() >= end) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  }
-  return true;
 }
 
 // Waits (bounded) until Redis has answered every command `store` sent before this call, and
@@ -499,7 +522,7 @@ TEST(RedisUsage, RequestsOfCostOneTakeOneCounterPerOutcome) {
   rows[1].second.cost = {12, 0, 0, 0};  // an export: cost above the request count
   backend.Add(rows);
   ASSERT_TRUE(AllAnswered(*store));  // nothing more arrives
-  EXPECT_EQ(hincrby_calls(), 4);  // k1: success, rejected; k2: success and its extra cost
+  EXPECT_EQ(hincrby_calls(), 4);     // k1: success, rejected; k2: success and its extra cost
   std::promise<core::Result<UsageRows>> p;
   backend.Read({"2026-11-29"}, "acme",
                [&](core::Result<UsageRows> r) { p.set_value(std::move(r)); });
@@ -521,9 +544,8 @@ TEST(RedisUsage, IndexAndTtlAreSentUntilConfirmedThenNoMore) {
   auto sadd_calls = [&] { return CommandCalls(server, "sadd"); };
   const std::string field = std::string("'k1|") + kOutcomeNames[0] + "|requests'";
   auto wait_for = [&](const std::string& key, const std::string& want) {
-    for (int i = 0; i < 200 && server.Cli("HGET " + key + " " + field) != want; ++i) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
+    WaitUntil([&] { return server.Cli("HGET " + key + " " + field) == want; },
+              testing::kDefaultWait, std::chrono::milliseconds(5));
     return server.Cli("HGET " + key + " " + field);
   };
   UsageDeltas rows(1);
@@ -569,10 +591,9 @@ TEST(RedisUsage, CountsSentWhileRedisIsDownArriveWhenItIsBack) {
     return d;
   };
   backend.Add(rows(1));
-  for (int i = 0; i < 200 && server.Cli("HGET " + key + " " + field) != "1"; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  ASSERT_EQ(server.Cli("HGET " + key + " " + field), "1");
+  ASSERT_TRUE(WaitUntil([&] { return server.Cli("HGET " + key + " " + field) == "1"; },
+                        testing::kDefaultWait, std::chrono::milliseconds(5)))
+      << server.Cli("HGET " + key + " " + field);
   const uint64_t reconnects = store->stats().reconnects.load();
   server.Stop();
   // The first flush after the crash may be written to the dead connection: Redis may or may not
@@ -587,19 +608,22 @@ TEST(RedisUsage, CountsSentWhileRedisIsDownArriveWhenItIsBack) {
   }
   server.Start();  // same port, empty
   std::string got;
-  for (int i = 0; i < 300; ++i) {
-    backend.Add({});  // the meter's flush with nothing new
-    got = server.Cli("HGET " + key + " " + field);
-    if (got == "3" || got == "103") break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  EXPECT_TRUE(got == "3" || got == "103") << got;
+  EXPECT_TRUE(WaitUntil(
+      [&] {
+        backend.Add({});  // the meter's flush with nothing new
+        got = server.Cli("HGET " + key + " " + field);
+        return got == "3" || got == "103";
+      },
+      std::chrono::seconds(5), std::chrono::milliseconds(10)))
+      << got;
   EXPECT_GE(store->stats().command_errors.load(), 3u);
-  for (int i = 0; i < 100 && server.Cli("SMEMBERS u:usage:2026-11-29") != "acme"; ++i) {
-    backend.Add({});
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  EXPECT_EQ(server.Cli("SMEMBERS u:usage:2026-11-29"), "acme");
+  EXPECT_TRUE(WaitUntil(
+      [&] {
+        backend.Add({});
+        return server.Cli("SMEMBERS u:usage:2026-11-29") == "acme";
+      },
+      std::chrono::seconds(5), std::chrono::milliseconds(10)))
+      << server.Cli("SMEMBERS u:usage:2026-11-29");
   EXPECT_GT(std::stoll(server.Cli("TTL " + key)), 86'400 * 300);
 }
 

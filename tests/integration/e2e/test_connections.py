@@ -163,9 +163,9 @@ class FileLimitTests(GatewayTestCase):
             s.setblocking(False)
             s.connect_ex(("127.0.0.1", gw.port))  # completes in the kernel's backlog
             pending.append(s)
-        time.sleep(0.3)
+        time.sleep(0.3)  # pacing: the gateway runs out of descriptors and starts backing off
         cpu0, t0 = cpu_seconds(gw.pid), time.monotonic()
-        time.sleep(1.0)
+        time.sleep(1.0)  # the interval its CPU use is measured over
         cpu = (cpu_seconds(gw.pid) - cpu0) / (time.monotonic() - t0)
         self.assertLess(cpu, 0.5)
         # Descriptors back: the waiting clients are served, and the failures were counted at

@@ -32,13 +32,14 @@ class RlsTest : public ::testing::Test {
  protected:
   void SetUp() override {
     server_ = std::make_unique<RlsServer>(
-        RlsOptions{.listen = "127.0.0.1:0",
-                   .domains = {{.domain = "api", .key_entry = "api_key", .ip_entry = "remote_address"}}},
+        RlsOptions{
+            .listen = "127.0.0.1:0",
+            .domains = {{.domain = "api", .key_entry = "api_key", .ip_entry = "remote_address"}}},
         engine_, [p = policy_] { return p; });
     auto port = server_->Start();
     ASSERT_TRUE(port.ok()) << port.error();
-    stub_ = pb::RateLimitService::NewStub(
-        grpc::CreateChannel("127.0.0.1:" + std::to_string(*port), grpc::InsecureChannelCredentials()));
+    stub_ = pb::RateLimitService::NewStub(grpc::CreateChannel("127.0.0.1:" + std::to_string(*port),
+                                                              grpc::InsecureChannelCredentials()));
   }
 
   pb::RateLimitResponse Call(const std::string& domain, const std::string& entry_key,
@@ -77,7 +78,8 @@ TEST_F(RlsTest, OkUntilTheBudgetThenOverLimitWithDurationUntilReset) {
   EXPECT_EQ(res.statuses(0).code(), pb::RateLimitResponse::OVER_LIMIT);
   EXPECT_EQ(res.statuses(0).duration_until_reset().seconds(), 100);  // one token at 0.01/s
   bool retry_after = false;
-  for (const auto& h : res.response_headers_to_add()) retry_after |= h.key() == "Retry-After" && h.value() == "100";
+  for (const auto& h : res.response_headers_to_add())
+    retry_after |= h.key() == "Retry-After" && h.value() == "100";
   EXPECT_TRUE(retry_after);
   EXPECT_EQ(server_->stats().over_limit.load(), 1u);
 }
@@ -90,7 +92,8 @@ TEST_F(RlsTest, HitsAddendIsTheCost) {
 TEST_F(RlsTest, AddressesUseTheAnonymousLimits) {
   EXPECT_EQ(Call("api", "remote_address", "192.0.2.1").overall_code(), pb::RateLimitResponse::OK);
   EXPECT_EQ(Call("api", "remote_address", "192.0.2.1").overall_code(), pb::RateLimitResponse::OK);
-  EXPECT_EQ(Call("api", "remote_address", "192.0.2.1").overall_code(), pb::RateLimitResponse::OVER_LIMIT);
+  EXPECT_EQ(Call("api", "remote_address", "192.0.2.1").overall_code(),
+            pb::RateLimitResponse::OVER_LIMIT);
   EXPECT_EQ(Call("api", "remote_address", "192.0.2.2").overall_code(), pb::RateLimitResponse::OK);
 }
 

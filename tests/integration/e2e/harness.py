@@ -18,7 +18,7 @@ import time
 import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-UPSTREAM_SCRIPT = os.path.normpath(os.path.join(HERE, "..", "support", "upstream.py"))
+UPSTREAM_SCRIPT = os.path.normpath(os.path.join(HERE, "..", "..", "support", "upstream.py"))
 
 # Set by test_gateway.py from --binary.
 BINARY = os.environ.get("TOLLGATE_BINARY", "")
@@ -46,6 +46,16 @@ def deadline_loop(seconds, step=0.02, max_iterations=100_000):
         yield i
         if time.monotonic() >= end:
             return
+
+
+def wait_until(predicate, timeout=5.0, step=0.01):
+    """Polls `predicate` until it returns true or `timeout` seconds have passed; returns whether
+    it did (asked once more at the deadline). Use it for what a test waits for, instead of a
+    fixed time.sleep before an assertion."""
+    for _ in deadline_loop(timeout, step=step):
+        if predicate():
+            return True
+    return bool(predicate())
 
 
 def reserve_port():

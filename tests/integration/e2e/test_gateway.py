@@ -6,7 +6,7 @@
 
 Each test starts its own upstream and gateway on free loopback ports with its own config in a
 temp dir (harness.GatewayTestCase), and stops them by PID afterwards. The tests are grouped
-in classes that CTest runs as separate entries (tests/integration/CMakeLists.txt).
+in classes that CTest runs as separate entries (tests/integration/e2e/CMakeLists.txt).
 """
 import datetime
 import http.client
@@ -23,7 +23,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
-from harness import SLOW, burst, GatewayTestCase, KeepAliveLoad, deadline_loop, raw_exchange, status_of  # noqa: E402
+from harness import SLOW, burst, GatewayTestCase, KeepAliveLoad, deadline_loop, raw_exchange, status_of, wait_until  # noqa: E402
 
 
 FREE_KEY = "sk-free-0123456789abcdef"
@@ -658,7 +658,7 @@ class ModeTests(GatewayTestCase):
 
 
     def test_check_config(self):
-        example = os.path.join(harness.HERE, "..", "..", "examples", "tollgate.yaml")
+        example = os.path.join(harness.HERE, "..", "..", "..", "examples", "tollgate.yaml")
         r = subprocess.run([harness.BINARY, "check-config", example], capture_output=True,
                            timeout=30)
         self.assertEqual(r.returncode, 0, r.stderr)
@@ -767,7 +767,7 @@ class ProxyTests(GatewayTestCase):
         conn.sock = s
         try:
             conn.request("GET", "/big?bytes=%d" % size, headers={"X-API-Key": FREE_KEY})
-            time.sleep(0.5)
+            time.sleep(0.5)  # pacing: the gateway fills the 4 KiB window before anything is read
             resp = conn.getresponse()
             self.assertEqual(resp.status, 200)
             body = b""
@@ -971,7 +971,8 @@ class ProxyTests(GatewayTestCase):
         data = b""
         try:
             s.sendall(b"GET /slow?ms=300 HTTP/1.1\r\nHost: x\r\nX-API-Key: " + key + b"\r\n\r\n")
-            time.sleep(0.1)
+            self.assertTrue(wait_until(lambda: self.upstream.stats()["in_progress"] >= 1),
+                            "the first request never reached the upstream")
             start = time.monotonic()
             s.sendall(b"GET /echo?n=2 HTTP/1.1\r\nHost: x\r\nX-API-Key: " + key +
                       b"\r\nConnection: close\r\n\r\n")
@@ -995,7 +996,7 @@ class ProxyTests(GatewayTestCase):
         try:
             for piece in pieces:
                 s.sendall(piece)
-                time.sleep(0.15)
+                time.sleep(0.15)  # pacing: each piece reaches the gateway as a read of its own
             while chunk := s.recv(65536):
                 data += chunk
         finally:
@@ -1035,7 +1036,7 @@ class ProxyTests(GatewayTestCase):
             r = gw.get("/echo?n=%d" % i, key=FREE_KEY)
             self.assertEqual(r.status, 200, r)
             self.assertLess(time.monotonic() - start, 2.0)
-            time.sleep(0.6)
+            time.sleep(0.6)  # pacing: past the upstream's idle timeout, so it closes the connection
         self.assertIsNone(gw.metrics().get('tollgate_upstream_errors_total{kind="protocol"}'))
 
     def test_request_body_limit(self):

@@ -1,6 +1,6 @@
 #!/usr/bin/env node
 // A real gRPC client for tollgate's Envoy rate limit service (RLS v3) listener, as Envoy's
-// ratelimit filter would call it. Used by tests/integration/test_decision.py.
+// ratelimit filter would call it. Used by tests/integration/e2e/test_decision.py.
 //
 //   node rls_client.js --target 127.0.0.1:PORT --proto src/rls/proto/rls.proto < calls.json
 //

@@ -9,8 +9,8 @@ must outlive the gateway, the tollgate binary, the Python upstream (tests/suppor
 and real HTTP clients (http.client, psql, redis-cli, `tollgate usage`). Every process is
 stopped by its PID in the test's cleanup; every wait is bounded.
 
-PostgreSQL runs as the postgres user, so these tests need root (as tests/postgres/ does); they
-are skipped, with the reason, where that is impossible.
+PostgreSQL runs as the postgres user, so these tests need root (as tests/integration/postgres/
+does); they are skipped, with the reason, where that is impossible.
 """
 import csv
 import hashlib
@@ -31,7 +31,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
 from harness import SLOW, burst, GatewayTestCase, deadline_loop, reserve_port  # noqa: E402
 
-REPO = os.path.normpath(os.path.join(harness.HERE, "..", ".."))
+REPO = os.path.normpath(os.path.join(harness.HERE, "..", "..", ".."))
 MIGRATION = os.path.join(REPO, "migrations", "001_api_keys.sql")
 PG_BIN = "/usr/lib/postgresql/15/bin"
 REDIS_SERVER = shutil.which("redis-server") or "/usr/bin/redis-server"

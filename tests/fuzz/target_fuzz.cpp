@@ -2,7 +2,7 @@
 // each combination of TargetOptions. Checks the contract's properties (the answer is canonical
 // and its own canonical form, the fast path agrees with the rewrite, options only ever accept
 // more) and, differentially, that Boost.URL's own RFC 3986 normalisation agrees wherever the
-// two should (see Oracle). See fuzz/run.sh and fuzz/smoke.sh.
+// two should (see Oracle). See tests/fuzz/run.sh and tests/fuzz/smoke.sh.
 #include <array>
 #include <boost/url/parse.hpp>
 #include <boost/url/src.hpp>  // Boost.URL compiled here, with the sanitizers and coverage

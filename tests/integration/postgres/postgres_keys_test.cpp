@@ -14,6 +14,7 @@
 #include <tollgate/util/digest.hpp>
 
 #include "support/postgres_server.hpp"
+#include "support/wait.hpp"
 
 namespace tollgate::policy {
 namespace {
@@ -21,6 +22,7 @@ namespace {
 using namespace std::chrono_literals;
 using config::KeyConfig;
 using SteadyClock = std::chrono::steady_clock;
+using testing::WaitUntil;  // bounded, like every wait here
 
 // Plans as a gateway would configure them: `minute` takes its limit from the key's columns.
 const char* kPlansYaml = R"(
@@ -54,16 +56,6 @@ std::set<std::string> Ids(const std::vector<KeyConfig>& keys) {
 std::string ReadMigration() {
   return testing::PostgresServer::ReadAll(std::string(TOLLGATE_SOURCE_DIR) +
                                           "/migrations/001_api_keys.sql");
-}
-
-// Polls `pred` every 5 ms until it holds or `timeout` passes. Bounded, like every wait here.
-bool WaitUntil(const std::function<bool()>& pred, std::chrono::milliseconds timeout) {
-  const auto deadline = SteadyClock::now() + timeout;
-  while (SteadyClock::now() < deadline) {
-    if (pred()) return true;
-    std::this_thread::sleep_for(5ms);
-  }
-  return pred();
 }
 
 // What the source reported through its callbacks. Thread-safe.

@@ -11,7 +11,7 @@ ask tollgate, and enforce its answer.
   ForwardAuth middleware (X-Forwarded-Method/-Uri/-For) and Envoy's ext_authz HTTP service (the
   original method and path) call it. Neither proxy is in Debian, so no real one runs.
 - RlsTests: tollgate's Envoy RLS v3 gRPC listener called by a real gRPC client
-  (tests/integration/node/rls_client.js: @grpc/grpc-js loading src/rls/proto/rls.proto).
+  (tests/integration/e2e/node/rls_client.js: @grpc/grpc-js loading src/rls/proto/rls.proto).
 
 Needs nginx (`nginx-light`, from scripts/install-deps.sh) and the Node packages
 (scripts/install-node-deps.sh). A missing one fails the tests that need it, with the command to
@@ -34,7 +34,7 @@ sys.path.insert(0, HERE)
 import harness  # noqa: E402
 from harness import SLOW, burst, GatewayTestCase, deadline_loop, http_request, reserve_port  # noqa: E402
 
-REPO = os.path.normpath(os.path.join(HERE, "..", ".."))
+REPO = os.path.normpath(os.path.join(HERE, "..", "..", ".."))
 NGINX_EXAMPLE = os.path.join(REPO, "examples", "nginx-auth-request.conf")
 NGINX = os.environ.get("TOLLGATE_NGINX", "/usr/sbin/nginx")
 NODE_DIR = os.path.join(HERE, "node")
@@ -505,7 +505,7 @@ class RlsTests(DecisionTestCase):
             self.fail("node is not installed: run scripts/install-node-deps.sh (`make deps`)")
         for pkg in ("@grpc/grpc-js", "@grpc/proto-loader"):
             if not os.path.isfile(os.path.join(NODE_DIR, "node_modules", pkg, "package.json")):
-                self.fail("%s is missing from tests/integration/node/node_modules: run "
+                self.fail("%s is missing from tests/integration/e2e/node/node_modules: run "
                           "scripts/install-node-deps.sh (`make deps`)" % pkg)
 
     def rls(self, calls):

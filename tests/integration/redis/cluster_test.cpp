@@ -5,7 +5,6 @@
 #include <memory>
 #include <set>
 #include <sstream>
-#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -13,6 +12,7 @@
 #include "support/apply_sync.hpp"
 #include "support/redis_server.hpp"
 #include "support/tls_certs.hpp"
+#include "support/wait.hpp"
 
 namespace tollgate::store {
 namespace {
@@ -21,32 +21,44 @@ using core::Decision;
 using core::Limit;
 
 using testing::ApplySync;
+using testing::WaitUntil;
 
 // A token bucket of `capacity` that refills slowly (one token in 1,000 s): within a test, only
 // the tokens taken count.
 Limit Bucket(int64_t capacity) {
-  return Limit::Create({.algorithm = core::Algorithm::kTokenBucket, .capacity = capacity,
-                        .refill = core::Rate::Parse("0.001", 1).value()}).value();
+  return Limit::Create({.algorithm = core::Algorithm::kTokenBucket,
+                        .capacity = capacity,
+                        .refill = core::Rate::Parse("0.001", 1).value()})
+      .value();
 }
 
 // Waits (bounded) until every node reports the cluster ready.
 bool WaitClusterReady(const std::vector<std::unique_ptr<testing::RedisServer>>& nodes) {
-  for (int i = 0; i < 200; ++i) {
-    bool ok = true;
-    for (auto& n : nodes) ok = ok && n->Cli("CLUSTER INFO").find("cluster_state:ok") != std::string::npos;
-    if (ok) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  return false;
+  return WaitUntil(
+      [&] {
+        for (auto& n : nodes) {
+          if (n->Cli("CLUSTER INFO").find("cluster_state:ok") == std::string::npos) return false;
+        }
+        return true;
+      },
+      std::chrono::seconds(10), std::chrono::milliseconds(50));
+}
+
+// How many TRYAGAIN errors `node` has answered (INFO errorstats), scripts' included.
+int64_t TryAgainAnswers(const testing::RedisServer& node) {
+  const std::string info = node.Cli("INFO errorstats");
+  const std::string field = "errorstat_TRYAGAIN:count=";
+  const size_t at = info.find(field);
+  return at == std::string::npos ? 0 : std::stoll(info.substr(at + field.size()));
 }
 
 class ClusterTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     for (int i = 0; i < 3; ++i) {
-      nodes_.push_back(std::make_unique<testing::RedisServer>(std::vector<std::string>{
-          "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
-          "--cluster-node-timeout", "2000"}));
+      nodes_.push_back(std::make_unique<testing::RedisServer>(
+          std::vector<std::string>{"--cluster-enabled", "yes", "--cluster-config-file",
+                                   "nodes.conf", "--cluster-node-timeout", "2000"}));
     }
     std::string create = "--cluster create";
     for (auto& n : nodes_) create += " 127.0.0.1:" + std::to_string(n->port());
@@ -67,7 +79,8 @@ class ClusterTest : public ::testing::Test {
   // The node that serves `slot` now, per CLUSTER NODES on node 0.
   static testing::RedisServer* Owner(int slot) {
     for (auto& n : nodes_) {
-      if (n->Cli("CLUSTER COUNTKEYSINSLOT " + std::to_string(slot)).find("MOVED") == std::string::npos &&
+      if (n->Cli("CLUSTER COUNTKEYSINSLOT " + std::to_string(slot)).find("MOVED") ==
+              std::string::npos &&
           n->Cli("-c CLUSTER KEYSLOT x") != "") {
         const std::string myid = n->Cli("CLUSTER MYID");
         std::stringstream nodes(n->Cli("CLUSTER NODES"));
@@ -106,7 +119,8 @@ class ClusterTest : public ::testing::Test {
     testing::RedisServer* from = Owner(slot);
     EXPECT_NE(from, nullptr);
     if (!from) return {};
-    Migration m{from, nodes_[0].get() == from ? nodes_[1].get() : nodes_[0].get(), std::to_string(slot), ""};
+    Migration m{from, nodes_[0].get() == from ? nodes_[1].get() : nodes_[0].get(),
+                std::to_string(slot), ""};
     m.to_id = m.to->Cli("CLUSTER MYID");
     m.to->Cli("CLUSTER SETSLOT " + m.slot + " IMPORTING " + from->Cli("CLUSTER MYID"));
     from->Cli("CLUSTER SETSLOT " + m.slot + " MIGRATING " + m.to_id);
@@ -197,7 +211,8 @@ TEST_F(ClusterTest, GroupedDecisionsFollowAskThenMoved) {
     return committed;
   };
   // Grouped: fewer script calls than decisions.
-  const uint64_t calls_before = store.stats().calls.load(), scripts_before = store.stats().scripts.load();
+  const uint64_t calls_before = store.stats().calls.load(),
+                 scripts_before = store.stats().scripts.load();
   EXPECT_EQ(burst_of(30), 30);
   const Migration m = StartMigration(key);
   ASSERT_NE(m.to, nullptr);
@@ -208,7 +223,8 @@ TEST_F(ClusterTest, GroupedDecisionsFollowAskThenMoved) {
   // Migration done: the old owner answers MOVED, and the store learns the new owner.
   FinishMigration(m);
   EXPECT_EQ(burst_of(60), 40);  // the rest of the 100, exactly
-  EXPECT_LT(store.stats().scripts.load() - scripts_before, store.stats().calls.load() - calls_before);
+  EXPECT_LT(store.stats().scripts.load() - scripts_before,
+            store.stats().calls.load() - calls_before);
   EXPECT_EQ(m.to->Cli("EXISTS " + key), "1");
 }
 
@@ -224,17 +240,25 @@ TEST_F(ClusterTest, TryAgainDuringMigrationIsRetried) {
   const std::string scope = "key:tryagain";
   std::vector<Decision> d(2);
   const std::vector<Check> first = {{"burst", &burst, 1}};
-  ASSERT_EQ(ApplySync(store, Batch{.scope = scope, .checks = first}, {d.data(), 1}).error, StoreErrc::kOk);
+  ASSERT_EQ(ApplySync(store, Batch{.scope = scope, .checks = first}, {d.data(), 1}).error,
+            StoreErrc::kOk);
   // The slot migrates; its burst key is still on the old owner, its daily key exists nowhere.
   const std::string burst_key = "'t:{key:tryagain}:burst:tb'";
   const Migration m = StartMigration(burst_key, /*move_key=*/false);
   ASSERT_NE(m.to, nullptr);
-  ASSERT_NE(m.from->Cli("EVAL \"return redis.call('GET', KEYS[1])\" 2 " + burst_key + " 't:{key:tryagain}:daily:q'")
-                .find("TRYAGAIN"), std::string::npos);
+  ASSERT_NE(m.from
+                ->Cli("EVAL \"return redis.call('GET', KEYS[1])\" 2 " + burst_key +
+                      " 't:{key:tryagain}:daily:q'")
+                .find("TRYAGAIN"),
+            std::string::npos);
   std::promise<ApplyResult> reply;
   const std::vector<Check> both = {{"burst", &burst, 1}, {"daily", &daily, 1}};
-  store.Apply(Batch{.scope = scope, .checks = both}, d, [&reply](ApplyResult&& res) { reply.set_value(std::move(res)); });
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  const int64_t tryagain_before = TryAgainAnswers(*m.from);
+  store.Apply(Batch{.scope = scope, .checks = both}, d,
+              [&reply](ApplyResult&& res) { reply.set_value(std::move(res)); });
+  // The store's call was answered TRYAGAIN and sent again at least once before the slot moves.
+  ASSERT_TRUE(WaitUntil([&] { return TryAgainAnswers(*m.from) >= tryagain_before + 2; }))
+      << TryAgainAnswers(*m.from) - tryagain_before;
   m.MoveKey(burst_key);
   FinishMigration(m);
   const ApplyResult res = reply.get_future().get();
@@ -255,8 +279,9 @@ TEST_F(ClusterTest, PlainCommandsFollowMovedSlots) {
   const std::string key = "p:{usage:acct}:day";
   auto fire = [&] {
     std::promise<RedisStore::FireResult> result;
-    RedisStore::Fire f{{}, RedisStore::KeySlot(key),
-                       [&result](RedisStore::FireResult res) { result.set_value(res); }};
+    RedisStore::Fire f{{}, RedisStore::KeySlot(key), [&result](RedisStore::FireResult res) {
+                         result.set_value(res);
+                       }};
     RedisStore::EncodeCommand(f.command, {"HINCRBY", key, "requests", "1"});
     std::vector<RedisStore::Fire> commands;
     commands.push_back(std::move(f));
@@ -265,7 +290,8 @@ TEST_F(ClusterTest, PlainCommandsFollowMovedSlots) {
   };
   auto read = [&] {
     std::promise<core::Result<RedisValue>> result;
-    store.Command({"HGET", key, "requests"}, 1, [&result](core::Result<RedisValue> v) { result.set_value(std::move(v)); });
+    store.Command({"HGET", key, "requests"}, 1,
+                  [&result](core::Result<RedisValue> v) { result.set_value(std::move(v)); });
     return result.get_future().get();
   };
   int counted = 0;
@@ -294,10 +320,12 @@ TEST_F(ClusterTest, NoScriptAfterAskIsResentWithAsking) {
   const std::vector<Check> checks = {{"burst", &burst, 1}};
   std::vector<Decision> d(1);
   for (int k = 0; k < 30; ++k) {  // a connection to every node, each with the script loaded
-    ASSERT_EQ(ApplySync(store, Batch{.scope = "n:" + std::to_string(k), .checks = checks}, d).error, StoreErrc::kOk);
+    ASSERT_EQ(ApplySync(store, Batch{.scope = "n:" + std::to_string(k), .checks = checks}, d).error,
+              StoreErrc::kOk);
   }
   const std::string key = "'n:{key:asked}:burst:tb'";
-  ASSERT_EQ(ApplySync(store, Batch{.scope = "key:asked", .checks = checks}, d).error, StoreErrc::kOk);
+  ASSERT_EQ(ApplySync(store, Batch{.scope = "key:asked", .checks = checks}, d).error,
+            StoreErrc::kOk);
   const Migration m = StartMigration(key);  // the key moved: the old owner answers ASK
   ASSERT_NE(m.to, nullptr);
   m.to->Cli("SCRIPT FLUSH");
@@ -320,11 +348,12 @@ TEST_F(ClusterTest, SlotMapComesFromTheFirstSeedThatAnswers) {
   // Identities on every node: each decision goes to its slot's owner, none to the dead seed.
   for (int k = 0; k < 30; ++k) {
     ApplyResult res;
-    for (int attempt = 0; attempt < 100; ++attempt) {  // until the map is in
-      res = ApplySync(store, Batch{.scope = "key:" + std::to_string(k), .checks = checks}, d);
-      if (res.error == StoreErrc::kOk) break;
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
+    WaitUntil(  // until the map is in
+        [&] {
+          res = ApplySync(store, Batch{.scope = "key:" + std::to_string(k), .checks = checks}, d);
+          return res.error == StoreErrc::kOk;
+        },
+        std::chrono::seconds(5), std::chrono::milliseconds(20));
     ASSERT_EQ(res.error, StoreErrc::kOk) << res.message << " " << store.LastError();
     EXPECT_TRUE(res.committed);
   }
@@ -353,14 +382,17 @@ TEST(ClusterFailover, SlotsOfADeadMasterFollowItsReplica) {
   std::vector<std::unique_ptr<testing::RedisServer>> nodes;
   std::set<int> taken;
   for (unsigned i = 0; i < 4 * 100 && nodes.size() < 4; ++i) {
-    const int port = 20000 + static_cast<int>((static_cast<unsigned>(::getpid()) * 7919u + i * 104729u) % 30000);
-    if (taken.count(port) || taken.count(port + 10000) || !testing::TryBind(port) || !testing::TryBind(port + 10000)) {
+    const int port =
+        20000 + static_cast<int>((static_cast<unsigned>(::getpid()) * 7919u + i * 104729u) % 30000);
+    if (taken.count(port) || taken.count(port + 10000) || !testing::TryBind(port) ||
+        !testing::TryBind(port + 10000)) {
       continue;
     }
     taken.insert({port, port + 10000});
     nodes.push_back(std::make_unique<testing::RedisServer>(
         std::vector<std::string>{"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
-                                 "--cluster-node-timeout", "1000", "--repl-diskless-sync-delay", "0"},
+                                 "--cluster-node-timeout", "1000", "--repl-diskless-sync-delay",
+                                 "0"},
         port));
   }
   ASSERT_EQ(nodes.size(), 4u);
@@ -379,22 +411,22 @@ TEST(ClusterFailover, SlotsOfADeadMasterFollowItsReplica) {
   ASSERT_NE(master, nullptr);
   replica->Cli("CLUSTER MEET 127.0.0.1 " + std::to_string(nodes[0]->port()));
   const std::string master_id = master->Cli("CLUSTER MYID");
-  bool replicating = false;
-  for (int i = 0; i < 200 && !replicating; ++i) {  // fails until the replica knows the master
-    replicating = replica->Cli("CLUSTER REPLICATE " + master_id) == "OK";
-    if (!replicating) std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
+  // CLUSTER REPLICATE fails until the replica knows the master.
+  ASSERT_TRUE(WaitUntil([&] { return replica->Cli("CLUSTER REPLICATE " + master_id) == "OK"; },
+                        std::chrono::seconds(10), std::chrono::milliseconds(50)));
   // Synced, and aware of its master's slots (from the cluster bus, which may lag replication).
-  bool synced = false;
-  for (int i = 0; i < 200 && !synced; ++i) {
-    synced = replica->Cli("INFO replication").find("master_link_status:up") != std::string::npos &&
-             KnowsSlotsOf(*replica, master_id);
-    if (!synced) std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
+  const bool synced = WaitUntil(
+      [&] {
+        return replica->Cli("INFO replication").find("master_link_status:up") !=
+                   std::string::npos &&
+               KnowsSlotsOf(*replica, master_id);
+      },
+      std::chrono::seconds(10), std::chrono::milliseconds(50));
   ASSERT_TRUE(synced) << replica->Cli("INFO replication");
 
   auto r = RedisStore::Create({.url = "redis-cluster://127.0.0.1:" + std::to_string(master->port()),
-                               .prefix = "f", .timeout_ms = 200});
+                               .prefix = "f",
+                               .timeout_ms = 200});
   ASSERT_TRUE(r.ok()) << r.error();
   auto& store = **r;
   const Limit burst = Bucket(10);
@@ -410,19 +442,19 @@ TEST(ClusterFailover, SlotsOfADeadMasterFollowItsReplica) {
     return at == std::string::npos ? -1 : std::stoll(info.substr(at + field.size() + 1));
   };
   const long long written = offset(*master, "master_repl_offset");
-  for (int i = 0; i < 200 && offset(*replica, "slave_repl_offset") < written; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
+  WaitUntil([&] { return offset(*replica, "slave_repl_offset") >= written; },
+            std::chrono::seconds(2), std::chrono::milliseconds(10));
   ASSERT_GE(offset(*replica, "slave_repl_offset"), written);
 
   master->Stop();
   replica->Cli("CLUSTER FAILOVER TAKEOVER");
   ApplyResult res;
-  for (int i = 0; i < 100; ++i) {  // up to about 20 s
-    res = ApplySync(store, batch, d);
-    if (res.error == StoreErrc::kOk) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
+  WaitUntil(
+      [&] {
+        res = ApplySync(store, batch, d);
+        return res.error == StoreErrc::kOk;
+      },
+      std::chrono::seconds(20), std::chrono::milliseconds(100));
   ASSERT_EQ(res.error, StoreErrc::kOk) << res.message << " " << store.LastError();
   EXPECT_EQ(d[0].remaining, 6);  // the budget went on from the replica's copy
   EXPECT_EQ(replica->Cli("EXISTS " + key), "1");
@@ -449,8 +481,9 @@ TEST_F(ClusterTest, ManyIdentitiesLeaveInBatches) {
   const std::vector<Check> checks = {{"burst", &burst, 1}};
   std::vector<Decision> one(1);
   for (int k = 0; k < 30; ++k) {  // connects to every node
-    ASSERT_EQ(ApplySync(store, Batch{.scope = "warm:" + std::to_string(k), .checks = checks}, one).error,
-              StoreErrc::kOk);
+    ASSERT_EQ(
+        ApplySync(store, Batch{.scope = "warm:" + std::to_string(k), .checks = checks}, one).error,
+        StoreErrc::kOk);
   }
   constexpr int kIdentities = 300;
   std::vector<Decision> d(kIdentities);
