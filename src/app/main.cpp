@@ -178,10 +178,13 @@ int CheckConfig(const std::string& path) {
               c.mode == tollgate::config::Mode::kEnforce ? "enforce" : "shadow");
   for (const auto& p : c.plans) {
     const bool enforce = p.mode.value_or(c.mode) == tollgate::config::Mode::kEnforce;
-    std::printf("  %s (%s, per %s)%s\n", p.name.c_str(), enforce ? "enforce" : "shadow",
-                p.scope.c_str(),
-                &(*policy)->strictest() == &(*policy)->plans()[&p - &c.plans[0]]
-                    ? " [strictest: unknown plans get it]"
+    const tollgate::policy::Plan& compiled = (*policy)->plans()[&p - &c.plans[0]];
+    std::printf("  %s (%s, per %s, sustained %g/s)%s\n", p.name.c_str(),
+                enforce ? "enforce" : "shadow", p.scope.c_str(),
+                tollgate::policy::SustainedPerSecond(compiled),
+                &(*policy)->strictest() == &compiled
+                    ? " [strictest: keys of an unknown plan get it: the lowest sustained rate of "
+                      "the enforced plans]"
                     : "");
     for (const auto& l : p.limits)
       std::printf("    %-10s %s\n", l.name.c_str(), DescribeLimit(l.spec).c_str());
@@ -192,6 +195,9 @@ int CheckConfig(const std::string& path) {
       std::printf("    %-10s %s\n", l.name.c_str(), DescribeLimit(l.spec).c_str());
   }
   std::printf("keys: %zu\nroutes: %zu\n", c.keys.size(), c.routes.size());
+  for (const std::string& w : tollgate::config::UnreachableRoutes(c.routes)) {
+    std::printf("warning: %s\n", w.c_str());
+  }
   return 0;
 }
 

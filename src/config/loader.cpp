@@ -7,6 +7,7 @@
 
 #include "config/keys.hpp"
 #include "config/limits.hpp"
+#include "config/routes.hpp"
 #include "config/yaml.hpp"
 
 namespace tollgate::config {
@@ -173,60 +174,6 @@ void ParsePlans(const YAML::Node& plans, std::vector<PlanConfig>& out) {
 }
 
 // A route's cost: a number, or {query, per, min}.
-CostConfig ParseCost(const YAML::Node& cost, const std::string& path) {
-  CostConfig c;
-  if (cost.IsScalar()) {
-    c.fixed = Int(cost, Join(path, "cost"), 1, int64_t{1} << 40);
-    return c;
-  }
-  OnlyKeys(cost, Join(path, "cost"), {"query", "per", "min"});
-  if (!cost["query"]) Fail(Join(path, "cost.query"), "required");
-  c.query = Str(cost["query"], Join(path, "cost.query"));
-  Set(cost, "per", Join(path, "cost"), c.per, 1, int64_t{1} << 40);
-  Set(cost, "min", Join(path, "cost"), c.min, 1, int64_t{1} << 40);
-  return c;
-}
-
-RouteConfig ParseRoute(const YAML::Node& r, const std::string& path) {
-  OnlyKeys(r, path, {"path", "method", "cost", "fail_mode", "identity"});
-  RouteConfig rc;
-  if (!r["path"]) Fail(Join(path, "path"), "required");
-  rc.path = Name(r["path"], Join(path, "path"));
-  if (rc.path.empty() || rc.path[0] != '/') Fail(Join(path, "path"), "must start with /");
-  if (r["method"]) {
-    rc.method = Str(r["method"], Join(path, "method"));
-    if (!IsToken(rc.method)) Fail(Join(path, "method"), "must be a method name (GET, POST, ...)");
-  }
-  if (const YAML::Node cost = r["cost"]) rc.cost = ParseCost(cost, path);
-  if (const YAML::Node f = r["fail_mode"]) {
-    const std::string s = Str(f, Join(path, "fail_mode"));
-    if (s == "open")
-      rc.fail_mode = FailMode::kOpen;
-    else if (s == "closed")
-      rc.fail_mode = FailMode::kClosed;
-    else
-      Fail(Join(path, "fail_mode"), "must be open or closed, got '" + s + "'");
-  }
-  if (const YAML::Node id = r["identity"]) {
-    const std::string s = Str(id, Join(path, "identity"));
-    if (s == "key")
-      rc.identity = RouteIdentity::kKey;
-    else if (s == "ip")
-      rc.identity = RouteIdentity::kIp;
-    else if (s == "none")
-      rc.identity = RouteIdentity::kNone;
-    else
-      Fail(Join(path, "identity"), "must be key, ip or none, got '" + s + "'");
-  }
-  return rc;
-}
-
-void ParseRoutes(const YAML::Node& routes, std::vector<RouteConfig>& out) {
-  if (!routes.IsSequence()) Fail("routes", "must be a list");
-  for (size_t i = 0; i < routes.size(); ++i)
-    out.push_back(ParseRoute(routes[i], Index("routes", i)));
-}
-
 void ParseAnonymous(const YAML::Node& a, std::vector<LimitConfig>& anonymous) {
   OnlyKeys(a, "anonymous", {"limits"});
   if (a["limits"]) anonymous = internal::ParseLimits(a["limits"], "anonymous.limits", false);
@@ -303,7 +250,7 @@ Config Parse(const YAML::Node& root, const std::string& base_dir) {
   ParseIdentity(root["identity"], c.identity);
   ParsePlans(root["plans"], c.plans);
   internal::ParseKeys(root, base_dir, c);
-  if (const YAML::Node routes = root["routes"]) ParseRoutes(routes, c.routes);
+  if (const YAML::Node routes = root["routes"]) c.routes = internal::ParseRoutes(routes);
   if (const YAML::Node a = root["anonymous"]) ParseAnonymous(a, c.anonymous);
   if (const YAML::Node d = root["decision"]) ParseDecision(d, c.decision);
   if (const YAML::Node r = root["rls"]) ParseRls(r, c.rls);

@@ -1,6 +1,7 @@
 #include <tollgate/core/limit.hpp>
 
 #include <cassert>
+#include <limits>
 #include <string>
 
 namespace tollgate::core {
@@ -103,6 +104,25 @@ Instant Limit::ExpiresAt(const LogState& state) const {
 int64_t Limit::PolicyQuota() const {
   return std::visit(Overloaded{[](const TokenBucket& b) { return b.capacity(); },
                                [](const auto& impl) { return impl.limit(); }},
+                    impl_);
+}
+
+double Limit::SustainedPerSecond() const {
+  return std::visit(Overloaded{[](const TokenBucket& b) {
+                                 return static_cast<double>(b.rate().tokens) * 1e6 /
+                                        static_cast<double>(b.rate().per_micros);
+                               },
+                               [](const Quota& q) {
+                                 // Only a ceiling rejects; an allowance is counted, never enforced.
+                                 if (!q.ceiling()) return std::numeric_limits<double>::infinity();
+                                 const double seconds =
+                                     q.period() == Period::kDay ? 86'400.0 : 31 * 86'400.0;
+                                 return static_cast<double>(*q.ceiling()) / seconds;
+                               },
+                               [](const auto& impl) {
+                                 return static_cast<double>(impl.limit()) * 1e6 /
+                                        static_cast<double>(impl.window().micros());
+                               }},
                     impl_);
 }
 

@@ -68,7 +68,7 @@ Answer Limiter::Check(const Request& r) {
   const std::string client = pol.ClientAddress(r.client_address, "");
   std::array<store::Check, engine::kMaxChecks> checks;
   std::array<core::Decision, engine::kMaxChecks> decisions;
-  const bool keyed = route.identity == config::RouteIdentity::kKey;
+  const bool keyed = engine::LimitedByKey(route, !r.api_key.empty());
   const policy::Key* key = keyed && !r.api_key.empty() ? pol.FindByKey(r.api_key) : nullptr;
   if (key) a.key_id = key->id;
   std::string scope;

@@ -44,7 +44,8 @@ Admission Admit(const policy::Policy& pol, const policy::Route& route, bool keye
   if (keyed) {
     a.plan = key->plan;
     a.key = key;
-  } else if (route.identity == config::RouteIdentity::kIp) {
+  } else if (route.identity == config::RouteIdentity::kIp ||
+             route.identity == config::RouteIdentity::kKeyOrIp) {
     a.plan = &pol.anonymous();
   } else {
     return a;

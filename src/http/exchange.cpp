@@ -265,12 +265,13 @@ Step Worker::Identify(Exchange& ex, Scratch& scratch, const RequestHead& head) {
 
   // The status and usage endpoints are about the caller's key, whatever the route, and
   // consume nothing.
-  const bool keyed =
-      route.identity == config::RouteIdentity::kKey || ex.status_endpoint || usage_endpoint;
-  if (keyed) {
+  const bool about_the_key = ex.status_endpoint || usage_endpoint;
+  if (about_the_key || (route.identity != config::RouteIdentity::kIp &&
+                        route.identity != config::RouteIdentity::kNone)) {
     ex.presented = pol.PresentedKey([&head](const std::string& name) { return head.Get(name); });
-    if (!ex.presented.empty()) ex.key = FindByKey(pol, ex.presented);
   }
+  const bool keyed = engine::LimitedByKey(route, !ex.presented.empty()) || about_the_key;
+  if (keyed && !ex.presented.empty()) ex.key = FindByKey(pol, ex.presented);
   const bool costs_nothing = ex.status_endpoint || usage_endpoint;
   const engine::Admission admission = engine::Admit(
       pol, route, keyed, ex.key, ex.client, ex.query,

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cstring>
+#include <limits>
 
 namespace tollgate::policy {
 namespace {
@@ -94,6 +95,24 @@ core::Result<std::shared_ptr<const Policy>> Policy::Build(config::Config config)
   return std::shared_ptr<const Policy>(std::move(p));
 }
 
+double SustainedPerSecond(const Plan& plan) {
+  double rate = std::numeric_limits<double>::infinity();  // no limits: unlimited
+  for (const NamedLimit& l : plan.limits) rate = std::min(rate, l.limit.SustainedPerSecond());
+  return rate;
+}
+
+size_t Strictest(const std::vector<Plan>& plans) {
+  // Enforced plans only, unless every plan is in shadow mode (then nothing is enforced anyway).
+  const bool any_enforced =
+      std::any_of(plans.begin(), plans.end(), [](const Plan& p) { return p.enforced; });
+  std::optional<size_t> best;
+  for (size_t i = 0; i < plans.size(); ++i) {
+    if (any_enforced && !plans[i].enforced) continue;
+    if (!best || SustainedPerSecond(plans[i]) < SustainedPerSecond(plans[*best])) best = i;
+  }
+  return best.value_or(0);
+}
+
 void Policy::BuildPlans(const config::Config& config) {
   for (const auto& pc : config.plans) {
     Plan plan;
@@ -103,13 +122,7 @@ void Policy::BuildPlans(const config::Config& config) {
     plan.limits = Compile(pc.limits);
     plans_.push_back(std::move(plan));
   }
-  // The strictest plan: the smallest quota of its first limit (ties: the first in the file).
-  for (size_t i = 1; i < plans_.size(); ++i) {
-    auto first_q = [&](size_t j) {
-      return plans_[j].limits.empty() ? INT64_MAX : plans_[j].limits[0].limit.PolicyQuota();
-    };
-    if (first_q(i) < first_q(strictest_)) strictest_ = i;
-  }
+  strictest_ = Strictest(plans_);
   anonymous_.name = "anonymous";
   anonymous_.enforced = config.mode == config::Mode::kEnforce;
   anonymous_.limits = Compile(config.anonymous);
@@ -163,17 +176,21 @@ std::optional<core::Error> Policy::BuildRoutes(const config::Config& config) {
   for (size_t i = 0; i < config.routes.size(); ++i) {
     const auto& rc = config.routes[i];
     Route r;
-    r.prefix = rc.path.back() == '*';
-    r.path = r.prefix ? rc.path.substr(0, rc.path.size() - 1) : rc.path;
+    r.name = rc.name;
+    r.pattern = rc.pattern;
     // Matched by whole segments (see Match): "/public/*" and "/v1/export*" are both the
     // segment prefix "/public" or "/v1/export"; an exact "/login/" is "/login".
-    while (!r.path.empty() && r.path.back() == '/') r.path.pop_back();
-    r.method = rc.method;
+    for (const auto& s : r.pattern.segments) r.literal.append("/").append(s.literal);
+    r.methods = rc.methods;
     r.cost = rc.cost;
     r.fail_mode = rc.fail_mode;
     r.identity = rc.identity;
-    if (r.identity == config::RouteIdentity::kIp && anonymous_.limits.empty()) {
-      return core::Error{"routes[" + std::to_string(i) + "].identity: ip needs anonymous.limits"};
+    const bool by_address =
+        r.identity == config::RouteIdentity::kIp || r.identity == config::RouteIdentity::kKeyOrIp;
+    if (by_address && anonymous_.limits.empty()) {
+      return core::Error{"routes[" + std::to_string(i) + "].identity: " +
+                         (r.identity == config::RouteIdentity::kIp ? "ip" : "key_or_ip") +
+                         " needs anonymous.limits"};
     }
     routes_.push_back(std::move(r));
   }
@@ -206,23 +223,30 @@ const Key* Policy::FindById(std::string_view id) const {
 
 namespace {
 bool RouteMatchesPath(const Route& r, std::string_view path) {
+  if (r.pattern.templated) return r.pattern.Matches(path);
   // `path` is canonical (util/target.hpp): no empty or dot segments. An exact route matches
   // with or without one trailing slash; a prefix route matches its own path and anything
   // below it, never a longer segment ("/public" is not a prefix of "/publicity").
-  if (path.substr(0, r.path.size()) != r.path) return false;
-  const std::string_view rest = path.substr(r.path.size());
+  if (path.substr(0, r.literal.size()) != r.literal) return false;
+  const std::string_view rest = path.substr(r.literal.size());
   if (rest.empty() || rest == "/") return true;
-  return r.prefix && rest.front() == '/';
+  return r.pattern.prefix && rest.front() == '/';
+}
+
+bool RouteMatchesMethod(const Route& r, std::string_view method) {
+  // Methods are case-sensitive (RFC 9110 9.1); HEAD is GET without the body, and costs and
+  // limits what GET does.
+  if (r.methods.empty()) return true;
+  for (const std::string& m : r.methods) {
+    if (m == method || (method == "HEAD" && m == "GET")) return true;
+  }
+  return false;
 }
 }  // namespace
 
 const Route& Policy::Match(std::string_view method, std::string_view path) const {
   for (const Route& r : routes_) {
-    // Methods are case-sensitive (RFC 9110 9.1); HEAD is GET without the body, and costs and
-    // limits what GET does.
-    if (!r.method.empty() && r.method != method && !(method == "HEAD" && r.method == "GET"))
-      continue;
-    if (RouteMatchesPath(r, path)) return r;
+    if (RouteMatchesMethod(r, method) && RouteMatchesPath(r, path)) return r;
   }
   return default_route_;
 }

@@ -149,7 +149,10 @@ struct KeyConfig {
   std::optional<int64_t> rate_limit_burst;
 };
 
-enum class RouteIdentity { kKey, kIp, kNone };
+// Who a route's limits count: the API key's plan (a request without a valid key is refused 401),
+// the client address (the anonymous limits), the key when one is presented and else the
+// address (`key_or_ip`: a presented key that is unknown is still a 401), or nobody.
+enum class RouteIdentity { kKey, kIp, kKeyOrIp, kNone };
 enum class FailMode { kOpen, kClosed };
 
 struct CostConfig {
@@ -159,9 +162,32 @@ struct CostConfig {
   int64_t min = 1;
 };
 
+// A route's path, by segments: literals, and `{name}` segments that match any one segment
+// ("/v1/users/{id}/messages"); `prefix` ("/public/*", "/v1/export*"): the segments and anything
+// below them.
+struct PathPattern {
+  struct Segment {
+    std::string literal;  // empty for a `{name}` segment
+    std::string param;    // the name of a `{name}` segment
+  };
+  std::vector<Segment> segments;
+  bool prefix = false;
+  bool templated = false;  // some segment is `{name}`
+
+  // Parses a route path; errors say what is wrong ("two wildcards in one segment").
+  static core::Result<PathPattern> Parse(std::string_view path);
+  // Whether the canonical `path` (util/target.hpp) matches: exact patterns with or without one
+  // trailing slash, prefixes by whole segments.
+  bool Matches(std::string_view path) const;
+  // Whether every path this pattern matches is also matched by `earlier`.
+  bool CoveredBy(const PathPattern& earlier) const;
+};
+
 struct RouteConfig {
-  std::string path;    // exact path, or a prefix ending in '*' ("/v1/export*")
-  std::string method;  // empty: any method
+  std::string name;     // optional; unique; shown by check-config and in the route's limits
+  std::string path;     // as written: exact, a prefix ending in '*', a template with {name}
+  PathPattern pattern;  // `path`, parsed
+  std::vector<std::string> methods;  // `method: GET` or `method: [GET, POST]`; empty: any
   CostConfig cost;
   FailMode fail_mode = FailMode::kOpen;
   RouteIdentity identity = RouteIdentity::kKey;
@@ -195,6 +221,11 @@ struct Config {
   DecisionConfig decision;
   RlsConfig rls;
 };
+
+// Routes that can never match: each is covered by an earlier route (first match wins), as
+// "routes[3] (GET /v1/items) can never match: routes[1] (/v1/*) comes first". check-config
+// prints them as warnings.
+std::vector<std::string> UnreachableRoutes(const std::vector<RouteConfig>& routes);
 
 // Parses YAML text. Errors name the field path ("plans.free.limits[0].capacity: must be > 0").
 core::Result<Config> ParseConfig(const std::string& yaml_text, const std::string& base_dir = ".");

@@ -73,6 +73,11 @@ class Limit {
   // bucket the time to refill from empty; for a calendar quota the current period's length).
   int64_t PolicyQuota() const;
   int64_t PolicyWindowSeconds(Instant now) const;
+  // The most requests per second the limit admits in the long run: a bucket's refill rate, a
+  // window's limit over its length, a quota's ceiling over its period (a month counted as 31
+  // days; infinity without a ceiling: an allowance never rejects). Compares plans (Policy's
+  // strictest plan).
+  double SustainedPerSecond() const;
 
   const std::variant<TokenBucket, SlidingLog, SlidingCounter, FixedWindow, Quota>& impl() const {
     return impl_;

@@ -47,10 +47,17 @@ struct Admission {
   std::string error;                   // kInvalidCost
 };
 
-// `keyed`: the request needs a key (its route's identity is `key`, or the endpoint is about the
-// caller's key); `key`: what the presented key names, null for none or an unknown one. Writes
-// the checks into `checks` and their store scope into `scope` (reusing its capacity). The cost
-// is `fixed_cost` when given, else the route's, read from `query`.
+// Whether a request on `route` is limited by its key: always on `key` routes, on `key_or_ip`
+// routes when it presents one (else it is limited by its address), never otherwise.
+inline bool LimitedByKey(const policy::Route& route, bool presented_a_key) {
+  return route.identity == config::RouteIdentity::kKey ||
+         (route.identity == config::RouteIdentity::kKeyOrIp && presented_a_key);
+}
+
+// `keyed`: the request needs a key (LimitedByKey, or the endpoint is about the caller's key);
+// `key`: what the presented key names, null for none or an unknown one. Writes the checks into
+// `checks` and their store scope into `scope` (reusing its capacity). The cost is `fixed_cost` when
+// given, else the route's, read from `query`.
 Admission Admit(const policy::Policy& pol, const policy::Route& route, bool keyed,
                 const policy::Key* key, std::string_view client, std::string_view query,
                 std::optional<int64_t> fixed_cost, core::Instant now,

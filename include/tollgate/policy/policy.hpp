@@ -48,13 +48,22 @@ struct Key {
 };
 
 struct Route {
-  std::string path;  // exact, or a prefix when `prefix`
-  bool prefix = false;
-  std::string method;  // empty: any
+  std::string name;
+  config::PathPattern pattern;
+  std::string literal;  // the path of a pattern without {name} segments (the common case)
+  std::vector<std::string> methods;  // empty: any
   config::CostConfig cost;
   config::FailMode fail_mode = config::FailMode::kOpen;
   config::RouteIdentity identity = config::RouteIdentity::kKey;
 };
+
+// The most requests per second `plan` admits in the long run: the lowest of its limits'
+// (core::Limit::SustainedPerSecond); infinity for a plan without limits.
+double SustainedPerSecond(const Plan& plan);
+// The plan that keys naming an unknown plan get: the enforced plan with the lowest sustained
+// rate (ties: the first in the file); shadow plans only when every plan is in shadow mode.
+// REQUIRES: !plans.empty().
+size_t Strictest(const std::vector<Plan>& plans);
 
 // An IPv4 or IPv6 network. IPv4 is held as IPv4-mapped IPv6.
 struct Cidr {

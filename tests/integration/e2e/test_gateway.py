@@ -319,6 +319,61 @@ class IdentityTests(GatewayTestCase):
             anonymous={"limits": [{"name": "ip", "algorithm": "token_bucket", "capacity": 3,
                                    "refill_per_second": SLOW}]})
 
+    def test_key_or_ip_route_limits_a_key_by_its_plan_and_anyone_else_by_address(self):
+        gw = self.start(config(
+            routes=[{"name": "catalog", "path": "/v1/catalog/*", "identity": "key_or_ip"}],
+            anonymous={"limits": [{"name": "ip", "algorithm": "token_bucket", "capacity": 2,
+                                   "refill_per_second": SLOW}]}))
+        # Each presentation of the key, and none: (headers, expected status, expected policy).
+        rows = [
+            ({"Authorization": "Bearer " + FREE_KEY}, 200, "burst"),
+            ({"X-API-Key": FREE_KEY}, 200, "burst"),
+            ({"authorization": "bearer " + FREE_KEY}, 200, "burst"),
+            ({}, 200, "ip"),
+            ({"Authorization": "Basic dXNlcjpwdw=="}, 200, "ip"),  # not a key: by address
+            ({"Authorization": "Bearer sk-unknown"}, 401, None),      # a wrong key: 401
+            ({"X-API-Key": "sk-unknown"}, 401, None),
+        ]
+        for headers, status, policy in rows:
+            r = gw.get("/v1/catalog/items", headers=headers)
+            self.assertEqual(r.status, status, (headers, r))
+            if policy:
+                self.assertIsNotNone(policy_quota(r, policy), (headers, r))
+        # The anonymous budget (2) is spent by the two keyless requests above; keys are not.
+        self.assertEqual(gw.get("/v1/catalog/items").status, 429)
+        self.assertEqual(gw.get("/v1/catalog/items", key=FREE_KEY).status, 200)
+
+    def test_route_templates_and_method_lists_match_the_canonical_path(self):
+        gw = self.start(config(plans={"free": {"limits": [burst(1000)]}}, routes=[
+            {"name": "messages", "path": "/v1/users/{id}/messages", "method": ["POST", "PUT"],
+             "cost": 3},
+            {"name": "public", "path": "/public/*", "identity": "none"},
+        ]))
+        rows = [  # (method, target, cost charged; 0: the route of identity none)
+            ("POST", "/v1/users/42/messages", 3),
+            ("PUT", "/v1/users/42/messages/", 3),
+            ("POST", "/v1/users/42/./messages", 3),
+            ("POST", "/v1/users/x/../42/messages", 3),
+            ("POST", "/v1//users/42/messages", 3),
+            ("POST", "/v1/users/%34%32/messages", 3),
+            ("GET", "/v1/users/42/messages", 1),           # not in the method list
+            ("POST", "/v1/users/42/43/messages", 1),       # {id} is one segment
+            ("POST", "/v1/users/messages", 1),
+            ("POST", "/public/../v1/users/42/messages", 3),
+            ("GET", "/public/x", 0),
+        ]
+        remaining = 1000
+        for method, target, cost in rows:
+            r = gw.request(method, target, headers={"Authorization": "Bearer " + FREE_KEY})
+            self.assertEqual(r.status, 200, (method, target, r))
+            if cost == 0:
+                self.assertIsNone(r.header("RateLimit-Policy"), (method, target))
+                continue
+            # The cost charged is what the bucket lost (requests are sequential).
+            left = int(r.header("RateLimit-Remaining"))
+            self.assertEqual(remaining - left, cost, (method, target, r))
+            remaining = left
+
     def test_forwarded_for_from_untrusted_peer_is_ignored(self):
         gw = self.start(self.ip_config([]))
         statuses = []
@@ -383,8 +438,11 @@ class IdentityTests(GatewayTestCase):
         self.assertEqual(gw.metrics().get("tollgate_invalid_keys_total"), 6)
 
     def test_unknown_plan_gets_the_strictest_plan(self):
+        # The enforced plan with the lowest sustained rate: free's refill, not team's; never
+        # the shadow plan, however low its rate.
         gw = self.start(config(
-            plans={"team": {"limits": [burst(50), daily()]},
+            plans={"team": {"limits": [burst(50, refill=1), daily()]},
+                   "trial": {"mode": "shadow", "limits": [burst(1, refill="0.001")]},
                    "free": {"limits": [burst(4), daily()]}},
             keys=[{"key": FREE_KEY, "id": "k-lost", "plan": "platinum"}]))
         r = gw.get("/echo", key=FREE_KEY)
@@ -663,6 +721,18 @@ class ModeTests(GatewayTestCase):
                            timeout=30)
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertIn(b": ok", r.stdout)
+        self.assertNotIn(b"warning:", r.stdout)
+        # A route an earlier one shadows is valid, and warned about; the strictest plan is named.
+        shadowed = os.path.join(self.tmpdir, "shadowed.yaml")
+        with open(shadowed, "w") as f:
+            json.dump(config(routes=[{"name": "all", "path": "/v1/*"},
+                                     {"name": "items", "path": "/v1/items", "method": "GET"}]), f)
+        r = subprocess.run([harness.BINARY, "check-config", shadowed], capture_output=True,
+                           timeout=30)
+        self.assertEqual(r.returncode, 0, r)
+        self.assertIn(b"warning: routes[1] 'items' (GET /v1/items) can never match: "
+                      b"routes[0] 'all' (/v1/*) comes first", r.stdout)
+        self.assertIn(b"[strictest:", r.stdout)
         bad = os.path.join(self.tmpdir, "bad.yaml")
         with open(bad, "w") as f:
             json.dump(config(plans={"free": {"limits": [burst(5, refill="-1")]}}), f)

@@ -356,7 +356,7 @@ TEST(Config, SectionChecks) {
             "upstream.url: must start with http://");
   EXPECT_EQ(ErrorOf(plan + "store: {type: redis}\n"), "store.url: required for store.type redis");
   EXPECT_EQ(ErrorOf(plan + "routes: [{path: /x, identity: who}]\n"),
-            "routes[0].identity: must be key, ip or none, got 'who'");
+            "routes[0].identity: must be key, ip, key_or_ip or none, got 'who'");
   EXPECT_EQ(ErrorOf(plan + "routes: [{path: /x, cost: {per: 5}}]\n"),
             "routes[0].cost.query: required");
   auto c = ParseConfig(plan +

@@ -1,0 +1,229 @@
+#include "config/routes.hpp"
+
+#include <algorithm>
+#include <set>
+
+#include "config/yaml.hpp"
+
+namespace tollgate::config {
+namespace {
+
+using internal::Fail;
+using internal::Int;
+using internal::IsToken;
+using internal::Join;
+using internal::Name;
+using internal::OnlyKeys;
+using internal::Set;
+using internal::Str;
+
+bool IsParamName(std::string_view s) {
+  return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
+  });
+}
+
+// The next segment of a canonical path at `pos` (just after a '/'), or nullopt at the end.
+std::optional<std::string_view> NextSegment(std::string_view path, size_t& pos) {
+  if (pos >= path.size()) return std::nullopt;
+  const size_t slash = path.find('/', pos);
+  const size_t end = slash == std::string_view::npos ? path.size() : slash;
+  const std::string_view segment = path.substr(pos, end - pos);
+  pos = end == path.size() ? end : end + 1;
+  return segment;
+}
+
+bool SegmentCovers(const PathPattern::Segment& earlier, const PathPattern::Segment& later) {
+  return !earlier.param.empty() || (later.param.empty() && earlier.literal == later.literal);
+}
+
+}  // namespace
+
+core::Result<PathPattern> PathPattern::Parse(std::string_view path) {
+  if (path.empty() || path[0] != '/') return core::Error{"must start with /"};
+  PathPattern p;
+  if (path.back() == '*') {
+    p.prefix = true;
+    path.remove_suffix(1);
+  }
+  // "/public/" and "/public" name the same segments (an exact route matches either).
+  while (!path.empty() && path.back() == '/') path.remove_suffix(1);
+  size_t pos = 1;
+  std::set<std::string_view> params;
+  while (pos <= path.size()) {
+    const size_t slash = path.find('/', pos);
+    const size_t end = slash == std::string_view::npos ? path.size() : slash;
+    const std::string_view s = path.substr(pos, end - pos);
+    if (s.empty()) return core::Error{"empty segment ('//'): a canonical path never has one"};
+    if (s.find('*') != std::string_view::npos) return core::Error{"'*' only at the end"};
+    const size_t open = s.find('{');
+    if (open != std::string_view::npos || s.find('}') != std::string_view::npos) {
+      if (s.find('{', open + 1) != std::string_view::npos) {
+        return core::Error{"two wildcards in one segment ('" + std::string(s) + "')"};
+      }
+      if (open != 0 || s.back() != '}' || !IsParamName(s.substr(1, s.size() - 2))) {
+        return core::Error{"a wildcard is a whole segment, {name} of letters, digits and _ ('" +
+                           std::string(s) + "')"};
+      }
+      const std::string_view name = s.substr(1, s.size() - 2);
+      if (!params.insert(name).second) {
+        return core::Error{"wildcard {" + std::string(name) + "} named twice"};
+      }
+      p.segments.push_back({"", std::string(name)});
+      p.templated = true;
+    } else {
+      p.segments.push_back({std::string(s), ""});
+    }
+    pos = end + 1;
+  }
+  return p;
+}
+
+bool PathPattern::Matches(std::string_view path) const {
+  size_t pos = 1;  // canonical: starts with '/'
+  for (const Segment& s : segments) {
+    const auto got = NextSegment(path, pos);
+    if (!got || got->empty()) return false;
+    if (s.param.empty() && *got != s.literal) return false;
+  }
+  // What is left: nothing or one trailing slash (an exact match), or more segments (a prefix's).
+  return pos >= path.size() || prefix;
+}
+
+bool PathPattern::CoveredBy(const PathPattern& earlier) const {
+  if (earlier.prefix ? earlier.segments.size() > segments.size()
+                     : prefix || earlier.segments.size() != segments.size()) {
+    return false;
+  }
+  for (size_t i = 0; i < earlier.segments.size(); ++i) {
+    if (!SegmentCovers(earlier.segments[i], segments[i])) return false;
+  }
+  return true;
+}
+
+namespace {
+
+bool MethodsCovered(const std::vector<std::string>& later,
+                    const std::vector<std::string>& earlier) {
+  if (earlier.empty()) return true;
+  if (later.empty()) return false;
+  auto has = [&](std::string_view m) {
+    return std::find(earlier.begin(), earlier.end(), m) != earlier.end();
+  };
+  return std::all_of(later.begin(), later.end(), [&](const std::string& m) {
+    return has(m) || (m == "HEAD" && has("GET"));  // a GET route takes HEAD too
+  });
+}
+
+std::string Describe(const RouteConfig& r, size_t i) {
+  std::string out = "routes[" + std::to_string(i) + "]";
+  if (!r.name.empty()) out += " '" + r.name + "'";
+  out += " (";
+  for (const std::string& m : r.methods) out += m + (&m == &r.methods.back() ? " " : ",");
+  return out + r.path + ")";
+}
+
+}  // namespace
+
+std::vector<std::string> UnreachableRoutes(const std::vector<RouteConfig>& routes) {
+  std::vector<std::string> out;
+  for (size_t j = 0; j < routes.size(); ++j) {
+    for (size_t i = 0; i < j; ++i) {
+      if (!MethodsCovered(routes[j].methods, routes[i].methods) ||
+          !routes[j].pattern.CoveredBy(routes[i].pattern)) {
+        continue;
+      }
+      out.push_back(Describe(routes[j], j) + " can never match: " + Describe(routes[i], i) +
+                    " comes first");
+      break;
+    }
+  }
+  return out;
+}
+
+namespace internal {
+namespace {
+
+CostConfig ParseCost(const YAML::Node& cost, const std::string& path) {
+  CostConfig c;
+  if (cost.IsScalar()) {
+    c.fixed = Int(cost, Join(path, "cost"), 1, int64_t{1} << 40);
+    return c;
+  }
+  OnlyKeys(cost, Join(path, "cost"), {"query", "per", "min"});
+  if (!cost["query"]) Fail(Join(path, "cost.query"), "required");
+  c.query = Str(cost["query"], Join(path, "cost.query"));
+  Set(cost, "per", Join(path, "cost"), c.per, 1, int64_t{1} << 40);
+  Set(cost, "min", Join(path, "cost"), c.min, 1, int64_t{1} << 40);
+  return c;
+}
+
+std::vector<std::string> ParseMethods(const YAML::Node& n, const std::string& path) {
+  std::vector<std::string> methods;
+  if (n.IsSequence()) {
+    if (n.size() == 0) Fail(path, "must name at least one method (omit it for any method)");
+    for (size_t i = 0; i < n.size(); ++i) methods.push_back(Str(n[i], internal::Index(path, i)));
+  } else {
+    methods.push_back(Str(n, path));
+  }
+  for (const std::string& m : methods) {
+    if (!IsToken(m)) Fail(path, "must be a method name (GET, POST, ...)");
+  }
+  return methods;
+}
+
+template <class E>
+E ParseEnum(const YAML::Node& n, const std::string& path,
+            std::initializer_list<std::pair<const char*, E>> values, const char* expected) {
+  const std::string s = Str(n, path);
+  for (const auto& [name, value] : values) {
+    if (s == name) return value;
+  }
+  Fail(path, std::string("must be ") + expected + ", got '" + s + "'");
+}
+
+RouteConfig ParseRoute(const YAML::Node& r, const std::string& path) {
+  OnlyKeys(r, path, {"name", "path", "method", "cost", "fail_mode", "identity"});
+  RouteConfig rc;
+  if (r["name"]) rc.name = Name(r["name"], Join(path, "name"));
+  if (!r["path"]) Fail(Join(path, "path"), "required");
+  rc.path = Name(r["path"], Join(path, "path"));
+  auto pattern = PathPattern::Parse(rc.path);
+  if (!pattern) Fail(Join(path, "path"), pattern.error());
+  rc.pattern = *std::move(pattern);
+  if (r["method"]) rc.methods = ParseMethods(r["method"], Join(path, "method"));
+  if (const YAML::Node cost = r["cost"]) rc.cost = ParseCost(cost, path);
+  if (const YAML::Node f = r["fail_mode"]) {
+    rc.fail_mode = ParseEnum<FailMode>(f, Join(path, "fail_mode"),
+                                       {{"open", FailMode::kOpen}, {"closed", FailMode::kClosed}},
+                                       "open or closed");
+  }
+  if (const YAML::Node id = r["identity"]) {
+    rc.identity = ParseEnum<RouteIdentity>(id, Join(path, "identity"),
+                                           {{"key", RouteIdentity::kKey},
+                                            {"ip", RouteIdentity::kIp},
+                                            {"key_or_ip", RouteIdentity::kKeyOrIp},
+                                            {"none", RouteIdentity::kNone}},
+                                           "key, ip, key_or_ip or none");
+  }
+  return rc;
+}
+
+}  // namespace
+
+std::vector<RouteConfig> ParseRoutes(const YAML::Node& routes) {
+  if (!routes.IsSequence()) Fail("routes", "must be a list");
+  std::vector<RouteConfig> out;
+  std::set<std::string> names;
+  for (size_t i = 0; i < routes.size(); ++i) {
+    out.push_back(ParseRoute(routes[i], Index("routes", i)));
+    const std::string& name = out.back().name;
+    if (!name.empty() && !names.insert(name).second) {
+      Fail(Join(Index("routes", i), "name"), "'" + name + "' names an earlier route too");
+    }
+  }
+  return out;
+}
+
+}  // namespace internal
+}  // namespace tollgate::config
