@@ -12,6 +12,14 @@
 
 namespace tollgate::config {
 namespace internal {
+
+Mode ParseMode(const YAML::Node& n, const std::string& path) {
+  const std::string s = Str(n, path);
+  if (s == "enforce") return Mode::kEnforce;
+  if (s == "shadow") return Mode::kShadow;
+  Fail(path, "must be enforce or shadow, got '" + s + "'");
+}
+
 namespace {
 
 // The key's digest: `key` (in clear, hashed here) or `sha256` (64 hex digits, either case).
@@ -50,7 +58,7 @@ void ReadPerKeyColumns(const YAML::Node& n, const std::string& path, KeyConfig& 
 KeyConfig ParseKey(const YAML::Node& n, const std::string& path,
                    const std::vector<PlanConfig>& plans) {
   OnlyKeys(n, path,
-           {"key", "sha256", "id", "account", "plan", "overrides", "rate_limit_per_minute",
+           {"key", "sha256", "id", "account", "plan", "mode", "overrides", "rate_limit_per_minute",
             "rate_limit_burst"});
   KeyConfig k;
   k.sha256_hex = ReadDigest(n, path);
@@ -60,6 +68,7 @@ KeyConfig ParseKey(const YAML::Node& n, const std::string& path,
   k.account = n["account"] ? Name(n["account"], Join(path, "account")) : k.id;
   if (!n["plan"]) Fail(Join(path, "plan"), "required");
   k.plan = Name(n["plan"], Join(path, "plan"));
+  if (n["mode"]) k.mode = internal::ParseMode(n["mode"], Join(path, "mode"));
   // An unknown plan is not an error: the key gets the strictest plan (DESIGN.md).
   if (const YAML::Node o = n["overrides"]) {
     const PlanConfig* plan = nullptr;

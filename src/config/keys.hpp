@@ -9,6 +9,9 @@
 
 namespace tollgate::config::internal {
 
+// `enforce` or `shadow`.
+Mode ParseMode(const YAML::Node& n, const std::string& path);
+
 // Reads `keys` / `keys_file` of `root` into c.keys or c.key_source; relative file paths are
 // relative to `base_dir`. REQUIRES: c.plans read (a key's overrides name its plan's limits).
 void ParseKeys(const YAML::Node& root, const std::string& base_dir, Config& c);

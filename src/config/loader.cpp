@@ -21,16 +21,10 @@ using internal::IsToken;
 using internal::Join;
 using internal::Name;
 using internal::OnlyKeys;
+using internal::ParseMode;
 using internal::Set;
 using internal::Str;
 using internal::StrList;
-
-Mode ParseMode(const YAML::Node& n, const std::string& path) {
-  const std::string s = Str(n, path);
-  if (s == "enforce") return Mode::kEnforce;
-  if (s == "shadow") return Mode::kShadow;
-  Fail(path, "must be enforce or shadow, got '" + s + "'");
-}
 
 TargetConfig ParseTarget(const YAML::Node& n, const std::string& path) {
   OnlyKeys(n, path, {"allow_encoded_slash", "allow_path_parameters"});
@@ -156,10 +150,15 @@ void ParsePlans(const YAML::Node& plans, std::vector<PlanConfig>& out) {
       const std::string path = Join("plans", name);
       if (!IsFieldSafe(name) || name.empty())
         Fail(path, "a plan name must not be empty or contain control characters");
-      OnlyKeys(kv.second, path, {"mode", "scope", "limits"});
+      OnlyKeys(kv.second, path, {"mode", "enforce_percent", "scope", "limits"});
       PlanConfig p;
       p.name = name;
       if (kv.second["mode"]) p.mode = ParseMode(kv.second["mode"], Join(path, "mode"));
+      if (kv.second["enforce_percent"]) {
+        if (p.mode) Fail(Join(path, "enforce_percent"), "give mode or enforce_percent, not both");
+        p.enforce_percent = static_cast<int>(
+            Int(kv.second["enforce_percent"], Join(path, "enforce_percent"), 0, 100));
+      }
       if (kv.second["scope"]) {
         p.scope = Str(kv.second["scope"], Join(path, "scope"));
         if (p.scope != "key" && p.scope != "account")

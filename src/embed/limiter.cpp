@@ -94,8 +94,8 @@ Answer Limiter::Check(const Request& r) {
       admission.kind == engine::Admission::Kind::kInvalidKey
           ? contract::RespondInvalidKey(v, checks[0], decisions[0], !r.api_key.empty(), options,
                                         headers, a.body)
-          : contract::Respond(v, {checks.data(), n}, {decisions.data(), n},
-                              admission.plan->enforced, options, headers, a.body);
+          : contract::Respond(v, {checks.data(), n}, {decisions.data(), n}, admission.enforced,
+                              options, headers, a.body);
   a.allowed = answer.allowed;
   a.status = answer.status;
   a.code = std::string(answer.code);

@@ -7,7 +7,7 @@ size_t ChecksFor(const policy::Plan& plan, const policy::Key* key, int64_t cost,
   size_t n = 0;
   for (size_t i = 0; i < plan.limits.size() && n < out.size(); ++i, ++n) {
     out[n] = store::Check{plan.limits[i].name, key ? &key->LimitAt(i, now) : &plan.limits[i].limit,
-                          cost, plan.enforced};
+                          cost, key ? key->enforced : plan.enforced};
   }
   return n;
 }
@@ -62,6 +62,7 @@ Admission Admit(const policy::Policy& pol, const policy::Route& route, bool keye
     a.cost = *cost;
   }
   a.kind = Admission::Kind::kChecks;
+  a.enforced = a.key ? a.key->enforced : a.plan->enforced;
   a.n = ChecksFor(*a.plan, a.key, a.cost, now, checks);
   AssignScope(scope, *a.plan, a.key, client);
   return a;

@@ -61,7 +61,7 @@ std::string AdminKeyBody(const policy::Key& k) {
                                       {"account", k.account},
                                       {"plan", k.plan->name},
                                       {"configured_plan", k.plan_name},
-                                      {"enforced", k.plan->enforced},
+                                      {"enforced", k.enforced},
                                       {"overrides", std::move(overrides)}});
 }
 
@@ -69,7 +69,7 @@ std::string RateLimitStatusBody(const policy::Key& key, const policy::Plan& plan
                                 std::span<const store::Check> cs,
                                 std::span<const core::Decision> ds, const engine::Verdict& v) {
   json::object body{
-      {"key_id", key.id}, {"plan", plan.name}, {"mode", plan.enforced ? "enforce" : "shadow"}};
+      {"key_id", key.id}, {"plan", plan.name}, {"mode", key.enforced ? "enforce" : "shadow"}};
   if (v.primary >= 0) {
     const core::Decision& d = ds[static_cast<size_t>(v.primary)];
     body["limit"] = d.limit;

@@ -361,6 +361,7 @@ Step Worker::Conclude(Exchange& ex, Scratch& scratch) {
   }
   gw.limiter_latency.Observe(SecondsSince(ex.decide_start));
   const policy::Plan& plan = *ex.plan;
+  const bool enforced = ex.key ? ex.key->enforced : plan.enforced;  // its cohort (issue 20)
 
   if (ex.status_endpoint) {
     // GET /v1/rate-limit: the caller's limits and usage; consumes nothing.
@@ -374,12 +375,12 @@ Step Worker::Conclude(Exchange& ex, Scratch& scratch) {
     AppendRateLimitHeaders(pol.config().headers, cs, ds, v, rate_headers);
     ex.log.decision = "status";
     return Reply(ex, scratch, bhttp::status::ok, RateLimitStatusBody(*ex.key, plan, cs, ds, v),
-                 plan.enforced ? std::string_view(rate_headers.Rendered()) : "");
+                 enforced ? std::string_view(rate_headers.Rendered()) : "");
   }
 
   CountDecision(ex, plan, cs, ds);
   const contract::Answer a =
-      contract::Respond(v, cs, ds, plan.enforced, options, rate_headers, scratch.body);
+      contract::Respond(v, cs, ds, enforced, options, rate_headers, scratch.body);
   if (!a.allowed) {
     return Reply(ex, scratch, static_cast<bhttp::status>(a.status), scratch.body,
                  rate_headers.Rendered(), a.content_type);

@@ -1,6 +1,7 @@
 #include <tollgate/policy/policy.hpp>
 
 #include <tollgate/util/digest.hpp>
+#include <tollgate/util/hash.hpp>
 #include <tollgate/util/query.hpp>
 
 #include <arpa/inet.h>
@@ -101,6 +102,12 @@ double SustainedPerSecond(const Plan& plan) {
   return rate;
 }
 
+bool InEnforcedCohort(std::string_view key_id, int percent) {
+  // A fixed seed: the cohort must be the same on every replica and after every restart.
+  constexpr uint64_t kCohortSeed = 0x636f686f72740001;
+  return static_cast<int>(util::Hash64(key_id, kCohortSeed) % 100) < percent;
+}
+
 size_t Strictest(const std::vector<Plan>& plans) {
   // Enforced plans only, unless every plan is in shadow mode (then nothing is enforced anyway).
   const bool any_enforced =
@@ -117,7 +124,9 @@ void Policy::BuildPlans(const config::Config& config) {
   for (const auto& pc : config.plans) {
     Plan plan;
     plan.name = pc.name;
-    plan.enforced = pc.mode.value_or(config.mode) == config::Mode::kEnforce;
+    plan.enforce_percent = pc.enforce_percent;
+    plan.enforced = pc.enforce_percent ? *pc.enforce_percent > 0
+                                       : pc.mode.value_or(config.mode) == config::Mode::kEnforce;
     plan.per_account = pc.scope == "account";
     plan.limits = Compile(pc.limits);
     plans_.push_back(std::move(plan));
@@ -141,6 +150,13 @@ std::optional<core::Error> Policy::BuildKeys(const config::Config& config) {
       if (plans_[i].name != kc.plan) continue;
       k.plan = &plans_[i];
       plan_config = &config.plans[i];
+    }
+    if (kc.mode) {
+      k.enforced = *kc.mode == config::Mode::kEnforce;
+    } else if (k.plan->enforce_percent) {
+      k.enforced = InEnforcedCohort(k.id, *k.plan->enforce_percent);
+    } else {
+      k.enforced = k.plan->enforced;
     }
     for (const auto& oc : kc.overrides) {
       for (size_t i = 0; i < k.plan->limits.size(); ++i) {

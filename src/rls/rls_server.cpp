@@ -137,7 +137,8 @@ struct RlsServer::Impl final : pb::RateLimitService::Service {
       const contract::AnswerOptions answer{.headers = &pol->config().headers};
       const std::span<const store::Check> cs{checks.data(), n};
       const std::span<const core::Decision> ds{decisions.data(), n};
-      if (!contract::Respond(v, cs, ds, plan->enforced, answer, headers, body).allowed) {
+      const bool enforced = key ? key->enforced : plan->enforced;
+      if (!contract::Respond(v, cs, ds, enforced, answer, headers, body).allowed) {
         status->set_code(pb::RateLimitResponse::OVER_LIMIT);
         res->set_overall_code(pb::RateLimitResponse::OVER_LIMIT);
       }
@@ -146,7 +147,7 @@ struct RlsServer::Impl final : pb::RateLimitService::Service {
         h->set_key(k);
         h->set_value(val);
       }
-      if (v.primary >= 0 && plan->enforced) {
+      if (v.primary >= 0 && enforced) {
         const auto p = static_cast<size_t>(v.primary);
         DescribeStatus(checks[p], decisions[p], v.now, status);
       }

@@ -123,7 +123,11 @@ struct LimitConfig {
 
 struct PlanConfig {
   std::string name;
-  std::optional<Mode> mode;   // unset: the global mode
+  std::optional<Mode> mode;  // unset: the global mode
+  // A stable share of the plan's keys enforced, the others in shadow mode: a key is in the
+  // cohort when a hash of its id, mod 100, is below this, so raising it only adds keys. Unset:
+  // `mode` decides for every key. Not together with `mode`.
+  std::optional<int> enforce_percent;
   std::string scope = "key";  // key | account: whose budget the limits count
   std::vector<LimitConfig> limits;
 };
@@ -140,6 +144,7 @@ struct KeyConfig {
   std::string id;          // shown in logs and metrics, never the key itself
   std::string account;
   std::string plan;
+  std::optional<Mode> mode;  // this key's own enforcement; unset: its plan's (or cohort's)
   std::vector<OverrideConfig> overrides;
   // The per-key columns of Postgres `api_keys` (YAML keys may carry them too): both or neither.
   // They apply to the plan limits marked `from_key`: at most rate_limit_per_minute +

@@ -16,7 +16,8 @@ namespace tollgate::engine {
 inline constexpr size_t kMaxChecks = 16;
 
 // Fills `out` with one check per limit of `plan` (a key's override replaces a plan limit until
-// it expires), each of `cost`, enforced unless the plan is in shadow mode. Returns the count
+// it expires), each of `cost`, enforced as the key is (Key::enforced: its mode, its plan's
+// cohort or mode), or as the plan is for anonymous limits. Returns the count
 // (at most out.size()). `key` may be null (anonymous limits). The checks point into `plan` and
 // `key`, which must outlive them.
 size_t ChecksFor(const policy::Plan& plan, const policy::Key* key, int64_t cost, core::Instant now,
@@ -44,6 +45,7 @@ struct Admission {
   const policy::Key* key = nullptr;    // the same; null for per-address (anonymous) limits
   size_t n = 0;                        // checks written (kChecks, kInvalidKey)
   int64_t cost = 0;                    // kChecks
+  bool enforced = true;                // kChecks: the key's (or, anonymous, the plan's) mode
   std::string error;                   // kInvalidCost
 };
 

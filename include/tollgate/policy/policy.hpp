@@ -26,8 +26,15 @@ struct Plan {
   std::string name;
   bool enforced = true;      // false: shadow (computed, counted, never rejects)
   bool per_account = false;  // limits count per account instead of per key
+  // Set: the share of the plan's keys enforced (a cohort by a hash of the key id), the others
+  // in shadow mode; `enforced` is then whether any key is (enforce_percent > 0).
+  std::optional<int> enforce_percent;
   std::vector<NamedLimit> limits;
 };
+
+// Whether key `key_id` is in the enforced cohort of a plan enforcing `percent` % of its keys:
+// a hash of the id, mod 100, below `percent`. Stable: raising the percentage only adds keys.
+bool InEnforcedCohort(std::string_view key_id, int percent);
 
 // A per-key replacement of one plan limit until `expires`.
 struct Override {
@@ -42,6 +49,8 @@ struct Key {
   const Plan* plan = nullptr;  // an unknown plan name resolves to the strictest plan
   std::string plan_name;       // as configured
   std::vector<Override> overrides;
+  // Whether this key's limits reject: its own `mode`, else its plan's cohort or mode.
+  bool enforced = true;
 
   // The limit that applies to plan limit `i` at `now` (an override until it expires).
   const core::Limit& LimitAt(size_t i, core::Instant now) const;

@@ -715,6 +715,20 @@ class ModeTests(GatewayTestCase):
         self.assertEqual(gw.admin("GET", "/admin/keys/nope").status, 404)
 
 
+    def test_enforcement_by_cohort_key_mode_and_status_endpoint(self):
+        gw = self.start(config(
+            plans={"rollout": {"enforce_percent": 0, "limits": [burst(2)]}},
+            keys=[{"key": FREE_KEY, "id": "k-internal", "plan": "rollout", "mode": "enforce"},
+                  {"key": TEAM_KEY, "id": "k-customer", "plan": "rollout"}]))
+        internal = [gw.get("/echo", key=FREE_KEY).status for _ in range(3)]
+        customer = [gw.get("/echo", key=TEAM_KEY).status for _ in range(3)]
+        self.assertEqual(internal, [200, 200, 429])  # its own mode: enforced
+        self.assertEqual(customer, [200, 200, 200])  # outside the cohort: shadow
+        self.assertEqual(gw.get("/v1/rate-limit", key=FREE_KEY).json()["mode"], "enforce")
+        self.assertEqual(gw.get("/v1/rate-limit", key=TEAM_KEY).json()["mode"], "shadow")
+        m = gw.metrics()
+        self.assertEqual(m.get('tollgate_shadow_rejections_total{plan="rollout"}'), 1, m)
+
     def test_check_config(self):
         example = os.path.join(harness.HERE, "..", "..", "..", "examples", "tollgate.yaml")
         r = subprocess.run([harness.BINARY, "check-config", example], capture_output=True,
