@@ -115,10 +115,23 @@ void ReadFromKey(const YAML::Node& f, const std::string& path, bool plan_limit, 
   }
 }
 
-// `plan_limit`: a plan's limit, which may take its limit from the key (`from_key`).
-LimitConfig ParseLimit(const YAML::Node& n, const std::string& path, bool plan_limit) {
+}  // namespace
+
+LimitScope ParseScope(const YAML::Node& n, const std::string& path) {
+  const std::string s = Str(n, path);
+  if (s == "key") return LimitScope::kKey;
+  if (s == "account") return LimitScope::kAccount;
+  if (s == "ip") return LimitScope::kIp;
+  if (s == "global") return LimitScope::kGlobal;
+  Fail(path, "must be key, account, ip or global, got '" + s + "'");
+}
+
+LimitConfig ParseLimit(const YAML::Node& n, const std::string& path, bool plan_limit,
+                       const std::set<std::string>& extra_fields) {
   std::set<std::string> allowed = LimitFields();
   allowed.insert("from_key");
+  if (plan_limit) allowed.insert("scope");
+  allowed.insert(extra_fields.begin(), extra_fields.end());
   OnlyKeys(n, path, allowed);
   LimitConfig l;
   if (!n["name"]) Fail(Join(path, "name"), "required");
@@ -128,8 +141,11 @@ LimitConfig ParseLimit(const YAML::Node& n, const std::string& path, bool plan_l
   }
   ReadLimitFields(n, path, l.spec);
   if (const YAML::Node f = n["from_key"]) ReadFromKey(f, path, plan_limit, l);
+  if (const YAML::Node s = n["scope"]) l.scope = ParseScope(s, Join(path, "scope"));
   return l;
 }
+
+namespace {
 
 // "2026-12-31" or "2026-12-31T23:00:00Z" (UTC).
 int64_t ParseExpiry(const std::string& s, const std::string& path) {
@@ -181,7 +197,7 @@ std::vector<LimitConfig> ParseLimits(const YAML::Node& n, const std::string& pat
   std::vector<LimitConfig> out;
   std::set<std::string> names;
   for (size_t i = 0; i < n.size(); ++i) {
-    out.push_back(ParseLimit(n[i], Index(path, i), plan_limits));
+    out.push_back(ParseLimit(n[i], Index(path, i), plan_limits, {}));
     if (!names.insert(out.back().name).second)
       Fail(Join(Index(path, i), "name"), "duplicate '" + out.back().name + "'");
   }

@@ -20,6 +20,15 @@ const std::set<std::string>& LimitFields();
 // for overrides), then validates the result.
 void ReadLimitFields(const YAML::Node& n, const std::string& path, core::LimitSpec& spec);
 
+// `key`, `account`, `ip` or `global`.
+LimitScope ParseScope(const YAML::Node& n, const std::string& path);
+
+// One named limit. `plan_limit`: a plan's, which may take its limit from the key (`from_key`)
+// and carry a `scope`. `extra_fields`: more fields the caller reads itself (a route limit's
+// `scope` and `plans`).
+LimitConfig ParseLimit(const YAML::Node& n, const std::string& path, bool plan_limit,
+                       const std::set<std::string>& extra_fields);
+
 // A list of at most 8 named limits. `plan_limits`: a plan's, which may take their limit from
 // the key (`from_key`).
 std::vector<LimitConfig> ParseLimits(const YAML::Node& n, const std::string& path,

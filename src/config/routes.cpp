@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <set>
 
+#include "config/limits.hpp"
 #include "config/yaml.hpp"
 
 namespace tollgate::config {
@@ -12,8 +13,12 @@ using internal::Fail;
 using internal::Int;
 using internal::IsToken;
 using internal::Join;
+using internal::LimitFields;
 using internal::Name;
 using internal::OnlyKeys;
+using internal::ParseLimit;
+using internal::ParseScope;
+using internal::ReadLimitFields;
 using internal::Set;
 using internal::Str;
 
@@ -182,10 +187,76 @@ E ParseEnum(const YAML::Node& n, const std::string& path,
   Fail(path, std::string("must be ") + expected + ", got '" + s + "'");
 }
 
+// One plan's value of a route limit: `unlimited`, or the fields that differ from the route
+// limit's own (not its algorithm).
+std::optional<core::LimitSpec> ParsePlanValue(const YAML::Node& n, const std::string& path,
+                                              const core::LimitSpec& base) {
+  if (n.IsScalar()) {
+    if (Str(n, path) == "unlimited") return std::nullopt;
+    Fail(path, "must be unlimited or a map of limit fields");
+  }
+  std::set<std::string> allowed = LimitFields();
+  allowed.erase("name");
+  allowed.erase("algorithm");
+  OnlyKeys(n, path, allowed);
+  core::LimitSpec spec = base;
+  ReadLimitFields(n, path, spec);
+  return spec;
+}
+
+RouteLimitConfig ParseRouteLimit(const YAML::Node& n, const std::string& path,
+                                 RouteIdentity identity) {
+  RouteLimitConfig rl;
+  rl.limit = ParseLimit(n, path, false, {"scope", "plans"});
+  if (const YAML::Node s = n["scope"]) rl.limit.scope = ParseScope(s, Join(path, "scope"));
+  const LimitScope scope = rl.limit.scope;
+  if (identity == RouteIdentity::kIp &&
+      (scope == LimitScope::kKey || scope == LimitScope::kAccount)) {
+    Fail(Join(path, "scope"), "an identity: ip route has no key or account; use ip or global");
+  }
+  if (const YAML::Node plans = n["plans"]) {
+    internal::RequireMap(plans, Join(path, "plans"));
+    for (const auto& kv : plans) {
+      const std::string name = kv.first.as<std::string>();
+      rl.plans[name] = ParsePlanValue(kv.second, Join(Join(path, "plans"), name), rl.limit.spec);
+    }
+  }
+  return rl;
+}
+
+bool IsPlainWord(std::string_view s) {
+  return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+           c == '-';
+  });
+}
+
+void ParseRouteLimits(const YAML::Node& n, const std::string& path, RouteConfig& rc) {
+  const std::string lpath = Join(path, "limits");
+  if (!n.IsSequence()) Fail(lpath, "must be a list of limits");
+  if (n.size() > 8) Fail(lpath, "at most 8 limits");
+  if (n.size() > 0 && rc.name.empty()) Fail(Join(path, "name"), "required with limits");
+  if (n.size() > 0 && rc.identity == RouteIdentity::kNone) {
+    Fail(lpath, "an identity: none route is not limited; give it another identity");
+  }
+  std::set<std::string> names;
+  for (size_t i = 0; i < n.size(); ++i) {
+    rc.limits.push_back(ParseRouteLimit(n[i], Index(lpath, i), rc.identity));
+    if (!names.insert(rc.limits.back().limit.name).second) {
+      Fail(Join(Index(lpath, i), "name"), "duplicate '" + rc.limits.back().limit.name + "'");
+    }
+  }
+}
+
 RouteConfig ParseRoute(const YAML::Node& r, const std::string& path) {
-  OnlyKeys(r, path, {"name", "path", "method", "cost", "fail_mode", "identity"});
+  OnlyKeys(r, path, {"name", "path", "method", "cost", "fail_mode", "identity", "limits"});
   RouteConfig rc;
-  if (r["name"]) rc.name = Name(r["name"], Join(path, "name"));
+  if (r["name"]) {
+    rc.name = Name(r["name"], Join(path, "name"));
+    if (!IsPlainWord(rc.name)) {
+      Fail(Join(path, "name"), "must be a plain word (letters, digits, - or _)");
+    }
+  }
   if (!r["path"]) Fail(Join(path, "path"), "required");
   rc.path = Name(r["path"], Join(path, "path"));
   auto pattern = PathPattern::Parse(rc.path);
@@ -206,6 +277,7 @@ RouteConfig ParseRoute(const YAML::Node& r, const std::string& path) {
                                             {"none", RouteIdentity::kNone}},
                                            "key, ip, key_or_ip or none");
   }
+  if (const YAML::Node limits = r["limits"]) ParseRouteLimits(limits, path, rc);
   return rc;
 }
 

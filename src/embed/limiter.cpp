@@ -71,10 +71,10 @@ Answer Limiter::Check(const Request& r) {
   const bool keyed = engine::LimitedByKey(route, !r.api_key.empty());
   const policy::Key* key = keyed && !r.api_key.empty() ? pol.FindByKey(r.api_key) : nullptr;
   if (key) a.key_id = key->id;
-  std::string scope;
+  engine::Scopes scopes;
   const engine::Admission admission =
       engine::Admit(pol, route, keyed, key, client, target.query, std::nullopt,
-                    util::SystemClock::Instance().Now(), checks, scope);
+                    util::SystemClock::Instance().Now(), checks, scopes);
   if (admission.kind == engine::Admission::Kind::kNone) return a;
   if (admission.kind == engine::Admission::Kind::kInvalidCost) {
     a.allowed = false;
@@ -85,7 +85,7 @@ Answer Limiter::Check(const Request& r) {
   }
   const size_t n = admission.n;
   engine::Verdict v;
-  impl_->engine.Decide({.batch = {.scope = scope, .checks = {checks.data(), n}}},
+  impl_->engine.Decide({.batch = {.scope = scopes.primary, .checks = {checks.data(), n}}},
                        {decisions.data(), n}, [&v](engine::Verdict x) { v = x; });
   // The one answer mapping every adapter shares (contract/).
   contract::HeaderList headers;

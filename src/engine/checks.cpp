@@ -2,12 +2,65 @@
 
 namespace tollgate::engine {
 
+void Scopes::Fill(const policy::Key* k, std::string_view address) {
+  if (k) {
+    key.assign("key:").append(k->id);
+    account.assign("account:").append(k->account);
+  } else {
+    key.clear();
+    account.clear();
+  }
+  ip.assign("ip:").append(address);
+}
+
+std::string_view Scopes::For(config::LimitScope scope) const {
+  std::string_view s;
+  switch (scope) {
+    case config::LimitScope::kKey:
+      s = key;
+      break;
+    case config::LimitScope::kAccount:
+      s = account;
+      break;
+    case config::LimitScope::kIp:
+      s = ip;
+      break;
+    case config::LimitScope::kGlobal:
+      s = "global";
+      break;
+    case config::LimitScope::kDefault:
+      break;
+  }
+  return s == primary ? std::string_view() : s;
+}
+
 size_t ChecksFor(const policy::Plan& plan, const policy::Key* key, int64_t cost, core::Instant now,
-                 std::span<store::Check> out) {
+                 std::span<store::Check> out, const Scopes* scopes) {
   size_t n = 0;
+  const bool enforced = key ? key->enforced : plan.enforced;
   for (size_t i = 0; i < plan.limits.size() && n < out.size(); ++i, ++n) {
-    out[n] = store::Check{plan.limits[i].name, key ? &key->LimitAt(i, now) : &plan.limits[i].limit,
-                          cost, key ? key->enforced : plan.enforced};
+    const policy::NamedLimit& l = plan.limits[i];
+    out[n] = store::Check{l.check_name, key ? &key->LimitAt(i, now) : &l.limit, cost, enforced,
+                          plan.mixed_scopes && scopes ? scopes->For(l.scope) : std::string_view()};
+  }
+  return n;
+}
+
+size_t AppendRouteChecks(const policy::Route& route, const policy::Plan& plan,
+                         const policy::Key* key, int64_t cost, bool enforced, const Scopes& scopes,
+                         std::span<store::Check> out, size_t n) {
+  for (const policy::RouteLimit& rl : route.limits) {
+    if (n == out.size()) break;
+    const std::optional<core::Limit>& limit = rl.per_plan[plan.index];
+    if (!limit) continue;  // unlimited for this plan
+    config::LimitScope scope = rl.scope;
+    if (scope == config::LimitScope::kDefault) {
+      scope = key ? config::LimitScope::kKey : config::LimitScope::kIp;
+    }
+    if (!key && (scope == config::LimitScope::kKey || scope == config::LimitScope::kAccount)) {
+      continue;  // a key_or_ip route's per-key limit, for a caller without a key
+    }
+    out[n++] = store::Check{rl.check_name, &*limit, cost, enforced, scopes.For(scope)};
   }
   return n;
 }
@@ -32,7 +85,8 @@ std::string ScopeFor(const policy::Plan& plan, const policy::Key* key, std::stri
 Admission Admit(const policy::Policy& pol, const policy::Route& route, bool keyed,
                 const policy::Key* key, std::string_view client, std::string_view query,
                 std::optional<int64_t> fixed_cost, core::Instant now,
-                std::span<store::Check> checks, std::string& scope) {
+                std::span<store::Check> checks, Scopes& scopes) {
+  std::string& scope = scopes.primary;
   Admission a;
   if (keyed && !key) {
     a.kind = Admission::Kind::kInvalidKey;
@@ -63,8 +117,13 @@ Admission Admit(const policy::Policy& pol, const policy::Route& route, bool keye
   }
   a.kind = Admission::Kind::kChecks;
   a.enforced = a.key ? a.key->enforced : a.plan->enforced;
-  a.n = ChecksFor(*a.plan, a.key, a.cost, now, checks);
   AssignScope(scope, *a.plan, a.key, client);
+  const bool other_scopes = a.plan->mixed_scopes || !route.limits.empty();
+  if (other_scopes) scopes.Fill(a.key, client);
+  a.n = ChecksFor(*a.plan, a.key, a.cost, now, checks, other_scopes ? &scopes : nullptr);
+  if (!route.limits.empty()) {
+    a.n = AppendRouteChecks(route, *a.plan, a.key, a.cost, a.enforced, scopes, checks, a.n);
+  }
   return a;
 }
 

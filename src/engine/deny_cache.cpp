@@ -110,7 +110,12 @@ void DenyCache::Record(const std::string& scope, std::span<const store::Check> c
 void DenyCache::Apply(const store::Batch& batch, std::span<core::Decision> decisions,
                       Completion done) {
   const int64_t now_us = clock_.SteadyMicros();
-  if (batch.mode == store::Mode::kConsume) {
+  // Its entries are per batch scope: a batch with checks of other scopes (an address's or the
+  // route's global budget) would share their bounds between callers. Such batches go straight
+  // to the store.
+  const bool one_scope = std::all_of(batch.checks.begin(), batch.checks.end(),
+                                     [](const store::Check& c) { return c.scope.empty(); });
+  if (batch.mode == store::Mode::kConsume && one_scope) {
     store::ApplyResult local;
     if (TryReject(batch, decisions, now_us, local)) {
       stats_.local_rejections.fetch_add(1, std::memory_order_relaxed);
@@ -119,7 +124,7 @@ void DenyCache::Apply(const store::Batch& batch, std::span<core::Decision> decis
     }
   }
   stats_.forwarded.fetch_add(1, std::memory_order_relaxed);
-  if (batch.mode != store::Mode::kConsume) {
+  if (batch.mode != store::Mode::kConsume || !one_scope) {
     inner_.Apply(batch, decisions, std::move(done));
     return;
   }

@@ -275,14 +275,14 @@ Step Worker::Identify(Exchange& ex, Scratch& scratch, const RequestHead& head) {
   const bool costs_nothing = ex.status_endpoint || usage_endpoint;
   const engine::Admission admission = engine::Admit(
       pol, route, keyed, ex.key, ex.client, ex.query,
-      costs_nothing ? std::optional<int64_t>(0) : std::nullopt, ex.now, ex.checks, ex.scope);
+      costs_nothing ? std::optional<int64_t>(0) : std::nullopt, ex.now, ex.checks, ex.scopes);
   ex.n_checks = admission.n;
   if (admission.kind == engine::Admission::Kind::kInvalidKey) {
     // Decided below (Conclude): repeated invalid keys from one address are limited per address.
     gw.invalid_keys.fetch_add(1, std::memory_order_relaxed);
     ex.log.decision = "invalid_key";
     ex.invalid_key = true;
-    ex.request = {.batch = {.scope = ex.scope, .checks = {ex.checks.data(), 1}},
+    ex.request = {.batch = {.scope = ex.scopes.primary, .checks = {ex.checks.data(), 1}},
                   .fail_mode = engine::FailMode::kOpen};
     return Step::kDecide;
   }
@@ -298,7 +298,7 @@ Step Worker::Identify(Exchange& ex, Scratch& scratch, const RequestHead& head) {
   ex.log.metered = admission.kind == engine::Admission::Kind::kChecks && !ex.status_endpoint;
   if (ex.n_checks > 0) {
     ex.request = {
-        .batch = {.scope = ex.scope,
+        .batch = {.scope = ex.scopes.primary,
                   .checks = {ex.checks.data(), ex.n_checks},
                   .mode = ex.status_endpoint ? store::Mode::kPeek : store::Mode::kConsume},
         .fail_mode = route.fail_mode == config::FailMode::kClosed ? engine::FailMode::kClosed
@@ -393,7 +393,8 @@ void Worker::CountDecision(Exchange& ex, const policy::Plan& plan, std::span<con
   const engine::Verdict& v = ex.verdict;
   for (size_t i = 0; i < cs.size(); ++i) {
     const int result = ds[i].allowed ? 0 : (cs[i].enforced ? 1 : 2);
-    DecisionCounter(ex.generation, plan, i, result).fetch_add(1, std::memory_order_relaxed);
+    DecisionCounter(ex.generation, plan, cs[i].name, result)
+        .fetch_add(1, std::memory_order_relaxed);
   }
   if (v.shadow_rejections > 0) {
     ShadowRejectionCounter(ex.generation, plan).fetch_add(1, std::memory_order_relaxed);

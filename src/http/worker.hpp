@@ -276,17 +276,22 @@ struct Worker {
   struct CounterKey {
     uint64_t generation;  // plans of a freed policy may leave their addresses to new ones
     const void* plan;
-    size_t check;
+    // The check's name (its characters live in the policy, as long as the generation), or a
+    // tag of the plan-wide counters below.
+    const void* check;
     int result;
     bool operator==(const CounterKey&) const = default;
   };
   struct CounterKeyHash {
     size_t operator()(const CounterKey& k) const {
       return std::hash<const void*>()(k.plan) ^
-             (k.check * 31 + static_cast<size_t>(k.result) * 7919) ^ (k.generation << 40);
+             (std::hash<const void*>()(k.check) * 31 + static_cast<size_t>(k.result) * 7919) ^
+             (k.generation << 40);
     }
   };
   std::unordered_map<CounterKey, std::atomic<uint64_t>*, CounterKeyHash> decision_counters;
+  static constexpr char kRejectionsTag = 'r';
+  static constexpr char kShadowTag = 's';
   // The counter of `key`, created by `create()` on first use.
   template <class Create>
   std::atomic<uint64_t>& PlanCounter(const CounterKey& key, Create create) {
@@ -294,28 +299,31 @@ struct Worker {
     if (inserted) it->second = &create();
     return *it->second;
   }
-  std::atomic<uint64_t>& DecisionCounter(uint64_t gen, const policy::Plan& plan, size_t check,
-                                         int result) {
-    return PlanCounter(CounterKey{gen, &plan, check, result}, [&]() -> std::atomic<uint64_t>& {
-      static constexpr const char* kResults[] = {"allowed", "rejected", "shadow_rejected"};
-      return gw.metrics.Counter("tollgate_decisions_total",
-                                metrics::Label("plan", plan.name) + "," +
-                                    metrics::Label("check", plan.limits[check].name) + "," +
-                                    metrics::Label("result", kResults[result]));
-    });
+  // `check`: a plan limit's or a route limit's name, as the policy holds it.
+  std::atomic<uint64_t>& DecisionCounter(uint64_t gen, const policy::Plan& plan,
+                                         std::string_view check, int result) {
+    return PlanCounter(
+        CounterKey{gen, &plan, check.data(), result}, [&]() -> std::atomic<uint64_t>& {
+          static constexpr const char* kResults[] = {"allowed", "rejected", "shadow_rejected"};
+          return gw.metrics.Counter("tollgate_decisions_total",
+                                    metrics::Label("plan", plan.name) + "," +
+                                        metrics::Label("check", check) + "," +
+                                        metrics::Label("result", kResults[result]));
+        });
   }
   // tollgate_rejections_total{plan,code} and tollgate_shadow_rejections_total{plan}.
   std::atomic<uint64_t>& RejectionCounter(uint64_t gen, const policy::Plan& plan,
                                           core::RejectCode code) {
-    return PlanCounter(
-        CounterKey{gen, &plan, SIZE_MAX, static_cast<int>(code)}, [&]() -> std::atomic<uint64_t>& {
-          return gw.metrics.Counter("tollgate_rejections_total",
-                                    metrics::Label("plan", plan.name) + "," +
-                                        metrics::Label("code", core::RejectCodeName(code)));
-        });
+    return PlanCounter(CounterKey{gen, &plan, &kRejectionsTag, static_cast<int>(code)},
+                       [&]() -> std::atomic<uint64_t>& {
+                         return gw.metrics.Counter(
+                             "tollgate_rejections_total",
+                             metrics::Label("plan", plan.name) + "," +
+                                 metrics::Label("code", core::RejectCodeName(code)));
+                       });
   }
   std::atomic<uint64_t>& ShadowRejectionCounter(uint64_t gen, const policy::Plan& plan) {
-    return PlanCounter(CounterKey{gen, &plan, SIZE_MAX - 1, 0}, [&]() -> std::atomic<uint64_t>& {
+    return PlanCounter(CounterKey{gen, &plan, &kShadowTag, 0}, [&]() -> std::atomic<uint64_t>& {
       return gw.metrics.Counter("tollgate_shadow_rejections_total",
                                 metrics::Label("plan", plan.name));
     });
@@ -467,7 +475,7 @@ struct Exchange {
   bool invalid_key = false;  // deciding on the invalid-key limit of the client's address
   bhttp::status deny_status = bhttp::status::too_many_requests;
   std::string client;
-  std::string scope;
+  engine::Scopes scopes;  // the batch's (primary) and those of route and per-address limits
   core::Instant now;
   size_t n_checks = 0;
   std::array<store::Check, kMaxChecks> checks;

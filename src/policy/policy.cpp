@@ -27,9 +27,17 @@ std::string HexToRaw(const std::string& hex) {
   return raw;
 }
 
-std::vector<NamedLimit> Compile(const std::vector<config::LimitConfig>& limits) {
+// `owner`'s limits; `scope` is their default (a plan's `scope`, ip for the anonymous limits).
+std::vector<NamedLimit> Compile(const std::vector<config::LimitConfig>& limits,
+                                std::string_view owner, config::LimitScope scope) {
   std::vector<NamedLimit> out;
-  for (const auto& l : limits) out.push_back({l.name, MustCreate(l.spec)});
+  for (const auto& l : limits) {
+    const config::LimitScope s = l.scope == config::LimitScope::kDefault ? scope : l.scope;
+    const bool qualified =
+        s != scope && (s == config::LimitScope::kIp || s == config::LimitScope::kGlobal);
+    out.push_back(
+        {l.name, MustCreate(l.spec), s, qualified ? std::string(owner) + ":" + l.name : l.name});
+  }
   return out;
 }
 
@@ -91,6 +99,7 @@ core::Result<std::shared_ptr<const Policy>> Policy::Build(config::Config config)
   p->BuildPlans(config);
   if (auto error = p->BuildKeys(config)) return *std::move(error);
   if (auto error = p->BuildRoutes(config)) return *std::move(error);
+  if (auto error = p->CheckStoreCanSpanScopes(config.store)) return *std::move(error);
   if (auto error = p->BuildTrustedProxies(config)) return *std::move(error);
   p->config_ = std::move(config);
   return std::shared_ptr<const Policy>(std::move(p));
@@ -128,13 +137,19 @@ void Policy::BuildPlans(const config::Config& config) {
     plan.enforced = pc.enforce_percent ? *pc.enforce_percent > 0
                                        : pc.mode.value_or(config.mode) == config::Mode::kEnforce;
     plan.per_account = pc.scope == "account";
-    plan.limits = Compile(pc.limits);
+    const config::LimitScope scope =
+        plan.per_account ? config::LimitScope::kAccount : config::LimitScope::kKey;
+    plan.limits = Compile(pc.limits, pc.name, scope);
+    plan.mixed_scopes = std::any_of(plan.limits.begin(), plan.limits.end(),
+                                    [scope](const NamedLimit& l) { return l.scope != scope; });
+    plan.index = plans_.size();
     plans_.push_back(std::move(plan));
   }
   strictest_ = Strictest(plans_);
   anonymous_.name = "anonymous";
   anonymous_.enforced = config.mode == config::Mode::kEnforce;
-  anonymous_.limits = Compile(config.anonymous);
+  anonymous_.limits = Compile(config.anonymous, "anonymous", config::LimitScope::kIp);
+  anonymous_.index = plans_.size();
   invalid_key_limit_ = MustCreate(config.identity.invalid_key_limit);
 }
 
@@ -188,6 +203,59 @@ std::optional<core::Error> Policy::BuildKeys(const config::Config& config) {
   return std::nullopt;
 }
 
+std::optional<core::Error> Policy::BuildRouteLimits(const config::RouteConfig& rc,
+                                                    const std::string& path, Route& r) const {
+  for (const Plan& p : plans_) {
+    if (!rc.limits.empty() && p.name == rc.name) {
+      return core::Error{path + ".name: '" + rc.name + "' is also a plan's name"};
+    }
+  }
+  for (size_t j = 0; j < rc.limits.size(); ++j) {
+    const config::RouteLimitConfig& rl = rc.limits[j];
+    const std::string lpath = path + ".limits[" + std::to_string(j) + "]";
+    RouteLimit limit{rc.name + ":" + rl.limit.name, rl.limit.scope, {}};
+    for (const auto& [plan, value] : rl.plans) {
+      const bool known =
+          plan == "anonymous" ||
+          std::any_of(plans_.begin(), plans_.end(), [&](const Plan& p) { return p.name == plan; });
+      if (!known) return core::Error{lpath + ".plans." + plan + ": no such plan"};
+    }
+    auto value_for = [&](const std::string& plan) -> std::optional<core::Limit> {
+      auto it = rl.plans.find(plan);
+      if (it == rl.plans.end()) return MustCreate(rl.limit.spec);
+      if (!it->second) return std::nullopt;  // unlimited
+      return MustCreate(*it->second);
+    };
+    for (const Plan& p : plans_) limit.per_plan.push_back(value_for(p.name));
+    limit.per_plan.push_back(value_for("anonymous"));
+    r.limits.push_back(std::move(limit));
+  }
+  return std::nullopt;
+}
+
+std::optional<core::Error> Policy::CheckStoreCanSpanScopes(const config::StoreConfig& store) const {
+  const bool cluster = store.type == "redis" && (store.url.rfind("redis-cluster://", 0) == 0 ||
+                                                 store.url.rfind("rediss-cluster://", 0) == 0);
+  if (!cluster) return std::nullopt;
+  // Redis Cluster runs a script on the keys of one slot only: a request's checks share the
+  // caller's hash tag, so every limit must count in the caller's own scope.
+  for (const Plan& p : plans_) {
+    if (p.mixed_scopes) {
+      return core::Error{"plans." + p.name +
+                         ": a limit with another scope than the plan's needs one Redis, not "
+                         "Redis Cluster (a request's keys must share one slot)"};
+    }
+  }
+  for (size_t i = 0; i < routes_.size(); ++i) {
+    if (!routes_[i].limits.empty()) {
+      return core::Error{"routes[" + std::to_string(i) +
+                         "].limits: route limits need one Redis, not Redis Cluster (a request's "
+                         "keys must share one slot)"};
+    }
+  }
+  return std::nullopt;
+}
+
 std::optional<core::Error> Policy::BuildRoutes(const config::Config& config) {
   for (size_t i = 0; i < config.routes.size(); ++i) {
     const auto& rc = config.routes[i];
@@ -203,11 +271,12 @@ std::optional<core::Error> Policy::BuildRoutes(const config::Config& config) {
     r.identity = rc.identity;
     const bool by_address =
         r.identity == config::RouteIdentity::kIp || r.identity == config::RouteIdentity::kKeyOrIp;
-    if (by_address && anonymous_.limits.empty()) {
+    if (by_address && anonymous_.limits.empty() && rc.limits.empty()) {
       return core::Error{"routes[" + std::to_string(i) + "].identity: " +
                          (r.identity == config::RouteIdentity::kIp ? "ip" : "key_or_ip") +
-                         " needs anonymous.limits"};
+                         " needs anonymous.limits or limits of its own"};
     }
+    if (auto error = BuildRouteLimits(rc, "routes[" + std::to_string(i) + "]", r)) return error;
     routes_.push_back(std::move(r));
   }
   return std::nullopt;

@@ -124,8 +124,11 @@ struct RlsServer::Impl final : pb::RateLimitService::Service {
       if (!plan || plan->limits.empty()) continue;
       std::array<store::Check, kMaxChecks> checks;
       std::array<core::Decision, kMaxChecks> decisions;
-      const size_t n = engine::ChecksFor(*plan, key, cost, now, checks);
-      const std::string scope = engine::ScopeFor(*plan, key, address);
+      engine::Scopes scopes;
+      engine::AssignScope(scopes.primary, *plan, key, address);
+      if (plan->mixed_scopes) scopes.Fill(key, address);
+      const size_t n = engine::ChecksFor(*plan, key, cost, now, checks, &scopes);
+      const std::string& scope = scopes.primary;
       std::promise<engine::Verdict> done;
       engine.Decide({.batch = {.scope = scope, .checks = {checks.data(), n}},
                      .fail_mode = engine::FailMode::kOpen},

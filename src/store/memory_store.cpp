@@ -7,6 +7,7 @@
 #include <memory>
 #include <mutex>
 #include <span>
+#include <vector>
 
 #if defined(__linux__)
 #include <sys/mman.h>
@@ -118,6 +119,15 @@ uint64_t NameBits(std::string_view name) {
   return (byte(0) << 16) | (byte(n / 2) << 8) | byte(n - 1);
 }
 
+ScopeHash HashScope(std::string_view scope) {
+  const util::Hash128Value h = util::Hash128(scope, kScopeSeed);
+  return ScopeHash{h.low, h.high};
+}
+
+size_t ShardIndex(const ScopeHash& scope, size_t shards) {
+  return static_cast<size_t>((static_cast<unsigned __int128>(scope.a) * shards) >> 64);
+}
+
 // The key of one check: the scope is hashed once per batch, the name once per check.
 Digest DigestOf(const ScopeHash& scope, std::string_view name, core::Algorithm algorithm) {
   const uint64_t bits = NameBits(name);
@@ -160,10 +170,11 @@ ApplyResult MemoryStore::ApplyNow(const Batch& batch, std::span<core::Decision> 
   const core::Instant now = batch.now ? *batch.now : clock_.Now();
   result.now = now;
 
-  const util::Hash128Value scope_hash = util::Hash128(batch.scope, kScopeSeed);
-  const ScopeHash scope{scope_hash.low, scope_hash.high};
-  Shard& shard = *shards_[static_cast<size_t>(
-      (static_cast<unsigned __int128>(scope.a) * shards_.size()) >> 64)];
+  for (const Check& c : batch.checks) {
+    if (!c.scope.empty() && c.scope != batch.scope) return ApplyAcrossShards(batch, decisions, now);
+  }
+  const ScopeHash scope = HashScope(batch.scope);
+  Shard& shard = *shards_[ShardIndex(scope, shards_.size())];
 
   std::array<Pending, kMaxChecks> pending;
   // Hashing and prefetching before taking the lock: with many keys each check's slot is a cache
@@ -197,6 +208,83 @@ ApplyResult MemoryStore::ApplyNow(const Batch& batch, std::span<core::Decision> 
   }
   Shard::UpdateExisting(checks, decisions, pending);
   shard.StoreNew(checks, decisions, pending, now);
+  return result;
+}
+
+namespace {
+
+// The checks of a batch that live in one shard, gathered for that shard's steps.
+struct ShardGroup {
+  size_t shard = 0;
+  std::vector<size_t> index;  // into the batch
+  std::vector<Check> checks;
+  std::vector<core::Decision> decisions;
+  std::vector<Pending> pending;
+  size_t creates = 0;
+};
+
+}  // namespace
+
+ApplyResult MemoryStore::ApplyAcrossShards(const Batch& batch, std::span<core::Decision> decisions,
+                                           core::Instant now) {
+  ApplyResult result;
+  result.now = now;
+  const size_t n = batch.checks.size();
+  // Rare (route limits of another scope than the caller's): vectors, not the fast path's arrays.
+  std::vector<ShardGroup> groups;
+  const ScopeHash batch_scope = HashScope(batch.scope);
+  for (size_t i = 0; i < n; ++i) {
+    const Check& c = batch.checks[i];
+    const ScopeHash scope = c.scope.empty() ? batch_scope : HashScope(c.scope);
+    const size_t shard = ShardIndex(scope, shards_.size());
+    auto g = std::find_if(groups.begin(), groups.end(),
+                          [shard](const ShardGroup& x) { return x.shard == shard; });
+    if (g == groups.end()) g = groups.insert(groups.end(), ShardGroup{.shard = shard});
+    g->index.push_back(i);
+    g->checks.push_back(c);
+    g->decisions.emplace_back();
+    g->pending.push_back(Pending{DigestOf(scope, c.name, c.limit->algorithm()), nullptr, 0, 0});
+  }
+  // One order for every caller that holds more than one shard: no two can wait on each other.
+  std::sort(groups.begin(), groups.end(),
+            [](const ShardGroup& a, const ShardGroup& b) { return a.shard < b.shard; });
+  std::vector<std::unique_lock<std::mutex>> locks;
+  locks.reserve(groups.size());
+  for (const ShardGroup& g : groups) locks.emplace_back(shards_[g.shard]->mu);
+
+  auto copy_back = [&] {
+    for (const ShardGroup& g : groups) {
+      for (size_t j = 0; j < g.index.size(); ++j) decisions[g.index[j]] = g.decisions[j];
+    }
+  };
+  auto report_uncommitted = [&](const ShardGroup* except) {
+    for (ShardGroup& g : groups) {
+      if (&g != except) ReportUncommitted(g.checks, g.decisions, g.pending, now);
+    }
+    copy_back();
+    result.committed = false;
+    return result;
+  };
+  bool commit = true;
+  for (ShardGroup& g : groups) {
+    const Batch part{.scope = batch.scope, .checks = g.checks, .mode = batch.mode, .now = now};
+    commit &= shards_[g.shard]->Evaluate(part, g.decisions, g.pending, now, g.creates);
+  }
+  if (!commit) return report_uncommitted(nullptr);
+  // Room first, in every shard: a batch whose new keys one shard cannot take stores nothing.
+  for (ShardGroup& g : groups) {
+    Shard& shard = *shards_[g.shard];
+    if (g.creates == 0 || shard.Fits(g.creates)) continue;
+    if (!shard.MakeRoomFor(g.checks, g.decisions, g.pending, now, stats_)) {
+      return report_uncommitted(&g);  // its decisions say why (MakeRoomFor rewrote them)
+    }
+  }
+  for (ShardGroup& g : groups) {
+    Shard::UpdateExisting(g.checks, g.decisions, g.pending);
+    shards_[g.shard]->StoreNew(g.checks, g.decisions, g.pending, now);
+  }
+  copy_back();
+  result.committed = true;
   return result;
 }
 

@@ -109,10 +109,16 @@ struct RlsConfig {
 
 enum class Mode { kEnforce, kShadow };
 
-// One limit of a plan (or of the anonymous per-IP limits).
+// Whose budget a limit counts: one API key, one account, one client address, or every caller
+// (`global`: protects an upstream with its own limit). kDefault: the plan's `scope` for a plan
+// limit; for a route limit, `key` on keyed routes and `ip` on `identity: ip` routes.
+enum class LimitScope { kDefault, kKey, kAccount, kIp, kGlobal };
+
+// One limit of a plan (or of the anonymous per-IP limits, or of a route).
 struct LimitConfig {
   std::string name;
   core::LimitSpec spec;
+  LimitScope scope = LimitScope::kDefault;
   // Plan limits only, window algorithms (sliding_window_log, sliding_window_counter,
   // fixed_window) with window_seconds: 60. true: a key with the per-key columns
   // (KeyConfig::rate_limit_per_minute / rate_limit_burst) gets rate_limit_per_minute +
@@ -188,6 +194,13 @@ struct PathPattern {
   bool CoveredBy(const PathPattern& earlier) const;
 };
 
+// A route's own limit, checked all-or-nothing with the caller's plan limits.
+struct RouteLimitConfig {
+  LimitConfig limit;  // its name, the spec every plan gets unless listed below, its scope
+  // Per plan ("anonymous": callers without a key): that plan's spec, or nullopt: unlimited.
+  std::map<std::string, std::optional<core::LimitSpec>> plans;
+};
+
 struct RouteConfig {
   std::string name;     // optional; unique; shown by check-config and in the route's limits
   std::string path;     // as written: exact, a prefix ending in '*', a template with {name}
@@ -196,6 +209,7 @@ struct RouteConfig {
   CostConfig cost;
   FailMode fail_mode = FailMode::kOpen;
   RouteIdentity identity = RouteIdentity::kKey;
+  std::vector<RouteLimitConfig> limits;  // at most 8; the route needs a `name`
 };
 
 struct IdentityConfig {

@@ -15,13 +15,35 @@ namespace tollgate::engine {
 // the identity's own). Every adapter's per-request arrays are this size.
 inline constexpr size_t kMaxChecks = 16;
 
+// The store scopes of one request's checks. Reused from request to request: assigning keeps
+// the strings' capacity.
+struct Scopes {
+  std::string primary;  // the batch's: the plan's scope (key:, account:, ip:), or badkey:
+  std::string key;      // key:<id>, account:<id>, ip:<address>: filled by Fill() when a check
+  std::string account;  // counts in a scope other than the primary one
+  std::string ip;
+  void Fill(const policy::Key* key, std::string_view address);
+  // Where a check of `scope` counts: "" when that is the primary scope (the batch's), else the
+  // scope's string. REQUIRES: Fill() (unless every check counts in the primary scope).
+  std::string_view For(config::LimitScope scope) const;
+};
+
 // Fills `out` with one check per limit of `plan` (a key's override replaces a plan limit until
 // it expires), each of `cost`, enforced as the key is (Key::enforced: its mode, its plan's
 // cohort or mode), or as the plan is for anonymous limits. Returns the count
 // (at most out.size()). `key` may be null (anonymous limits). The checks point into `plan` and
 // `key`, which must outlive them.
+// `scopes`: filled (Scopes::Fill) when the plan has limits of other scopes (mixed_scopes).
 size_t ChecksFor(const policy::Plan& plan, const policy::Key* key, int64_t cost, core::Instant now,
-                 std::span<store::Check> out);
+                 std::span<store::Check> out, const Scopes* scopes = nullptr);
+
+// Appends the checks of `route`'s own limits for a caller of `plan` (`key` null: anonymous)
+// after the `n` checks already in `out`; returns the new count. A limit of scope key or account
+// is skipped for an anonymous caller, and a limit `unlimited` for the plan. REQUIRES: scopes
+// filled.
+size_t AppendRouteChecks(const policy::Route& route, const policy::Plan& plan,
+                         const policy::Key* key, int64_t cost, bool enforced, const Scopes& scopes,
+                         std::span<store::Check> out, size_t n);
 
 // The store scope of a request's checks: "key:<id>", "account:<id>" (plans counted per account)
 // or "ip:<address>".
@@ -63,6 +85,6 @@ inline bool LimitedByKey(const policy::Route& route, bool presented_a_key) {
 Admission Admit(const policy::Policy& pol, const policy::Route& route, bool keyed,
                 const policy::Key* key, std::string_view client, std::string_view query,
                 std::optional<int64_t> fixed_cost, core::Instant now,
-                std::span<store::Check> checks, std::string& scope);
+                std::span<store::Check> checks, Scopes& scopes);
 
 }  // namespace tollgate::engine

@@ -20,16 +20,23 @@ namespace tollgate::policy {
 struct NamedLimit {
   std::string name;
   core::Limit limit;
+  // Whose budget it counts (never kDefault once compiled: a plan's default is resolved).
+  config::LimitScope scope = config::LimitScope::kKey;
+  // The check's name in the store and the headers: `name`, or "<plan>:<name>" for a plan limit
+  // counted per address or globally (its budget is the plan's, not the address's other limits').
+  std::string check_name;
 };
 
 struct Plan {
   std::string name;
+  size_t index = 0;          // in Policy::plans(); plans().size() for the anonymous limits
   bool enforced = true;      // false: shadow (computed, counted, never rejects)
   bool per_account = false;  // limits count per account instead of per key
   // Set: the share of the plan's keys enforced (a cohort by a hash of the key id), the others
   // in shadow mode; `enforced` is then whether any key is (enforce_percent > 0).
   std::optional<int> enforce_percent;
   std::vector<NamedLimit> limits;
+  bool mixed_scopes = false;  // some limit counts in another scope than the plan's
 };
 
 // Whether key `key_id` is in the enforced cohort of a plan enforcing `percent` % of its keys:
@@ -56,8 +63,17 @@ struct Key {
   const core::Limit& LimitAt(size_t i, core::Instant now) const;
 };
 
+// A route's own limit, resolved per plan.
+struct RouteLimit {
+  std::string check_name;                                   // "<route>:<limit>"
+  config::LimitScope scope = config::LimitScope::kDefault;  // kDefault: the caller's identity
+  // By Plan::index (the anonymous limits last): that plan's limit, or nullopt: unlimited.
+  std::vector<std::optional<core::Limit>> per_plan;
+};
+
 struct Route {
   std::string name;
+  std::vector<RouteLimit> limits;
   config::PathPattern pattern;
   std::string literal;  // the path of a pattern without {name} segments (the common case)
   std::vector<std::string> methods;  // empty: any
@@ -139,6 +155,9 @@ class Policy {
   void BuildPlans(const config::Config& config);  // plans, the strictest, anonymous, invalid key
   std::optional<core::Error> BuildKeys(const config::Config& config);
   std::optional<core::Error> BuildRoutes(const config::Config& config);
+  std::optional<core::Error> CheckStoreCanSpanScopes(const config::StoreConfig& store) const;
+  std::optional<core::Error> BuildRouteLimits(const config::RouteConfig& rc,
+                                              const std::string& path, Route& r) const;
   std::optional<core::Error> BuildTrustedProxies(const config::Config& config);
 
   config::Config config_;

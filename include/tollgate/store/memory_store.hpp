@@ -81,6 +81,10 @@ class MemoryStore final : public Store {
 
  private:
   class Shard;
+  // ApplyNow() for a batch whose checks live in more than one scope: every shard involved is
+  // locked, in index order, for the whole decision.
+  ApplyResult ApplyAcrossShards(const Batch& batch, std::span<core::Decision> decisions,
+                                core::Instant now);
   const util::Clock& clock_;
   std::vector<std::unique_ptr<Shard>> shards_;
   MemoryStoreStats stats_;

@@ -14,12 +14,17 @@
 
 namespace tollgate::store {
 
-// One check of a batch. The store keys its state by (batch scope, name, algorithm).
+// One check of a batch. The store keys its state by (scope, name, algorithm).
 struct Check {
   std::string_view name;     // e.g. "burst", "daily"
   const core::Limit* limit;  // not null; outlives the call
   int64_t cost = 1;          // >= 0; 0 reads without changing anything
   bool enforced = true;      // false: shadow, computed and reported, never blocks
+  // The check's own scope ("ip:<addr>", "global") when it is not the batch's; empty: the
+  // batch's. A batch whose checks span scopes is still decided all-or-nothing (the memory store
+  // locks each shard involved; Redis runs one script over all the keys, which Redis Cluster
+  // allows only within one slot).
+  std::string_view scope;
 };
 
 enum class Mode : uint8_t {

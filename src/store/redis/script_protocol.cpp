@@ -20,11 +20,12 @@ std::pair<size_t, size_t> AppendKeys(util::StringAppender& text, std::string_vie
   std::pair<size_t, size_t> first{0, 0};
   for (const Check& c : batch.checks) {
     const char* suffix = AlgorithmSuffix(c.limit->algorithm());
-    const size_t len = prefix.size() + 2 + batch.scope.size() + 2 + c.name.size() + 1 +
+    const std::string_view scope = c.scope.empty() ? batch.scope : c.scope;
+    const size_t len = prefix.size() + 2 + scope.size() + 2 + c.name.size() + 1 +
                        std::char_traits<char>::length(suffix);
     text << "$" << len << "\r\n";
     if (first.first == 0) first = {text.size(), len};
-    text << prefix << ":{" << batch.scope << "}:" << c.name << ":" << suffix << "\r\n";
+    text << prefix << ":{" << scope << "}:" << c.name << ":" << suffix << "\r\n";
   }
   return first;
 }

@@ -334,6 +334,36 @@ class ReplicaTests(RedisTestCase):
         # The state lives in Redis under the documented key.
         self.assertEqual(self.redis.keys("it:{key:*"), {"it:{key:k-one}:burst:tb"})
 
+    def test_global_route_limit_is_one_budget_across_replicas_and_keys(self):
+        # 1,000 concurrent requests of two keys through two replicas; the route's global limit
+        # (100) admits exactly 100 in all, whoever sends them (issue 20).
+        other = "sk-two-0123456789abcdef"
+        plans = {"p": {"limits": [burst(100000, "1000")]}}
+        keys = [{"key": ONE_KEY, "id": "k-one", "plan": "p"},
+                {"key": other, "id": "k-two", "plan": "p"}]
+        routes = [{"name": "search", "path": "/echo",
+                   "limits": [{"name": "upstream", "scope": "global", "capacity": 100,
+                               "refill_per_second": SLOW}]}]
+        a, b = self.start_replicas(plans, keys, routes=routes)
+        loads = [Hammer([a.port, b.port], "/echo", {"X-API-Key": k}, 500, threads=25)
+                 for k in (ONE_KEY, other)]
+        runners = [threading.Thread(target=h.run) for h in loads]
+        for t in runners:
+            t.start()
+        join_all(runners, 150)
+        for h in loads:
+            self.assertEqual(h.errors, [])
+        admitted = sum(h.statuses[200] for h in loads)
+        rejected = sum(h.statuses[429] for h in loads)
+        self.assertEqual((admitted, rejected), (100, 900),
+                         [dict(h.statuses) for h in loads])
+        self.assertEqual(self.upstream.stats()["received"], 100)
+        self.assertNoDegradation(a, b)
+        body = loads[0].examples[429].json()
+        self.assertEqual(body["violated-policies"], ["search:upstream"], body)
+        # One key for every caller, under the documented name.
+        self.assertIn("it:{global}:search:upstream:tb", self.redis.keys("it:{global}*"))
+
     def test_quota_ceiling_is_exact_across_two_replicas(self):
         # A UTC day must not end during the test (the quota would start again).
         to_midnight = 86400 - time.time() % 86400

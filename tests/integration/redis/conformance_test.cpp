@@ -134,6 +134,73 @@ TEST_F(ConformanceTest, RandomSequencesAgreeDecisionForDecision) {
   }
 }
 
+// Route limits (issue 20): one request's checks in several scopes (its key's, its address's, a
+// budget every caller shares), still all-or-nothing. Several callers interleave on the shared
+// scopes; both stores must give the same answers, decision for decision.
+TEST_F(ConformanceTest, BatchesSpanningScopesAgreeAndAreAllOrNothing) {
+  const int64_t base = std::chrono::duration_cast<std::chrono::microseconds>(
+                           std::chrono::system_clock::now().time_since_epoch())
+                           .count();
+  for (uint32_t seed = 1; seed <= 20; ++seed) {
+    std::mt19937_64 rng(seed * 104729);
+    std::vector<Limit> limits;
+    for (int i = 0; i < 4; ++i) limits.push_back(RandomLimit(rng));
+    const std::string run = std::to_string(seed);
+    const std::string global = "global:" + run;
+    const std::string addresses[] = {"ip:a" + run, "ip:b" + run};
+    int64_t now = base + static_cast<int64_t>(rng() % 1'000'000);
+    for (int step = 0; step < 150; ++step) {
+      now += static_cast<int64_t>(rng() % 300) * 1000 + 1000;
+      const std::string key = "key:" + run + ":" + std::to_string(rng() % 3);
+      const std::string& address = addresses[rng() % 2];
+      const int64_t cost = rng() % 6 == 0 ? 1 + static_cast<int64_t>(rng() % 5) : 1;
+      // The key's own limit, the route's per-address and global limits, a shadow global one.
+      const std::vector<Check> checks = {
+          {"burst", &limits[0], cost, true, ""},
+          {"route:per-ip", &limits[1], cost, true, address},
+          {"route:upstream", &limits[2], cost, true, global},
+          {"route:watch", &limits[3], cost, false, global},
+      };
+      const Batch batch{.scope = key,
+                        .checks = checks,
+                        .mode = rng() % 10 == 0 ? Mode::kPeek : Mode::kConsume,
+                        .now = core::Instant::FromUnixMicros(now)};
+      ExpectAgreement(batch, "seed " + run + " step " + std::to_string(step));
+      if (HasFailure()) return;
+    }
+  }
+}
+
+// A rejection by one scope consumes nothing in the others, in both stores.
+TEST_F(ConformanceTest, ARejectionInOneScopeConsumesNothingInTheOthers) {
+  const int64_t now = std::chrono::duration_cast<std::chrono::microseconds>(
+                          std::chrono::system_clock::now().time_since_epoch())
+                          .count();
+  const Limit roomy = Limit::Create({.algorithm = Algorithm::kTokenBucket,
+                                     .capacity = 10,
+                                     .refill = core::Rate::Parse("0.001", 1).value()})
+                          .value();
+  const Limit one = Limit::Create({.algorithm = Algorithm::kTokenBucket,
+                                   .capacity = 1,
+                                   .refill = core::Rate::Parse("0.001", 1).value()})
+                        .value();
+  const std::vector<Check> first = {{"burst", &roomy, 1, true, ""},
+                                    {"route:upstream", &one, 1, true, "global:aon"}};
+  const auto at = core::Instant::FromUnixMicros(now);
+  // The first request takes the global token; the second is refused by it, and its key's bucket
+  // stays where it was (9 left, not 8).
+  EXPECT_TRUE(
+      ExpectAgreement({.scope = "key:aon-1", .checks = first, .now = at}, "first").committed);
+  EXPECT_FALSE(
+      ExpectAgreement({.scope = "key:aon-2", .checks = first, .now = at}, "second").committed);
+  const std::vector<Check> peek = {{"burst", &roomy, 0, true, ""}};
+  std::vector<Decision> m(1), r(1);
+  ApplySync(memory_, {.scope = "key:aon-2", .checks = peek, .mode = Mode::kPeek, .now = at}, m);
+  ApplySync(*redis_, {.scope = "key:aon-2", .checks = peek, .mode = Mode::kPeek, .now = at}, r);
+  EXPECT_EQ(m[0].remaining, 10);
+  EXPECT_EQ(r[0].remaining, 10);
+}
+
 // Batches of token buckets only take the script's fast path; mixed batches the general one. Both
 // read and write the same state ("deficit time"), so a key may move from one path to the other
 // (a plan gaining a quota, state written before the fast path existed). Costs of 0 and above the

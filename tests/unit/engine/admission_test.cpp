@@ -3,6 +3,7 @@
 #include <array>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -20,14 +21,33 @@ plans:
     scope: account
     limits:
       - {name: burst, capacity: 20, refill_per_second: 1}
+  mixed:
+    limits:
+      - {name: burst, capacity: 20, refill_per_second: 1}
+      - {name: monthly, algorithm: quota, period: month, ceiling: 5000, scope: account}
+      - {name: per-ip, capacity: 50, refill_per_second: 1, scope: ip}
 anonymous:
   limits:
     - {name: burst, capacity: 10, refill_per_second: 1}
 keys:
   - {key: k-team, id: t, account: acme, plan: team}
   - {key: k-shared, id: s, account: acme, plan: shared}
+  - {key: k-mixed, id: m, account: acme, plan: mixed}
 routes:
   - {path: /v1/export, method: GET, cost: {query: pages, per: 50, min: 1}}
+  - name: search
+    path: /v1/search
+    limits:
+      - {name: mine, capacity: 5, refill_per_second: 1}
+      - {name: upstream, scope: global, capacity: 100, refill_per_second: 100}
+      - {name: addr, scope: ip, capacity: 9, refill_per_second: 1}
+      - {name: team-only, capacity: 3, refill_per_second: 1, plans: {shared: unlimited}}
+  - name: login
+    path: /v1/login
+    identity: key_or_ip
+    limits:
+      - {name: by-key, scope: key, capacity: 5, refill_per_second: 1}
+      - {name: attempts, capacity: 3, refill_per_second: 1}
   - {path: /public/*, identity: ip}
   - {path: /health/*, identity: none}
 )");
@@ -42,15 +62,16 @@ class AdmitTest : public ::testing::Test {
   Admission Admit(std::string_view method, std::string_view path, std::string_view presented,
                   std::string_view query = "", std::optional<int64_t> fixed_cost = std::nullopt) {
     const policy::Route& route = pol_->Match(method, path);
-    const bool keyed = route.identity == config::RouteIdentity::kKey;
+    const bool keyed = LimitedByKey(route, !presented.empty());
     const policy::Key* key = presented.empty() ? nullptr : pol_->FindByKey(presented);
     return engine::Admit(*pol_, route, keyed, key, "192.0.2.7", query, fixed_cost,
-                         core::Instant::FromUnixMicros(1'800'000'000'000'000), checks_, scope_);
+                         core::Instant::FromUnixMicros(1'800'000'000'000'000), checks_, scopes_);
   }
 
   std::shared_ptr<const policy::Policy> pol_ = Build();
   std::array<store::Check, 16> checks_;
-  std::string scope_ = "left over from the last request";
+  Scopes scopes_{.primary = "left over from the last request"};
+  const std::string& scope_ = scopes_.primary;
 };
 
 TEST_F(AdmitTest, AKeyTakesEveryLimitOfItsPlanAtTheRouteCost) {
@@ -108,6 +129,49 @@ TEST_F(AdmitTest, AnUnreadableCostIsAnErrorAndAFixedCostReadsNoQuery) {
   ASSERT_EQ(fixed.kind, Admission::Kind::kChecks);
   EXPECT_EQ(fixed.cost, 0);
   EXPECT_EQ(checks_[0].cost, 0);
+}
+
+// Route limits and per-limit scopes (issue 20): each check names its own scope when it is not
+// the batch's, and the names carry the route (or, per address or global, the plan).
+TEST_F(AdmitTest, RouteLimitsFollowThePlanLimitsEachInItsScope) {
+  struct Want {
+    const char* name;
+    const char* scope;  // "" : the batch's
+  };
+  auto expect = [&](const Admission& a, std::vector<Want> want, const char* batch_scope) {
+    ASSERT_EQ(a.kind, Admission::Kind::kChecks);
+    ASSERT_EQ(a.n, want.size());
+    EXPECT_EQ(scope_, batch_scope);
+    for (size_t i = 0; i < want.size(); ++i) {
+      EXPECT_EQ(checks_[i].name, want[i].name) << i;
+      EXPECT_EQ(checks_[i].scope, want[i].scope) << want[i].name;
+      EXPECT_EQ(checks_[i].cost, a.cost);
+    }
+  };
+  expect(Admit("GET", "/v1/search", "k-team"),
+         {{"burst", ""},
+          {"daily", ""},
+          {"search:mine", ""},
+          {"search:upstream", "global"},
+          {"search:addr", "ip:192.0.2.7"},
+          {"search:team-only", ""}},
+         "key:t");
+  // A plan counted per account: its scope is the batch's; `unlimited` drops the check; a route
+  // limit of the default scope counts per key.
+  expect(Admit("GET", "/v1/search", "k-shared"),
+         {{"burst", ""},
+          {"search:mine", "key:s"},
+          {"search:upstream", "global"},
+          {"search:addr", "ip:192.0.2.7"}},
+         "account:acme");
+  // Per-limit scopes of a plan; a plan limit counted per address is named after its plan.
+  expect(Admit("GET", "/v1/things", "k-mixed"),
+         {{"burst", ""}, {"monthly", "account:acme"}, {"mixed:per-ip", "ip:192.0.2.7"}}, "key:m");
+  // key_or_ip: with a key, both limits per key; without one, the per-key limit is skipped and
+  // the other counts per address (the batch's scope), after the anonymous limits.
+  expect(Admit("POST", "/v1/login", "k-team"),
+         {{"burst", ""}, {"daily", ""}, {"login:by-key", ""}, {"login:attempts", ""}}, "key:t");
+  expect(Admit("POST", "/v1/login", ""), {{"burst", ""}, {"login:attempts", ""}}, "ip:192.0.2.7");
 }
 
 }  // namespace

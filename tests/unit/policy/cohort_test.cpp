@@ -18,7 +18,9 @@ TEST(Cohort, IsAStableShareThatOnlyGrows) {
       in += enforced;
       // Raising the percentage keeps every key already in the cohort.
       for (int higher : {percent + 1, percent + 10, 100}) {
-        if (enforced && higher <= 100) EXPECT_TRUE(InEnforcedCohort(id, higher)) << id;
+        if (enforced && higher <= 100) {
+          EXPECT_TRUE(InEnforcedCohort(id, higher)) << id;
+        }
       }
       EXPECT_EQ(enforced, InEnforcedCohort(id, percent));  // the same answer every time
     }
