@@ -17,12 +17,15 @@ namespace {
 // a TRUNCATE) asks for a full resync.
 constexpr const char* kChannel = "tollgate_api_keys";
 
+// `mode` (migrations/002_api_keys_mode.sql) is read through the row's JSON, so that a table
+// without the column still loads (every key then follows its plan).
 constexpr const char* kSelectActive =
     "SELECT key_sha256, key_id, account_id, plan, rate_limit_per_minute, rate_limit_burst, "
-    "overrides::text FROM api_keys WHERE status = 'active'";
+    "overrides::text, to_jsonb(k) ->> 'mode' FROM api_keys k WHERE status = 'active'";
 constexpr const char* kSelectActiveByIds =
     "SELECT key_sha256, key_id, account_id, plan, rate_limit_per_minute, rate_limit_burst, "
-    "overrides::text FROM api_keys WHERE status = 'active' AND key_id = ANY($1::text[])";
+    "overrides::text, to_jsonb(k) ->> 'mode' FROM api_keys k WHERE status = 'active' AND "
+    "key_id = ANY($1::text[])";
 
 // libpq messages end in newlines and may span lines; logs want one line.
 std::string OneLine(const char* text) {
@@ -56,7 +59,7 @@ std::vector<KeyRecord> RecordsOf(const PGresult* r) {
     auto col = [&](int c) {
       return PQgetisnull(r, i, c) ? std::string() : std::string(PQgetvalue(r, i, c));
     };
-    KeyRecord rec{col(0), col(1), col(2), col(3), col(4), col(5), col(6)};
+    KeyRecord rec{col(0), col(1), col(2), col(3), col(4), col(5), col(6), col(7)};
     // jsonb prints {"a": 1}, the snapshot file {"a":1}: one spelling, so that a row read back
     // from the file compares equal to the same row read from PostgreSQL.
     if (!rec.overrides.empty()) rec.overrides = CompactJson(rec.overrides);

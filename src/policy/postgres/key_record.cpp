@@ -139,6 +139,14 @@ std::optional<config::KeyConfig> CheckRow(const KeyRecord& r,
     return k;
   }
   CheckPerKeyColumns(r, k, problems);
+  if (r.mode == "enforce") {
+    k.mode = config::Mode::kEnforce;
+  } else if (r.mode == "shadow") {
+    k.mode = config::Mode::kShadow;
+  } else if (!r.mode.empty()) {
+    problems.push_back({"mode: must be enforce or shadow, got '" + r.mode + "'",
+                        "key loaded with its plan's mode"});
+  }
   if (!r.overrides.empty()) {
     auto overrides = ParseOverridesJson(r.overrides, *plan);
     if (overrides) {
@@ -170,6 +178,11 @@ json::object RecordJson(const KeyRecord& r) {
     else
       o[name] = *text;
   }
+  if (r.mode.empty()) {
+    o["mode"] = nullptr;
+  } else {
+    o["mode"] = r.mode;
+  }
   if (r.overrides.empty()) {
     o["overrides"] = nullptr;
   } else {
@@ -199,6 +212,7 @@ KeyRecord RecordFromJson(const json::value& v) {
   r.plan = text("plan");
   r.rate_limit_per_minute = text("rate_limit_per_minute");
   r.rate_limit_burst = text("rate_limit_burst");
+  r.mode = text("mode");
   if (const json::value* ov = o.if_contains("overrides"); ov && !ov->is_null()) {
     r.overrides = json::serialize(*ov);
   }

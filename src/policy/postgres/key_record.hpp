@@ -21,6 +21,7 @@ struct KeyRecord {
   std::string rate_limit_per_minute;
   std::string rate_limit_burst;
   std::string overrides;  // JSON text; empty: NULL
+  std::string mode;       // enforce | shadow; empty: NULL (the plan's mode or cohort)
   bool operator==(const KeyRecord&) const = default;
 };
 

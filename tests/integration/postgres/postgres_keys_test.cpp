@@ -53,9 +53,8 @@ std::set<std::string> Ids(const std::vector<KeyConfig>& keys) {
   return out;
 }
 
-std::string ReadMigration() {
-  return testing::PostgresServer::ReadAll(std::string(TOLLGATE_SOURCE_DIR) +
-                                          "/migrations/001_api_keys.sql");
+std::string ReadMigration(const char* file = "001_api_keys.sql") {
+  return testing::PostgresServer::ReadAll(std::string(TOLLGATE_SOURCE_DIR) + "/migrations/" + file);
 }
 
 // What the source reported through its callbacks. Thread-safe.
@@ -231,6 +230,37 @@ TEST_F(PostgresKeys, LoadsTheActiveKeysAtStart) {
   const std::string snapshot = testing::PostgresServer::ReadAll(Options().snapshot_path);
   EXPECT_NE(snapshot.find(Digest("a")), std::string::npos);
   EXPECT_EQ(snapshot.find("secret-"), std::string::npos);
+}
+
+// Every other test runs without migrations/002: the keys load, each following its plan. Here
+// the column is added (twice: idempotent) and decides per key (issue 20).
+TEST_F(PostgresKeys, ModeColumnDecidesPerKeyAndIsOptional) {
+  Insert("before", "free");
+  auto source = StartSource(Options());
+  ASSERT_TRUE(source);
+  ASSERT_NE(Find(source->Keys(), "before"), nullptr);
+  EXPECT_FALSE(Find(source->Keys(), "before")->mode.has_value());
+
+  Sql(ReadMigration("002_api_keys_mode.sql"));
+  Sql(ReadMigration("002_api_keys_mode.sql"));
+  EXPECT_THROW(Insert("bad", "free", ", mode", ", 'loud'"), std::runtime_error);
+  Insert("internal", "free", ", mode", ", 'enforce'");
+  Insert("customer", "free", ", mode", ", 'shadow'");
+  Sql("UPDATE api_keys SET mode = 'enforce' WHERE key_id = 'before'");
+  ASSERT_TRUE(recorder_.WaitForKeys(
+      [](const std::vector<KeyConfig>& keys) {
+        const KeyConfig* b = Find(keys, "before");
+        return Find(keys, "internal") && Find(keys, "customer") && b && b->mode;
+      },
+      std::chrono::seconds(5)))
+      << recorder_.AllLogs();
+  const auto keys = recorder_.latest();
+  EXPECT_EQ(Find(keys, "internal")->mode, config::Mode::kEnforce);
+  EXPECT_EQ(Find(keys, "customer")->mode, config::Mode::kShadow);
+  EXPECT_EQ(Find(keys, "before")->mode, config::Mode::kEnforce);
+  // The snapshot file keeps the column: a restart while PostgreSQL is down keeps the modes.
+  const std::string snapshot = testing::PostgresServer::ReadAll(Options().snapshot_path);
+  EXPECT_NE(snapshot.find("\"mode\":\"shadow\""), std::string::npos) << snapshot;
 }
 
 TEST_F(PostgresKeys, MigrationRefusesClearKeysAndUnknownStatuses) {

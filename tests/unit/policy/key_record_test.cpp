@@ -112,6 +112,34 @@ TEST(CheckRow, ControlCharactersSkipTheRow) {
   EXPECT_EQ(OnlyProblem(r), "plan: must not contain control characters / row skipped");
 }
 
+// migrations/002: a key's own mode (issue 20); anything else than the two words is refused
+// for that column only.
+TEST(CheckRow, ModeColumn) {
+  for (const auto& [text, mode] :
+       {std::pair<const char*, std::optional<config::Mode>>{"", std::nullopt},
+        {"enforce", config::Mode::kEnforce},
+        {"shadow", config::Mode::kShadow}}) {
+    KeyRecord r = Row();
+    r.mode = text;
+    std::vector<RowProblem> problems;
+    const auto k = CheckRow(r, Plans(), problems);
+    ASSERT_TRUE(k.has_value()) << text;
+    EXPECT_EQ(k->mode, mode) << text;
+    EXPECT_TRUE(problems.empty()) << text;
+  }
+  for (const char* bad : {"Enforce", "loud", "enforce ", "shadow\n"}) {
+    KeyRecord r = Row();
+    r.mode = bad;
+    EXPECT_EQ(OnlyProblem(r), "mode: must be enforce or shadow, got '" + std::string(bad) +
+                                  "' / key loaded with its plan's mode")
+        << bad;
+  }
+  // Through the snapshot file and back.
+  KeyRecord r = Row();
+  r.mode = "shadow";
+  EXPECT_EQ(RecordFromJson(RecordJson(r)), r);
+}
+
 TEST(CheckRow, UnknownPlanKeepsTheKeyWithoutPerKeyValues) {
   KeyRecord r = Row();
   r.plan = "gold";
