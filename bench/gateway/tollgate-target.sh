@@ -5,6 +5,9 @@
 # TOLLGATE_BIN (default build/tollgate), SANITY_KEY / SANITY_BURST_KEY (fixed by bench/gateway/run.sh).
 # TOLLGATE_DECISION=1: the decision service answers on BENCH_PORT (200 or 429, no upstream), the
 # proxy listens elsewhere: compare with nginx-limit-* (nginx answering itself).
+# ROUTE_LIMITS_FOR=<binary path>: that binary (only) gets a route in front of every path with a
+# limit of its own, of ROUTE_LIMIT_SCOPE (key, the default, or global), as large as the plan's:
+# weighs what route limits cost (bench/gateway/paired.sh with B=<a copy of the same binary>).
 set -euo pipefail
 bin=${TOLLGATE_BIN:-build/tollgate}
 dir=$(mktemp -d /tmp/tollgate-bench.XXXXXX)
@@ -32,5 +35,11 @@ limit=${BENCH_LIMIT_RPS:-10000000}
   echo "  - {key: ${SANITY_KEY:-sanity-1-1}, id: sanity, plan: bench}"
   echo "  - {key: ${SANITY_BURST_KEY:-sanity-burst}, id: sanity-burst, plan: bench}"
   for ((i = 1; i <= keys; i++)); do echo "  - {key: key-$i, id: k$i, plan: bench}"; done
+  if [[ -n ${ROUTE_LIMITS_FOR:-} && $(realpath "$bin") == "$(realpath "$ROUTE_LIMITS_FOR")" ]]; then
+    echo "routes:"
+    echo "  - name: all"
+    echo "    path: /*"
+    echo "    limits: [{name: route, scope: ${ROUTE_LIMIT_SCOPE:-key}, capacity: ${limit}, refill_per_second: ${limit}}]"
+  fi
 } > "$dir/tollgate.yaml"
 exec "$bin" serve --config "$dir/tollgate.yaml"

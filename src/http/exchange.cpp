@@ -396,6 +396,8 @@ void Worker::CountDecision(Exchange& ex, const policy::Plan& plan, std::span<con
     DecisionCounter(ex.generation, plan, cs[i].name, result)
         .fetch_add(1, std::memory_order_relaxed);
   }
+  const bool enforced = ex.key ? ex.key->enforced : plan.enforced;
+  ModeCounter(ex.generation, plan, enforced).fetch_add(1, std::memory_order_relaxed);
   if (v.shadow_rejections > 0) {
     ShadowRejectionCounter(ex.generation, plan).fetch_add(1, std::memory_order_relaxed);
     ex.log.decision = "shadow_rejected";

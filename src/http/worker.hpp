@@ -292,6 +292,7 @@ struct Worker {
   std::unordered_map<CounterKey, std::atomic<uint64_t>*, CounterKeyHash> decision_counters;
   static constexpr char kRejectionsTag = 'r';
   static constexpr char kShadowTag = 's';
+  static constexpr char kModeTag = 'm';
   // The counter of `key`, created by `create()` on first use.
   template <class Create>
   std::atomic<uint64_t>& PlanCounter(const CounterKey& key, Create create) {
@@ -321,6 +322,16 @@ struct Worker {
                              metrics::Label("plan", plan.name) + "," +
                                  metrics::Label("code", core::RejectCodeName(code)));
                        });
+  }
+  // tollgate_requests_by_mode_total{plan,mode}: requests decided under enforcement or in shadow
+  // mode (a key's own mode, its plan's cohort or mode).
+  std::atomic<uint64_t>& ModeCounter(uint64_t gen, const policy::Plan& plan, bool enforced) {
+    return PlanCounter(
+        CounterKey{gen, &plan, &kModeTag, enforced ? 1 : 0}, [&]() -> std::atomic<uint64_t>& {
+          return gw.metrics.Counter("tollgate_requests_by_mode_total",
+                                    metrics::Label("plan", plan.name) + "," +
+                                        metrics::Label("mode", enforced ? "enforce" : "shadow"));
+        });
   }
   std::atomic<uint64_t>& ShadowRejectionCounter(uint64_t gen, const policy::Plan& plan) {
     return PlanCounter(CounterKey{gen, &plan, &kShadowTag, 0}, [&]() -> std::atomic<uint64_t>& {

@@ -17,6 +17,9 @@ constexpr Family kFamilies[] = {
      "Limiter decisions per check, by plan, check and result (allowed, rejected, "
      "shadow_rejected)."},
     {"tollgate_rejections_total", "counter", "Requests rejected with 429, by plan and code."},
+    {"tollgate_requests_by_mode_total", "counter",
+     "Requests decided, by plan and mode: enforce, or shadow (a key's own mode, its plan's "
+     "cohort, or its plan's mode)."},
     {"tollgate_shadow_rejections_total", "counter",
      "Requests a shadow-mode limit would have rejected, by plan."},
     {"tollgate_degraded_total", "counter",

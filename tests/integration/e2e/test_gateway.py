@@ -728,6 +728,11 @@ class ModeTests(GatewayTestCase):
         self.assertEqual(gw.get("/v1/rate-limit", key=TEAM_KEY).json()["mode"], "shadow")
         m = gw.metrics()
         self.assertEqual(m.get('tollgate_shadow_rejections_total{plan="rollout"}'), 1, m)
+        # Enforced and shadow decisions told apart per cohort (the status calls are not counted).
+        self.assertEqual(m.get('tollgate_requests_by_mode_total{plan="rollout",mode="enforce"}'),
+                         3, m)
+        self.assertEqual(m.get('tollgate_requests_by_mode_total{plan="rollout",mode="shadow"}'),
+                         3, m)
 
     def test_check_config(self):
         example = os.path.join(harness.HERE, "..", "..", "..", "examples", "tollgate.yaml")
