@@ -494,6 +494,8 @@ def call(domain="api", descriptors=(), hits_addend=0):
     return {"domain": domain, "descriptors": list(descriptors), "hits_addend": hits_addend}
 
 
+@unittest.skipIf(os.environ.get("TOLLGATE_RLS") == "OFF",
+                 "the binary is built without gRPC (-DTOLLGATE_RLS=OFF)")
 class RlsTests(DecisionTestCase):
     """tollgate's RateLimitService/ShouldRateLimit through the real binary, called by grpc-js."""
 
