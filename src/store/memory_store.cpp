@@ -7,7 +7,6 @@
 #include <memory>
 #include <mutex>
 #include <span>
-#include <vector>
 
 #if defined(__linux__)
 #include <sys/mman.h>
@@ -211,81 +210,88 @@ ApplyResult MemoryStore::ApplyNow(const Batch& batch, std::span<core::Decision> 
   return result;
 }
 
-namespace {
-
-// The checks of a batch that live in one shard, gathered for that shard's steps.
-struct ShardGroup {
-  size_t shard = 0;
-  std::vector<size_t> index;  // into the batch
-  std::vector<Check> checks;
-  std::vector<core::Decision> decisions;
-  std::vector<Pending> pending;
-  size_t creates = 0;
-};
-
-}  // namespace
-
 ApplyResult MemoryStore::ApplyAcrossShards(const Batch& batch, std::span<core::Decision> decisions,
                                            core::Instant now) {
   ApplyResult result;
   result.now = now;
   const size_t n = batch.checks.size();
-  // Rare (route limits of another scope than the caller's): vectors, not the fast path's arrays.
-  std::vector<ShardGroup> groups;
+  // The checks in shard order (no allocation): each shard's run is one contiguous part, which
+  // that shard's steps take as a batch of their own.
+  std::array<size_t, kMaxChecks> shard_of;
+  std::array<size_t, kMaxChecks> order;
+  std::array<Check, kMaxChecks> checks;
+  std::array<core::Decision, kMaxChecks> ds;
+  std::array<Pending, kMaxChecks> pending;
+  std::array<ScopeHash, kMaxChecks> scope_of;
   const ScopeHash batch_scope = HashScope(batch.scope);
   for (size_t i = 0; i < n; ++i) {
     const Check& c = batch.checks[i];
-    const ScopeHash scope = c.scope.empty() ? batch_scope : HashScope(c.scope);
-    const size_t shard = ShardIndex(scope, shards_.size());
-    auto g = std::find_if(groups.begin(), groups.end(),
-                          [shard](const ShardGroup& x) { return x.shard == shard; });
-    if (g == groups.end()) g = groups.insert(groups.end(), ShardGroup{.shard = shard});
-    g->index.push_back(i);
-    g->checks.push_back(c);
-    g->decisions.emplace_back();
-    g->pending.push_back(Pending{DigestOf(scope, c.name, c.limit->algorithm()), nullptr, 0, 0});
+    scope_of[i] = c.scope.empty() ? batch_scope : HashScope(c.scope);
+    shard_of[i] = ShardIndex(scope_of[i], shards_.size());
+    order[i] = i;
   }
-  // One order for every caller that holds more than one shard: no two can wait on each other.
-  std::sort(groups.begin(), groups.end(),
-            [](const ShardGroup& a, const ShardGroup& b) { return a.shard < b.shard; });
-  std::vector<std::unique_lock<std::mutex>> locks;
-  locks.reserve(groups.size());
-  for (const ShardGroup& g : groups) locks.emplace_back(shards_[g.shard]->mu);
-
-  auto copy_back = [&] {
-    for (const ShardGroup& g : groups) {
-      for (size_t j = 0; j < g.index.size(); ++j) decisions[g.index[j]] = g.decisions[j];
-    }
+  std::stable_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(n),
+                   [&](size_t a, size_t b) { return shard_of[a] < shard_of[b]; });
+  for (size_t k = 0; k < n; ++k) {
+    const Check& c = batch.checks[order[k]];
+    checks[k] = c;
+    pending[k] = Pending{DigestOf(scope_of[order[k]], c.name, c.limit->algorithm()), nullptr, 0, 0};
+  }
+  // Runs of one shard: [begin, end) in the order above, ascending shard index. One order for
+  // every caller that holds more than one shard: no two can wait on each other.
+  struct Run {
+    size_t shard, begin, end, creates;
   };
-  auto report_uncommitted = [&](const ShardGroup* except) {
-    for (ShardGroup& g : groups) {
-      if (&g != except) ReportUncommitted(g.checks, g.decisions, g.pending, now);
+  std::array<Run, kMaxChecks> runs;
+  size_t n_runs = 0;
+  for (size_t k = 0; k < n; ++k) {
+    if (n_runs == 0 || runs[n_runs - 1].shard != shard_of[order[k]]) {
+      runs[n_runs++] = Run{shard_of[order[k]], k, k, 0};
     }
-    copy_back();
-    result.committed = false;
+    runs[n_runs - 1].end = k + 1;
+  }
+  std::array<std::unique_lock<std::mutex>, kMaxChecks> locks;
+  for (size_t r = 0; r < n_runs; ++r) locks[r] = std::unique_lock(shards_[runs[r].shard]->mu);
+
+  const std::span<Check> all_checks(checks.data(), n);
+  const std::span<core::Decision> all_ds(ds.data(), n);
+  const std::span<Pending> all_pending(pending.data(), n);
+  auto part = [](auto span, const Run& r) { return span.subspan(r.begin, r.end - r.begin); };
+  auto finish = [&](bool committed, const Run* refused) {
+    if (!committed) {
+      for (size_t r = 0; r < n_runs; ++r) {
+        if (&runs[r] == refused) continue;  // its decisions say why (MakeRoomFor rewrote them)
+        ReportUncommitted(part(all_checks, runs[r]), part(all_ds, runs[r]),
+                          part(all_pending, runs[r]), now);
+      }
+    }
+    for (size_t k = 0; k < n; ++k) decisions[order[k]] = ds[k];
+    result.committed = committed;
     return result;
   };
   bool commit = true;
-  for (ShardGroup& g : groups) {
-    const Batch part{.scope = batch.scope, .checks = g.checks, .mode = batch.mode, .now = now};
-    commit &= shards_[g.shard]->Evaluate(part, g.decisions, g.pending, now, g.creates);
+  for (size_t r = 0; r < n_runs; ++r) {
+    const Batch one{.scope = batch.scope, .checks = part(all_checks, runs[r]), .mode = batch.mode};
+    commit &= shards_[runs[r].shard]->Evaluate(one, part(all_ds, runs[r]),
+                                               part(all_pending, runs[r]), now, runs[r].creates);
   }
-  if (!commit) return report_uncommitted(nullptr);
+  if (!commit) return finish(false, nullptr);
   // Room first, in every shard: a batch whose new keys one shard cannot take stores nothing.
-  for (ShardGroup& g : groups) {
-    Shard& shard = *shards_[g.shard];
-    if (g.creates == 0 || shard.Fits(g.creates)) continue;
-    if (!shard.MakeRoomFor(g.checks, g.decisions, g.pending, now, stats_)) {
-      return report_uncommitted(&g);  // its decisions say why (MakeRoomFor rewrote them)
+  for (size_t r = 0; r < n_runs; ++r) {
+    Shard& shard = *shards_[runs[r].shard];
+    if (runs[r].creates == 0 || shard.Fits(runs[r].creates)) continue;
+    if (!shard.MakeRoomFor(part(all_checks, runs[r]), part(all_ds, runs[r]),
+                           part(all_pending, runs[r]), now, stats_)) {
+      return finish(false, &runs[r]);
     }
   }
-  for (ShardGroup& g : groups) {
-    Shard::UpdateExisting(g.checks, g.decisions, g.pending);
-    shards_[g.shard]->StoreNew(g.checks, g.decisions, g.pending, now);
+  for (size_t r = 0; r < n_runs; ++r) {
+    Shard::UpdateExisting(part(all_checks, runs[r]), part(all_ds, runs[r]),
+                          part(all_pending, runs[r]));
+    shards_[runs[r].shard]->StoreNew(part(all_checks, runs[r]), part(all_ds, runs[r]),
+                                     part(all_pending, runs[r]), now);
   }
-  copy_back();
-  result.committed = true;
-  return result;
+  return finish(true, nullptr);
 }
 
 size_t MemoryStore::Sweep(core::Instant now) {
