@@ -1,6 +1,6 @@
 #include "config/limits.hpp"
 
-#include <cstdio>
+#include <string_view>
 #include <utility>
 
 #include "config/yaml.hpp"
@@ -147,19 +147,32 @@ LimitConfig ParseLimit(const YAML::Node& n, const std::string& path, bool plan_l
 
 namespace {
 
-// "2026-12-31" or "2026-12-31T23:00:00Z" (UTC).
+// "2026-12-31" or "2026-12-31T23:00:00Z" (UTC), exactly: digits where digits go, a date that
+// exists (not 2026-02-30), a time of day within 00:00:00-23:59:59.
 int64_t ParseExpiry(const std::string& s, const std::string& path) {
-  int y = 0, mo = 0, d = 0, h = 0, mi = 0, sec = 0;
-  char tail = 0;
-  const int n =
-      std::sscanf(s.c_str(), "%4d-%2d-%2dT%2d:%2d:%2d%c", &y, &mo, &d, &h, &mi, &sec, &tail);
-  const bool date_only = n == 3 && s.size() == 10;
-  const bool full = n == 7 && tail == 'Z';
-  if (!(date_only || full) || mo < 1 || mo > 12 || d < 1 || d > 31 || h > 23 || mi > 59 ||
-      sec > 60) {
-    Fail(path, "must be a UTC date (2026-12-31) or time (2026-12-31T23:00:00Z), got '" + s + "'");
+  static constexpr std::string_view kDate = "dddd-dd-dd", kTime = "dddd-dd-ddTdd:dd:ddZ";
+  auto shaped = [&s](std::string_view shape) {
+    if (s.size() != shape.size()) return false;
+    for (size_t i = 0; i < shape.size(); ++i) {
+      const bool digit = s[i] >= '0' && s[i] <= '9';
+      if (shape[i] == 'd' ? !digit : s[i] != shape[i]) return false;
+    }
+    return true;
+  };
+  auto number = [&s](size_t at, size_t len) { return std::stoi(s.substr(at, len)); };
+  const bool date_only = shaped(kDate);
+  if (date_only || shaped(kTime)) {
+    const core::CivilDate date{number(0, 4), number(5, 2), number(8, 2)};
+    const int h = date_only ? 0 : number(11, 2);
+    const int mi = date_only ? 0 : number(14, 2);
+    const int sec = date_only ? 0 : number(17, 2);
+    const bool valid_date = date.month >= 1 && date.month <= 12 && date.day >= 1 &&
+                            core::CivilFromDays(core::DaysFromCivil(date)) == date;
+    if (valid_date && h <= 23 && mi <= 59 && sec <= 59) {
+      return core::DaysFromCivil(date) * 86'400 + h * 3600 + mi * 60 + sec;
+    }
   }
-  return core::DaysFromCivil({y, mo, d}) * 86'400 + h * 3600 + mi * 60 + sec;
+  Fail(path, "must be a UTC date (2026-12-31) or time (2026-12-31T23:00:00Z), got '" + s + "'");
 }
 
 }  // namespace
