@@ -61,6 +61,31 @@ void ReadQuota(const YAML::Node& n, const std::string& path, core::LimitSpec& sp
   if (const YAML::Node c = n["ceiling"]) spec.ceiling = Int(c, Join(path, "ceiling"), 1, kMax);
 }
 
+// `on_limit: reject | delay` and `max_delay_ms` (smoothing, token buckets only): given
+// together or not at all. REQUIRES: the algorithm is read.
+void ReadOnLimit(const YAML::Node& n, const std::string& path, core::LimitSpec& spec) {
+  const YAML::Node on_limit = n["on_limit"];
+  const YAML::Node max_delay = n["max_delay_ms"];
+  bool delay = spec.max_delay.micros() > 0;  // an override keeps its plan limit's
+  if (on_limit) {
+    const std::string s = Str(on_limit, Join(path, "on_limit"));
+    if (s != "reject" && s != "delay") {
+      Fail(Join(path, "on_limit"), "must be reject or delay, got '" + s + "'");
+    }
+    delay = s == "delay";
+    if (delay && spec.algorithm != core::Algorithm::kTokenBucket) {
+      Fail(Join(path, "on_limit"), "delay needs algorithm token_bucket (a schedule of tokens)");
+    }
+    if (!delay) spec.max_delay = core::Duration();
+  }
+  if (max_delay) {
+    if (!delay) Fail(Join(path, "max_delay_ms"), "needs on_limit: delay");
+    spec.max_delay = core::Duration::Millis(Int(max_delay, Join(path, "max_delay_ms"), 1, 60'000));
+  } else if (on_limit && delay && spec.max_delay.micros() == 0) {
+    Fail(Join(path, "max_delay_ms"), "required with on_limit: delay");
+  }
+}
+
 // Fields that do not belong to the algorithm are mistakes, not silently ignored; the fields
 // an algorithm needs are required.
 void CheckFieldsFitAlgorithm(const YAML::Node& n, const std::string& path,
@@ -188,7 +213,9 @@ const std::set<std::string>& LimitFields() {
                                                      "window_seconds",
                                                      "period",
                                                      "allowance",
-                                                     "ceiling"};
+                                                     "ceiling",
+                                                     "on_limit",
+                                                     "max_delay_ms"};
   return kLimitFields;
 }
 
@@ -199,6 +226,7 @@ void ReadLimitFields(const YAML::Node& n, const std::string& path, core::LimitSp
   ReadRefill(n, path, spec);
   ReadWindow(n, path, spec);
   ReadQuota(n, path, spec);
+  ReadOnLimit(n, path, spec);
   CheckFieldsFitAlgorithm(n, path, spec);
   auto limit = core::Limit::Create(spec);
   if (!limit) FailUnder(path, limit.error());

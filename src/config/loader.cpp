@@ -41,7 +41,8 @@ void ParseServer(const YAML::Node& s, ServerConfig& server) {
   OnlyKeys(s, "server",
            {"listen", "admin_listen", "threads", "max_connections", "max_connections_per_address",
             "admin_max_connections", "max_header_bytes", "max_body_bytes", "header_timeout_ms",
-            "idle_timeout_ms", "drain_timeout_ms", "access_log", "request_target"});
+            "idle_timeout_ms", "drain_timeout_ms", "access_log", "request_target",
+            "max_held_requests", "max_held_per_identity"});
   if (s["listen"]) server.listen = Str(s["listen"], "server.listen");
   if (s["admin_listen"]) server.admin_listen = Str(s["admin_listen"], "server.admin_listen");
   Set(s, "threads", "server", server.threads, 0, 256);
@@ -55,6 +56,8 @@ void ParseServer(const YAML::Node& s, ServerConfig& server) {
   Set(s, "header_timeout_ms", "server", server.header_timeout_ms, 1, 3'600'000);
   Set(s, "idle_timeout_ms", "server", server.idle_timeout_ms, 1, 3'600'000);
   Set(s, "drain_timeout_ms", "server", server.drain_timeout_ms, 0, 3'600'000);
+  Set(s, "max_held_requests", "server", server.max_held_requests, 0, 1'000'000);
+  Set(s, "max_held_per_identity", "server", server.max_held_per_identity, 0, 1'000'000);
   if (s["access_log"]) server.access_log = Bool(s["access_log"], "server.access_log");
 }
 

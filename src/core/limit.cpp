@@ -58,7 +58,7 @@ Result<Limit> Limit::Create(const LimitSpec& s) {
   auto make = [](auto impl) { return Result<Limit>(Limit(std::move(impl))); };
   switch (s.algorithm) {
     case Algorithm::kTokenBucket:
-      return Wrap(TokenBucket::Create(s.capacity, s.refill), make);
+      return Wrap(TokenBucket::Create(s.capacity, s.refill, s.max_delay), make);
     case Algorithm::kSlidingWindowLog:
       return Wrap(SlidingLog::Create(s.limit, s.window), make);
     case Algorithm::kSlidingWindowCounter:
@@ -71,13 +71,15 @@ Result<Limit> Limit::Create(const LimitSpec& s) {
   return Error{"algorithm: unknown"};
 }
 
-Decision Limit::Evaluate(State& state, int64_t cost, Instant now) const {
-  return std::visit(Overloaded{[&](const SlidingLog&) -> Decision {
-                                 assert(false && "a sliding log keeps a LogState");
-                                 return Decision{};
-                               },
-                               [&](const auto& impl) { return impl.Evaluate(state, cost, now); }},
-                    impl_);
+Decision Limit::Evaluate(State& state, int64_t cost, Instant now, bool may_delay) const {
+  return std::visit(
+      Overloaded{[&](const SlidingLog&) -> Decision {
+                   assert(false && "a sliding log keeps a LogState");
+                   return Decision{};
+                 },
+                 [&](const TokenBucket& b) { return b.Evaluate(state, cost, now, may_delay); },
+                 [&](const auto& impl) { return impl.Evaluate(state, cost, now); }},
+      impl_);
 }
 
 Decision Limit::Evaluate(LogState& state, int64_t cost, Instant now) const {

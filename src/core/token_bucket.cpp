@@ -10,7 +10,7 @@ int64_t CeilDiv(int64_t a, int64_t b) { return a <= 0 ? 0 : (a + b - 1) / b; }
 
 }  // namespace
 
-Result<TokenBucket> TokenBucket::Create(int64_t capacity, Rate rate) {
+Result<TokenBucket> TokenBucket::Create(int64_t capacity, Rate rate, Duration max_delay) {
   if (capacity <= 0) return Error{"capacity: must be > 0"};
   if (rate.tokens <= 0 || rate.per_micros <= 0) return Error{"refill: must be > 0"};
   if (rate.per_micros > kMaxUnits / capacity) {
@@ -19,10 +19,16 @@ Result<TokenBucket> TokenBucket::Create(int64_t capacity, Rate rate) {
                  "must stay below 2^53)"};
   }
   if (rate.tokens > kMaxUnits) return Error{"refill: too large"};
-  return TokenBucket(capacity, rate);
+  const int64_t delay_us = max_delay.micros();
+  if (delay_us < 0) return Error{"max_delay_ms: must be >= 0"};
+  // The deficit stays below 2^53 (exact in Redis Lua) with the debt added to the capacity.
+  if (delay_us > 0 && delay_us > (kMaxUnits - capacity * rate.per_micros) / rate.tokens) {
+    return Error{"max_delay_ms: too long for this bucket's precision"};
+  }
+  return TokenBucket(capacity, rate, delay_us * rate.tokens);
 }
 
-Decision TokenBucket::Evaluate(State& state, int64_t cost, Instant now) const {
+Decision TokenBucket::Evaluate(State& state, int64_t cost, Instant now, bool may_delay) const {
   const int64_t unit = rate_.per_micros;  // units per token
   const int64_t full = capacity_ * unit;
   // Refill. A clock that steps backwards refills nothing (elapsed clamps at 0).
@@ -38,16 +44,20 @@ Decision TokenBucket::Evaluate(State& state, int64_t cost, Instant now) const {
     d.allowed = false;
     d.code = RejectCode::kCostExceedsCapacity;
     d.retry_after = Duration::Infinite();
-  } else if (deficit + cost * unit <= full) {
+  } else if (const int64_t debt = may_delay ? debt_units_ : 0;
+             deficit + cost * unit <= full + debt) {
     deficit += cost * unit;
     state.a = deficit;
     state.b = now.unix_micros();
+    // Past the capacity: its tokens arrive later; it is served when they have.
+    d.delay = Duration::Micros(CeilDiv(deficit - full, rate_.tokens));
   } else {
     d.allowed = false;
     d.code = RejectCode::kRateLimited;
-    d.retry_after = Duration::Micros(CeilDiv(deficit + cost * unit - full, rate_.tokens));
+    // When the same request would be admitted (with its delay, if it may have one).
+    d.retry_after = Duration::Micros(CeilDiv(deficit + cost * unit - full - debt, rate_.tokens));
   }
-  d.remaining = (full - deficit) / unit;
+  d.remaining = std::max<int64_t>(0, full - deficit) / unit;
   d.reset = Duration::Micros(CeilDiv(deficit, rate_.tokens));
   return d;
 }

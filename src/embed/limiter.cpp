@@ -75,6 +75,8 @@ Answer Limiter::Check(const Request& r) {
   const engine::Admission admission =
       engine::Admit(pol, route, keyed, key, client, target.query, std::nullopt,
                     util::SystemClock::Instance().Now(), checks, scopes);
+  // The library answers at once: a smoothing limit rejects instead of delaying.
+  for (size_t i = 0; i < admission.n; ++i) checks[i].may_delay = false;
   if (admission.kind == engine::Admission::Kind::kNone) return a;
   if (admission.kind == engine::Admission::Kind::kInvalidCost) {
     a.allowed = false;

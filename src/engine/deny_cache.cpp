@@ -45,7 +45,8 @@ bool DenyCache::TryReject(const store::Batch& batch, std::span<core::Decision> d
     decisions[i].code = core::RejectCode::kNone;
     decisions[i].retry_after = core::Duration();
     const auto* bucket = std::get_if<core::TokenBucket>(&c.limit->impl());
-    if (!bucket || !c.enforced || c.cost > bucket->capacity()) continue;
+    // A smoothing bucket may admit (and delay) past its level: only the store can tell.
+    if (!bucket || !c.enforced || c.cost > bucket->capacity() || bucket->smooths()) continue;
     const int64_t unit = bucket->rate().per_micros;
     const int64_t upper = bucket->UpperBoundAfter(known->level_upper, elapsed);
     if (upper >= c.cost * unit) continue;

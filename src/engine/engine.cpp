@@ -30,12 +30,19 @@ Verdict Combine(std::span<const store::Check> checks, std::span<const core::Deci
         v.code = d.code;
       }
       v.kind = Verdict::Kind::kRejected;
-    } else if (CanLimit(checks[i]) &&
-               (nearest < 0 || d.remaining < decisions[static_cast<size_t>(nearest)].remaining)) {
-      nearest = index;
+    } else {
+      if (d.delay > v.delay) v.delay = d.delay;
+      if (CanLimit(checks[i]) &&
+          (nearest < 0 || d.remaining < decisions[static_cast<size_t>(nearest)].remaining)) {
+        nearest = index;
+      }
     }
   }
-  if (v.kind == Verdict::Kind::kAllowed) v.primary = nearest;
+  if (v.kind == Verdict::Kind::kAllowed) {
+    v.primary = nearest;
+  } else {
+    v.delay = core::Duration();
+  }
   return v;
 }
 

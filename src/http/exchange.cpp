@@ -150,6 +150,7 @@ Step Worker::Begin(Exchange& ex, Scratch& scratch, const RequestHead& head,
   ex.plan = nullptr;
   ex.n_checks = 0;
   ex.invalid_key = false;
+  ex.held = false;
   ex.status_endpoint = false;
   ex.presented = ex.forwarded_for = ex.authority = {};
   scratch.rate_headers.Clear();
@@ -303,6 +304,7 @@ Step Worker::Identify(Exchange& ex, Scratch& scratch, const RequestHead& head) {
                   .mode = ex.status_endpoint ? store::Mode::kPeek : store::Mode::kConsume},
         .fail_mode = route.fail_mode == config::FailMode::kClosed ? engine::FailMode::kClosed
                                                                   : engine::FailMode::kOpen};
+    if (!ex.status_endpoint) ReserveHold(ex);
     ex.decide_start = Clock::now();
     return Step::kDecide;
   }

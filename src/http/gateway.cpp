@@ -206,6 +206,9 @@ void Gateway::Impl::RegisterMetrics() {
     requests_by_class[i] =
         &metrics.Counter("tollgate_requests_total", "class=\"" + std::to_string(i + 2) + "xx\"");
   }
+  metrics.Gauge("tollgate_held_requests",
+                "Requests held now by smoothing (on_limit: delay), waiting for their slot.",
+                metrics::ReadOf(holding));
   metrics.Gauge("tollgate_connections", "Open client connections.",
                 [this] { return static_cast<double>(connections.load()); });
   // Each component declares its own.

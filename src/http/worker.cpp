@@ -218,6 +218,7 @@ net::awaitable<void> Worker::Session(tcp::socket socket, Listener listener, Conn
           ex.verdict = co_await Decide(ex.request, decisions);
         }
         step = Conclude(ex, scratch);
+        if (ex.held) co_await Hold(ex);
       }
       if (step == Step::kForward) {
         keep = co_await Forward(stream, buffer, scratch);

@@ -175,6 +175,19 @@ struct Gateway::Impl {
   std::atomic<size_t> in_flight{0};
   std::atomic<bool> draining{false};
 
+  // Smoothing: room for held requests, reserved before a decision that may delay (so that the
+  // bounds are exact), given back after the hold or at once when there is none.
+  struct Held {
+    std::mutex mu;
+    size_t total = 0;  // reservations
+    absl::flat_hash_map<std::string, size_t> by_identity;
+  } held;
+  std::atomic<size_t> holding{0};  // requests waiting out their delay now
+  metrics::Histogram& delay_seconds = metrics.Hist("tollgate_delay_seconds");
+  std::atomic<uint64_t>& held_refused = metrics.Counter("tollgate_held_refused_total");
+  bool ReserveHeld(std::string_view identity);
+  void ReleaseHeld(std::string_view identity);
+
   std::vector<std::unique_ptr<Worker>> workers;
 
   // The constructor's steps: the store (memory, or Redis behind the deny cache) and its usage
@@ -390,6 +403,12 @@ struct Worker {
   // ex.forwarded_for (every X-Forwarded-For line, joined) and ex.client.
   void JoinForwardedFor(Exchange& ex, Scratch& scratch, const RequestHead& head);
   Step Conclude(Exchange& ex, Scratch& scratch);  // after the decision, in ex.verdict
+  // Smoothing: holds an allowed request for its delay (ex.verdict.delay), then gives back its
+  // reservation (ex.held). A coroutine of its own: only requests that may be held come here.
+  net::awaitable<void> Hold(Exchange& ex);
+  // Before the decision: reserves room for holding the request when one of its checks smooths,
+  // or tells those checks they may not delay (the bounds are reached).
+  void ReserveHold(Exchange& ex);
   // Counts and logs the verdict: tollgate_decisions_total, rejections, shadow, degraded.
   void CountDecision(Exchange& ex, const policy::Plan& plan, std::span<const store::Check> cs,
                      std::span<const core::Decision> ds);
@@ -484,6 +503,7 @@ struct Exchange {
   const policy::Plan* plan = nullptr;
   bool status_endpoint = false;
   bool invalid_key = false;  // deciding on the invalid-key limit of the client's address
+  bool held = false;         // holds a reservation of Gateway::Impl::held (smoothing)
   bhttp::status deny_status = bhttp::status::too_many_requests;
   std::string client;
   engine::Scopes scopes;  // the batch's (primary) and those of route and per-address limits

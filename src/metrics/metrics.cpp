@@ -48,6 +48,11 @@ constexpr Family kFamilies[] = {
      "Decision requests whose X-Original-* / X-Forwarded-* came from a peer not in "
      "identity.trusted_proxies (ignored)."},
     {"tollgate_limiter_latency_seconds", "histogram", "Time to decide one request."},
+    {"tollgate_delay_seconds", "histogram",
+     "Delays of the requests held by smoothing (on_limit: delay) before they were served."},
+    {"tollgate_held_refused_total", "counter",
+     "Requests decided without delay because server.max_held_requests or "
+     "server.max_held_per_identity was reached (a 429 where they would have been held)."},
     {"tollgate_upstream_latency_seconds", "histogram",
      "Time from forwarding to the upstream's response headers."},
 };

@@ -59,6 +59,14 @@ void DescribeLimit(const core::Limit& limit, core::Instant now,
   }
 }
 
+// Envoy forwards the Authorization header as it is: "Bearer <key>" is a key too.
+std::string_view PresentedKey(std::string_view value) {
+  if (value.size() > 7 && util::EqualsIgnoreCase(value.substr(0, 7), "Bearer ")) {
+    return util::Trim(value.substr(7));
+  }
+  return value;
+}
+
 // The limit that decided a descriptor, as Envoy reads it: name, rate, what is left, and when
 // the caller may try again (a denial) or the limit resets.
 void DescribeStatus(const store::Check& check, const core::Decision& d, core::Instant now,
@@ -102,12 +110,7 @@ struct RlsServer::Impl final : pb::RateLimitService::Service {
       bool unknown_key = false;
       for (const auto& e : desc.entries()) {
         if (!domain->key_entry.empty() && e.key() == domain->key_entry) {
-          // Envoy forwards the Authorization header as it is: accept "Bearer <key>" too.
-          std::string_view value = e.value();
-          if (value.size() > 7 && util::EqualsIgnoreCase(value.substr(0, 7), "Bearer ")) {
-            value = util::Trim(value.substr(7));
-          }
-          key = pol->FindByKey(value);
+          key = pol->FindByKey(PresentedKey(e.value()));
           unknown_key = key == nullptr;
           if (key) plan = key->plan;
         } else if (!domain->ip_entry.empty() && e.key() == domain->ip_entry && !plan) {
@@ -128,6 +131,8 @@ struct RlsServer::Impl final : pb::RateLimitService::Service {
       engine::AssignScope(scopes.primary, *plan, key, address);
       if (plan->mixed_scopes) scopes.Fill(key, address);
       const size_t n = engine::ChecksFor(*plan, key, cost, now, checks, &scopes);
+      // Envoy holds nothing for us: a smoothing limit rejects instead of delaying.
+      for (size_t i = 0; i < n; ++i) checks[i].may_delay = false;
       const std::string& scope = scopes.primary;
       std::promise<engine::Verdict> done;
       engine.Decide({.batch = {.scope = scope, .checks = {checks.data(), n}},

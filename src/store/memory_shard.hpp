@@ -142,7 +142,7 @@ class alignas(64) MemoryStore::Shard {
       } else {
         p.slot = Find(p.digest);
         core::State next = p.slot ? p.slot->state : core::State{};
-        decisions[i] = c.limit->Evaluate(next, c.cost, now);
+        decisions[i] = c.limit->Evaluate(next, c.cost, now, c.may_delay);
         p.next_a = next.a;
         p.next_b = next.b;
         creates += p.slot == nullptr;

@@ -6,14 +6,15 @@
 -- ARGV[1]  now in microseconds since the epoch; 0 = read Redis TIME (one clock for all replicas)
 -- ARGV[2]  1 = consume (all-or-nothing), 0 = peek (change nothing); 'B' / 'b': the same, on the
 --          token-bucket path (next section), whose arguments and reply differ
--- ARGV[3 + 6(i-1) ...]  per check: algorithm, cost, enforced (1/0), p1, p2, p3
---   0 token bucket    p1 capacity, p2 refill units per us (rate.tokens), p3 units per token
+-- ARGV[3 + 7(i-1) ...]  per check: algorithm, cost, enforced (1/0), p1, p2, p3, p4
+--   0 token bucket    p1 capacity, p2 refill units per us (rate.tokens), p3 units per token,
+--                     p4 debt: units the deficit may pass the capacity by (smoothing; 0: none)
 --   1 sliding log     p1 limit, p2 window (us)
 --   2 sliding counter p1 limit, p2 window (ms)
 --   3 fixed window    p1 limit, p2 window (us)
 --   4 quota           p1 period (0 day, 1 month), p2 allowance (0 none), p3 ceiling (0 none)
 -- Returns {now, committed, then per check: allowed, code, limit, remaining, reset_us,
---          retry_after_us (-1 never), used, over_allowance}
+--          retry_after_us (-1 never), used, over_allowance, delay_us}
 -- Codes: 0 none, 1 rate_limited, 2 quota_exceeded, 3 ceiling_exceeded, 4 cost_exceeds_capacity
 
 -- The fast path: every check of the batch is a token bucket (the usual batch: one burst check).
@@ -233,7 +234,7 @@ local function read_pair(key)
 end
 
 -- Each evaluator returns: decision table, and the new state {a, b, expires_at} when allowed.
-local function token_bucket(key, cost, cap, tokens, unit)
+local function token_bucket(key, cost, cap, tokens, unit, debt)
   local a, b = read_pair(key)
   local full = cap * unit
   local deficit = a
@@ -241,17 +242,19 @@ local function token_bucket(key, cost, cap, tokens, unit)
   if deficit > 0 and elapsed > 0 then
     if elapsed >= ceildiv(deficit, tokens) then deficit = 0 else deficit = deficit - elapsed * tokens end
   end
-  local d = {1, 0, cap, 0, 0, 0, 0, 0}
+  local d = {1, 0, cap, 0, 0, 0, 0, 0, 0}
   local new
   if cost > cap then
     d[1], d[2], d[6] = 0, 4, -1
-  elseif deficit + cost * unit <= full then
+  elseif deficit + cost * unit <= full + debt then
     deficit = deficit + cost * unit
     new = {deficit, now, now + ceildiv(deficit, tokens)}
+    -- Smoothing: past the capacity, the request is served when its tokens have arrived.
+    if deficit > full then d[9] = ceildiv(deficit - full, tokens) end
   else
-    d[1], d[2], d[6] = 0, 1, ceildiv(deficit + cost * unit - full, tokens)
+    d[1], d[2], d[6] = 0, 1, ceildiv(deficit + cost * unit - full - debt, tokens)
   end
-  d[4] = idiv(full - deficit, unit)
+  d[4] = idiv(math.max(0, full - deficit), unit)
   d[5] = ceildiv(deficit, tokens)
   return d, new
 end
@@ -374,41 +377,41 @@ local function sliding_log(key, cost, limit, w, record)
   return d, new
 end
 
-local n = (#ARGV - 2) / 6
+local n = (#ARGV - 2) / 7
 local out = {now, 0}
 local states = {}
 local commit = consume
 for i = 1, n do
-  local base = 3 + (i - 1) * 6
+  local base = 3 + (i - 1) * 7
   local alg = tonumber(ARGV[base])
   local cost = tonumber(ARGV[base + 1])
   local enforced = ARGV[base + 2] == '1'
   local p1, p2, p3 = tonumber(ARGV[base + 3]), tonumber(ARGV[base + 4]), tonumber(ARGV[base + 5])
   local d, new
-  if alg == 0 then d, new = token_bucket(KEYS[i], cost, p1, p2, p3)
+  if alg == 0 then d, new = token_bucket(KEYS[i], cost, p1, p2, p3, tonumber(ARGV[base + 6]))
   elseif alg == 1 then d, new = sliding_log(KEYS[i], cost, p1, p2, consume)
   elseif alg == 2 then d, new = sliding_counter(KEYS[i], cost, p1, p2)
   elseif alg == 3 then d, new = fixed_window(KEYS[i], cost, p1, p2)
   else d, new = quota(KEYS[i], cost, p1, p2, p3) end
   if d[1] == 0 and enforced then commit = false end
   states[i] = {alg, cost, new, p2}
-  for j = 1, 8 do out[#out + 1] = d[j] end
+  for j = 1, 9 do out[#out + 1] = d[j] or 0 end
 end
 if not commit then
   -- Nothing changes, so allowed checks report their state as it is, not after a debit that did
   -- not happen (the headers of a 429 stay honest). Logs already report it that way.
   for i = 1, n do
-    local at = 2 + (i - 1) * 8
+    local at = 2 + (i - 1) * 9
     local alg, cost = states[i][1], states[i][2]
     if out[at + 1] == 1 and cost > 0 and alg ~= 1 then
-      local base = 3 + (i - 1) * 6
+      local base = 3 + (i - 1) * 7
       local p1, p2, p3 = tonumber(ARGV[base + 3]), tonumber(ARGV[base + 4]), tonumber(ARGV[base + 5])
       local d
-      if alg == 0 then d = token_bucket(KEYS[i], 0, p1, p2, p3)
+      if alg == 0 then d = token_bucket(KEYS[i], 0, p1, p2, p3, tonumber(ARGV[base + 6]))
       elseif alg == 2 then d = sliding_counter(KEYS[i], 0, p1, p2)
       elseif alg == 3 then d = fixed_window(KEYS[i], 0, p1, p2)
       else d = quota(KEYS[i], 0, p1, p2, p3) end
-      for j = 1, 8 do out[at + j] = d[j] end
+      for j = 1, 9 do out[at + j] = d[j] or 0 end
     end
   end
 end
@@ -421,7 +424,7 @@ if commit then
         redis.call('ZADD', KEYS[i], new[1], string.format('%d:%d:%d', new[1], new[2], new[3]))
         -- Every entry leaves the window by newest + w.
         redis.call('PEXPIRE', KEYS[i], ceildiv(new[1] + w - now, 1000) + 1)
-        local at = 2 + (i - 1) * 8
+        local at = 2 + (i - 1) * 9
         out[at + 4] = math.max(0, out[at + 4] - cost)
         out[at + 5] = new[1] + w - now
       else

@@ -40,7 +40,12 @@ struct ServerConfig {
   int header_timeout_ms = 10'000;               // to read a request's headers (slow clients)
   int idle_timeout_ms = 60'000;                 // keep-alive connection with no request
   int drain_timeout_ms = 10'000;                // SIGTERM: time for in-flight requests
-  bool access_log = true;                       // one JSON line per request on stdout
+  // Smoothing (`on_limit: delay`): requests held at once, per process and per identity (a key,
+  // an account or a client address). A request that would be held beyond them is answered 429
+  // instead (its limit rejects, consuming nothing).
+  size_t max_held_requests = 10'000;
+  size_t max_held_per_identity = 100;
+  bool access_log = true;  // one JSON line per request on stdout
 };
 
 struct UpstreamConfig {

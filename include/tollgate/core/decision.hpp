@@ -36,6 +36,9 @@ struct Decision {
   int64_t used = 0;
   // Quotas with an allowance: usage is beyond the allowance (reported, not rejected).
   bool over_allowance = false;
+  // Allowed, smoothed (a token bucket with `on_limit: delay`): the request has its slot, and is
+  // to be held this long before it is served. Zero otherwise.
+  Duration delay;
 };
 
 }  // namespace tollgate::core

@@ -45,6 +45,7 @@ struct LimitSpec {
   Period period = Period::kDay;
   std::optional<int64_t> allowance;
   std::optional<int64_t> ceiling;
+  Duration max_delay;  // token buckets: smoothing (`on_limit: delay`); zero: reject
 };
 
 // A validated limit. Thread-safe (immutable).
@@ -59,7 +60,9 @@ class Limit {
 
   // Decides a request of `cost` >= 0 (0 reads the state without changing it). The state
   // changes only when the request is allowed.
-  Decision Evaluate(State& state, int64_t cost, Instant now) const;
+  // `may_delay` false: a smoothing token bucket rejects instead of delaying (its held-request
+  // bounds are reached, or the caller cannot hold requests).
+  Decision Evaluate(State& state, int64_t cost, Instant now, bool may_delay = true) const;
   Decision Evaluate(LogState& state, int64_t cost, Instant now) const;
   // The decision a log would give, without recording the request (remaining is before it).
   Decision Peek(LogState& state, int64_t cost, Instant now) const;

@@ -23,11 +23,15 @@ class TokenBucket {
   static constexpr int64_t kMaxUnits = int64_t{1} << 53;
 
   // REQUIRES nothing: invalid parameters give an error naming the field.
-  static Result<TokenBucket> Create(int64_t capacity, Rate rate);
+  // `max_delay`: smoothing (`on_limit: delay`). A request the bucket would admit within it is
+  // admitted now with Decision::delay, its tokens taken in advance (the deficit may pass the
+  // capacity by up to max_delay of refill), so later ones queue behind it: GCRA's schedule.
+  static Result<TokenBucket> Create(int64_t capacity, Rate rate, Duration max_delay = {});
 
   // Decides a request of `cost` (>= 1) at `now`. When allowed, `state` is updated (refilled and
   // debited); when rejected it is left as it was: rejected requests consume nothing.
-  Decision Evaluate(State& state, int64_t cost, Instant now) const;
+  // `may_delay` false: as without max_delay (a request that cannot be held is rejected).
+  Decision Evaluate(State& state, int64_t cost, Instant now, bool may_delay = true) const;
 
   // When `state` becomes equivalent to a fresh (full) bucket.
   Instant FullAt(const State& state) const;
@@ -39,13 +43,18 @@ class TokenBucket {
 
   int64_t capacity() const { return capacity_; }
   Rate rate() const { return rate_; }
+  // The most the deficit may pass the capacity by, in units: max_delay of refill.
+  int64_t debt_units() const { return debt_units_; }
+  bool smooths() const { return debt_units_ > 0; }
   // Seconds to refill from empty (C / r, rounded up): `w` of the IETF RateLimit-Policy.
   int64_t RefillSeconds() const;
 
  private:
-  TokenBucket(int64_t capacity, Rate rate) : capacity_(capacity), rate_(rate) {}
+  TokenBucket(int64_t capacity, Rate rate, int64_t debt_units)
+      : capacity_(capacity), rate_(rate), debt_units_(debt_units) {}
   int64_t capacity_;
   Rate rate_;
+  int64_t debt_units_ = 0;
 };
 
 }  // namespace tollgate::core

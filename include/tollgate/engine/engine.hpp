@@ -38,6 +38,9 @@ struct Verdict {
   core::RejectCode code = core::RejectCode::kNone;
   // Shadow checks that would have rejected this request.
   int shadow_rejections = 0;
+  // Allowed and smoothed: how long to hold the request before serving it (the longest delay of
+  // the enforced checks; shadow checks never hold). Zero otherwise.
+  core::Duration delay;
   core::Instant now;
   store::StoreErrc store_error = store::StoreErrc::kOk;
 

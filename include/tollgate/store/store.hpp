@@ -25,6 +25,9 @@ struct Check {
   // locks each shard involved; Redis runs one script over all the keys, which Redis Cluster
   // allows only within one slot).
   std::string_view scope;
+  // false: a smoothing token bucket rejects instead of delaying (the caller cannot hold the
+  // request: its bounds of held requests are reached, or it is not the gateway).
+  bool may_delay = true;
 };
 
 enum class Mode : uint8_t {

@@ -36,7 +36,9 @@ void AppendArguments(util::StringAppender& text, ScriptRequest& request, const B
     AppendBulk(text, request.consume ? "B" : "b");
     request.params_begin = text.size();
     for (const Check& c : batch.checks) {
-      for (int64_t v : TokenBucketParams(*c.limit, c.cost, c.enforced)) AppendBulk(text, v);
+      for (int64_t v : TokenBucketParams(*c.limit, c.cost, c.enforced, c.may_delay)) {
+        AppendBulk(text, v);
+      }
     }
     return;
   }
@@ -45,7 +47,7 @@ void AppendArguments(util::StringAppender& text, ScriptRequest& request, const B
     AppendBulk(text, static_cast<int64_t>(c.limit->algorithm()));
     AppendBulk(text, c.cost);
     AppendBulk(text, c.enforced ? "1" : "0");
-    for (int64_t p : ScriptParams(*c.limit)) AppendBulk(text, p);
+    for (int64_t p : ScriptParams(*c.limit, c.may_delay)) AppendBulk(text, p);
   }
 }
 
@@ -82,37 +84,41 @@ const char* AlgorithmSuffix(core::Algorithm a) {
   return "x";
 }
 
-std::array<int64_t, 3> ScriptParams(const core::Limit& limit) {
+std::array<int64_t, 4> ScriptParams(const core::Limit& limit, bool may_delay) {
   return std::visit(
-      [](const auto& impl) -> std::array<int64_t, 3> {
+      [may_delay](const auto& impl) -> std::array<int64_t, 4> {
         using T = std::decay_t<decltype(impl)>;
         if constexpr (std::is_same_v<T, core::TokenBucket>) {
-          return {impl.capacity(), impl.rate().tokens, impl.rate().per_micros};
+          return {impl.capacity(), impl.rate().tokens, impl.rate().per_micros,
+                  may_delay ? impl.debt_units() : 0};
         } else if constexpr (std::is_same_v<T, core::SlidingLog>) {
-          return {impl.limit(), impl.window().micros(), 0};
+          return {impl.limit(), impl.window().micros(), 0, 0};
         } else if constexpr (std::is_same_v<T, core::SlidingCounter>) {
-          return {impl.limit(), impl.window().micros() / 1000, 0};
+          return {impl.limit(), impl.window().micros() / 1000, 0, 0};
         } else if constexpr (std::is_same_v<T, core::FixedWindow>) {
-          return {impl.limit(), impl.window().micros(), 0};
+          return {impl.limit(), impl.window().micros(), 0, 0};
         } else {
           return {impl.period() == core::Period::kDay ? 0 : 1, impl.allowance().value_or(0),
-                  impl.ceiling().value_or(0)};
+                  impl.ceiling().value_or(0), 0};
         }
       },
       limit.impl());
 }
 
-std::array<int64_t, 5> TokenBucketParams(const core::Limit& limit, int64_t cost, bool enforced) {
+std::array<int64_t, 5> TokenBucketParams(const core::Limit& limit, int64_t cost, bool enforced,
+                                         bool may_delay) {
   const auto& tb = std::get<core::TokenBucket>(limit.impl());
   const int64_t unit = tb.rate().per_micros;
   const int64_t full = tb.capacity() * unit;  // < 2^53 (TokenBucket::Create)
   // A cost above the capacity never passes (room < 0) and is never debited: its product with the
   // unit, which could overflow, is not needed.
   const int64_t need = cost > tb.capacity() ? 0 : cost * unit;
-  const int64_t room = cost > tb.capacity() ? -1 : full - need;
-  // The key lives as long as an empty bucket takes to refill (the policy's window, C/r): at least
-  // as long as any deficit it can hold, so an expired key is always a full bucket.
-  const int64_t refill_us = (full + tb.rate().tokens - 1) / tb.rate().tokens;
+  // Smoothing: the deficit may pass the capacity by the debt (the requests held meanwhile).
+  const int64_t debt = may_delay ? tb.debt_units() : 0;
+  const int64_t room = cost > tb.capacity() ? -1 : full + debt - need;
+  // The key lives as long as the deepest deficit it can hold takes to refill (an empty bucket:
+  // the policy's window, C/r; plus the debt), so an expired key is always a full bucket.
+  const int64_t refill_us = (full + tb.debt_units() + tb.rate().tokens - 1) / tb.rate().tokens;
   const int64_t ttl_ms = std::max<int64_t>(1, (refill_us + 999) / 1000);
   return {need, tb.rate().tokens, ttl_ms, room, enforced ? 1 : 0};
 }
@@ -127,7 +133,7 @@ std::string_view EncodeRequest(ScriptRequest& request, std::string_view sha,
       });
   std::string& cmd = request.command;
   cmd.clear();
-  request.args = 3 + request.n + 2 + (request.fast ? 5 : 6) * request.n;
+  request.args = 3 + request.n + 2 + (request.fast ? 5 : 7) * request.n;
   std::pair<size_t, size_t> first_key;
   {
     util::StringAppender text(cmd);
@@ -220,6 +226,7 @@ ApplyResult DecodeDecisions(std::span<const int64_t> values, std::span<core::Dec
     d.retry_after = v[5] < 0 ? core::Duration::Infinite() : core::Duration::Micros(v[5]);
     d.used = v[6];
     d.over_allowance = v[7] == 1;
+    d.delay = core::Duration::Micros(v[8]);
   }
   ApplyResult result;
   result.committed = values[1] == 1;
@@ -234,7 +241,7 @@ ApplyResult DecideTokenBuckets(std::span<const Check> checks, bool consume, core
   for (size_t i = 0; i < checks.size(); ++i) {
     const Check& c = checks[i];
     core::State state{deficits[i], now.unix_micros()};
-    decisions[i] = c.limit->Evaluate(state, c.cost, now);
+    decisions[i] = c.limit->Evaluate(state, c.cost, now, c.may_delay);
     if (!decisions[i].allowed && c.enforced) commit = false;
   }
   if (!commit) {

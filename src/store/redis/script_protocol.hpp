@@ -17,18 +17,20 @@ namespace tollgate::store::redis {
 
 // Values per check in a reply of the general path: allowed, code, limit, remaining, reset_us,
 // retry_after_us, used, over_allowance.
-inline constexpr size_t kValuesPerCheck = 8;
+inline constexpr size_t kValuesPerCheck = 9;
 
 // The last part of a check's key: <prefix>:{<scope>}:<check>:<suffix> ("tb", "log", "swc",
 // "fw", "q").
 const char* AlgorithmSuffix(core::Algorithm a);
 
-// p1, p2, p3 of one check on the general path.
-std::array<int64_t, 3> ScriptParams(const core::Limit& limit);
+// p1, p2, p3, p4 of one check on the general path. `may_delay` false: a smoothing bucket's debt
+// is not offered (p4 = 0).
+std::array<int64_t, 4> ScriptParams(const core::Limit& limit, bool may_delay = true);
 
-// One check on the token-bucket path: need, refill units per us, key TTL (ms), room, enforced.
-// REQUIRES: `limit` is a token bucket.
-std::array<int64_t, 5> TokenBucketParams(const core::Limit& limit, int64_t cost, bool enforced);
+// One check on the token-bucket path: need, refill units per us, key TTL (ms), room (its debt
+// included when `may_delay`), enforced. REQUIRES: `limit` is a token bucket.
+std::array<int64_t, 5> TokenBucketParams(const core::Limit& limit, int64_t cost, bool enforced,
+                                         bool may_delay = true);
 
 // Not thread-safe (a value type). One decision's script call, RESP-encoded, and where its pieces
 // lie in it: a group's call (GroupEncoder) copies them, and NOSCRIPT resends it as EVAL.

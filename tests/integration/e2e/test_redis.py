@@ -364,6 +364,22 @@ class ReplicaTests(RedisTestCase):
         # One key for every caller, under the documented name.
         self.assertIn("it:{global}:search:upstream:tb", self.redis.keys("it:{global}*"))
 
+    def test_smoothing_holds_to_one_schedule_across_replicas(self):
+        # 2 of burst, 10/s, held up to 450 ms (issue 20): of 8 requests at once through two
+        # replicas, the script reserves 2 immediate slots and 4 delayed ones (100-400 ms) on
+        # one schedule; the last 2 would wait 500 and 600 ms: 429.
+        plans = {"p": {"limits": [{"name": "burst", "capacity": 2, "refill_per_second": 10,
+                                   "on_limit": "delay", "max_delay_ms": 450}]}}
+        a, b = self.start_replicas(plans, [{"key": ONE_KEY, "id": "k-one", "plan": "p"}])
+        load = Hammer([a.port, b.port], "/echo", {"X-API-Key": ONE_KEY}, 8, threads=8).run()
+        self.assertEqual(load.errors, [])
+        self.assertEqual(dict(load.statuses), {200: 6, 429: 2}, load.statuses)
+        # The four held requests waited 0.1-0.4 s: the run lasts at least the last slot.
+        self.assertGreaterEqual(load.seconds, 0.35)
+        self.assertNoDegradation(a, b)
+        held = sum(m.get("tollgate_delay_seconds_count", 0) for m in (a.metrics(), b.metrics()))
+        self.assertEqual(held, 4)
+
     def test_quota_ceiling_is_exact_across_two_replicas(self):
         # A UTC day must not end during the test (the quota would start again).
         to_midnight = 86400 - time.time() % 86400

@@ -31,7 +31,8 @@ std::string Describe(const Decision& d) {
          " remaining=" + std::to_string(d.remaining) +
          " reset=" + std::to_string(d.reset.micros()) +
          " retry=" + (d.retry_after.IsInfinite() ? "inf" : std::to_string(d.retry_after.micros())) +
-         " used=" + std::to_string(d.used) + " over=" + std::to_string(d.over_allowance);
+         " used=" + std::to_string(d.used) + " over=" + std::to_string(d.over_allowance) +
+         " delay=" + std::to_string(d.delay.micros());
 }
 
 class ConformanceTest : public ::testing::Test {
@@ -166,6 +167,37 @@ TEST_F(ConformanceTest, BatchesSpanningScopesAgreeAndAreAllOrNothing) {
                         .mode = rng() % 10 == 0 ? Mode::kPeek : Mode::kConsume,
                         .now = core::Instant::FromUnixMicros(now)};
       ExpectAgreement(batch, "seed " + run + " step " + std::to_string(step));
+      if (HasFailure()) return;
+    }
+  }
+}
+
+// Smoothing (issue 20): delayed reservations on both paths of the script (token buckets alone;
+// with a quota, the general path), requests that may not be held, costs above 1.
+TEST_F(ConformanceTest, SmoothingReservesTheSameSlotsInBothStores) {
+  const int64_t base = std::chrono::duration_cast<std::chrono::microseconds>(
+                           std::chrono::system_clock::now().time_since_epoch())
+                           .count();
+  const char* rates[] = {"1", "3", "50", "7.25", "0.5"};
+  const Limit quota = Limit::Create({.algorithm = Algorithm::kQuota, .ceiling = 1'000'000}).value();
+  for (uint32_t seed = 1; seed <= 20; ++seed) {
+    std::mt19937_64 rng(seed * 7727);
+    const Limit smooth =
+        Limit::Create({.capacity = 1 + static_cast<int64_t>(rng() % 5),
+                       .refill = core::Rate::Parse(rates[rng() % 5], 1).value(),
+                       .max_delay = Duration::Millis(1 + static_cast<int64_t>(rng() % 3000))})
+            .value();
+    const bool general = seed % 2 == 0;
+    const std::string scope = "smooth:" + std::to_string(seed);
+    int64_t now = base + static_cast<int64_t>(rng() % 1'000'000);
+    for (int step = 0; step < 100; ++step) {
+      now += static_cast<int64_t>(rng() % 150) * 1000;
+      const int64_t cost = rng() % 5 == 0 ? 2 : 1;
+      std::vector<Check> checks = {{"burst", &smooth, cost, true, "", rng() % 6 != 0}};
+      if (general) checks.push_back({"daily", &quota, cost});
+      const Batch batch{
+          .scope = scope, .checks = checks, .now = core::Instant::FromUnixMicros(now)};
+      ExpectAgreement(batch, "seed " + std::to_string(seed) + " step " + std::to_string(step));
       if (HasFailure()) return;
     }
   }

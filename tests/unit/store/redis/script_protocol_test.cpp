@@ -54,13 +54,27 @@ TEST(ScriptProtocol, TokenBucketArguments) {
 }
 
 TEST(ScriptProtocol, GeneralArguments) {
-  EXPECT_EQ(ScriptParams(Bucket(10, 1)), (std::array<int64_t, 3>{10, 1, 1'000'000}));
-  EXPECT_EQ(ScriptParams(DailyCeiling(250)), (std::array<int64_t, 3>{0, 0, 250}));
+  EXPECT_EQ(ScriptParams(Bucket(10, 1)), (std::array<int64_t, 4>{10, 1, 1'000'000, 0}));
+  EXPECT_EQ(ScriptParams(DailyCeiling(250)), (std::array<int64_t, 4>{0, 0, 250, 0}));
   const Limit window = Limit::Create({.algorithm = Algorithm::kSlidingWindowCounter,
                                       .limit = 5,
                                       .window = core::Duration::Seconds(60)})
                            .value();
-  EXPECT_EQ(ScriptParams(window), (std::array<int64_t, 3>{5, 60'000, 0}));  // ms for this one
+  EXPECT_EQ(ScriptParams(window), (std::array<int64_t, 4>{5, 60'000, 0, 0}));  // ms for this one
+  // Smoothing: the debt is max_delay of refill (2 s at 1 token/s: 2,000,000 units), offered
+  // only to a request that may be held.
+  const Limit smooth = Limit::Create({.capacity = 10,
+                                      .refill = core::Rate::Parse("1", 1).value(),
+                                      .max_delay = core::Duration::Seconds(2)})
+                           .value();
+  EXPECT_EQ(ScriptParams(smooth), (std::array<int64_t, 4>{10, 1, 1'000'000, 2'000'000}));
+  EXPECT_EQ(ScriptParams(smooth, false), (std::array<int64_t, 4>{10, 1, 1'000'000, 0}));
+  // On the token-bucket path the debt widens the room, and the key lives until a bucket that
+  // deep has refilled (12 s).
+  EXPECT_EQ(TokenBucketParams(smooth, 3, true),
+            (std::array<int64_t, 5>{3'000'000, 1, 12'000, 9'000'000, 1}));
+  EXPECT_EQ(TokenBucketParams(smooth, 3, true, false),
+            (std::array<int64_t, 5>{3'000'000, 1, 12'000, 7'000'000, 1}));
 }
 
 TEST(ScriptProtocol, ATokenBucketRequestTakesTheFastPath) {
@@ -98,12 +112,29 @@ TEST(ScriptProtocol, OtherAlgorithmsTakeTheGeneralPath) {
   EXPECT_EQ(key, "p:{ip:1}:burst:tb");
   EXPECT_FALSE(request.fast);
   EXPECT_FALSE(request.consume);
-  EXPECT_EQ(request.args, 19u);
+  EXPECT_EQ(request.args, 21u);
   EXPECT_EQ(request.now_us, 1'790'000'000'000'000);
-  EXPECT_EQ(request.command, Resp({"EVALSHA", kSha, "2", "p:{ip:1}:burst:tb", "p:{ip:1}:daily:q",
-                                   "1790000000000000", "0",              //
-                                   "0", "1", "1", "10", "1", "1000000",  // burst
-                                   "4", "2", "0", "0", "0", "250"}));    // daily
+  EXPECT_EQ(request.command, Resp({"EVALSHA",
+                                   kSha,
+                                   "2",
+                                   "p:{ip:1}:burst:tb",
+                                   "p:{ip:1}:daily:q",
+                                   "1790000000000000",
+                                   "0",  //
+                                   "0",
+                                   "1",
+                                   "1",
+                                   "10",
+                                   "1",
+                                   "1000000",
+                                   "0",  // burst
+                                   "4",
+                                   "2",
+                                   "0",
+                                   "0",
+                                   "0",
+                                   "250",
+                                   "0"}));  // daily
 }
 
 // The buffer is reused: a second request replaces the first.
@@ -194,7 +225,8 @@ TEST(ScriptProtocol, DecodesTheGeneralReply) {
                                       1'000'000,
                                       0,
                                       0,
-                                      0,  // allowed
+                                      0,
+                                      250'000,  // allowed, held 250 ms
                                       0,
                                       3,
                                       250,
@@ -202,7 +234,8 @@ TEST(ScriptProtocol, DecodesTheGeneralReply) {
                                       5'000'000,
                                       -1,
                                       250,
-                                      1};  // rejected, never
+                                      1,
+                                      0};  // rejected, never
   std::vector<core::Decision> d(3);
   const ApplyResult result = DecodeDecisions(reply, d);
   EXPECT_EQ(result.error, StoreErrc::kOk);
@@ -212,6 +245,7 @@ TEST(ScriptProtocol, DecodesTheGeneralReply) {
   EXPECT_EQ(d[0].limit, 10);
   EXPECT_EQ(d[0].remaining, 9);
   EXPECT_EQ(d[0].reset, core::Duration::Seconds(1));
+  EXPECT_EQ(d[0].delay, core::Duration::Millis(250));
   EXPECT_FALSE(d[1].allowed);
   EXPECT_EQ(d[1].code, core::RejectCode::kCeilingExceeded);
   EXPECT_EQ(d[1].retry_after, core::Duration::Infinite());
