@@ -216,6 +216,7 @@ std::unique_ptr<tollgate::rls::RlsServer> StartRls(const tollgate::config::RlsCo
   auto port = server->Start();
   if (!port) throw std::runtime_error(port.error());
   server->ExportMetrics(gateway.metrics());
+  gateway.OnDrain([s = server.get()] { s->SetServing(false); });
   return server;
 }
 #else

@@ -351,6 +351,8 @@ engine::Engine& Gateway::engine() { return *impl_->engine; }
 std::shared_ptr<const policy::Policy> Gateway::CurrentPolicy() { return impl_->CurrentPolicy(); }
 metrics::Registry& Gateway::metrics() { return impl_->metrics; }
 
+void Gateway::OnDrain(std::function<void()> hook) { impl_->on_drain = std::move(hook); }
+
 int Gateway::Run() {
   Impl& g = *impl_;
   for (auto& w : g.workers) {
@@ -396,6 +398,7 @@ int Gateway::Run() {
         });
       }
       g.log.Error("{\"level\":\"info\",\"msg\":\"draining\"}");
+      if (g.on_drain) g.on_drain();
     });
   };
   wait_signal();

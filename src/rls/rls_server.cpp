@@ -178,6 +178,8 @@ RlsServer::RlsServer(RlsOptions options, engine::Engine& engine, PolicyFn policy
 RlsServer::~RlsServer() { Shutdown(); }
 
 core::Result<int> RlsServer::Start() {
+  // Kubernetes' gRPC probes and Envoy's health checks ask grpc.health.v1.Health.
+  grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   int port = 0;
   builder.AddListeningPort(impl_->options.listen, grpc::InsecureServerCredentials(), &port);
@@ -187,7 +189,17 @@ core::Result<int> RlsServer::Start() {
   impl_->server = builder.BuildAndStart();
   if (!impl_->server || port == 0)
     return core::Error{"rls.listen: cannot listen on " + impl_->options.listen};
+  SetServing(true);
   return port;
+}
+
+void RlsServer::SetServing(bool serving) {
+  if (!impl_->server) return;
+  grpc::HealthCheckServiceInterface* health = impl_->server->GetHealthCheckService();
+  if (!health) return;
+  // By name, as Envoy's and Kubernetes' checks may ask it, and the server's overall status ("").
+  health->SetServingStatus("envoy.service.ratelimit.v3.RateLimitService", serving);
+  health->SetServingStatus(serving);
 }
 
 void RlsServer::Shutdown() {

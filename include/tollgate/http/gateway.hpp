@@ -2,6 +2,7 @@
 // Boost.Beast stays out of this header (build times: see STYLE.md).
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -29,6 +30,9 @@ class Gateway {
   engine::Engine& engine();
   std::shared_ptr<const policy::Policy> CurrentPolicy();
   metrics::Registry& metrics();
+  // Called once, on the main thread, when SIGTERM or SIGINT starts the drain (the RLS server
+  // reports NOT_SERVING from then on). Set before Run().
+  void OnDrain(std::function<void()> hook);
 
   struct Impl;  // defined in gateway.cpp
 

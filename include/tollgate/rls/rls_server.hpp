@@ -50,7 +50,10 @@ class RlsServer {
   ~RlsServer();
 
   // Binds and starts serving; returns the bound port (listen may say port 0).
+  // grpc.health.v1.Health answers SERVING from Start() (for the whole server and for
+  // envoy.service.ratelimit.v3.RateLimitService) until SetServing(false): the drain.
   core::Result<int> Start();
+  void SetServing(bool serving);
   void Shutdown();
   const RlsStats& stats() const;
   void ExportMetrics(metrics::Registry& registry) const;

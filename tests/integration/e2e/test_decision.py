@@ -24,6 +24,7 @@ import json
 import os
 import shutil
 import signal
+import threading
 import socket
 import subprocess
 import sys
@@ -39,6 +40,7 @@ NGINX_EXAMPLE = os.path.join(REPO, "examples", "nginx-auth-request.conf")
 NGINX = os.environ.get("TOLLGATE_NGINX", "/usr/sbin/nginx")
 NODE_DIR = os.path.join(HERE, "node")
 RLS_CLIENT = os.path.join(NODE_DIR, "rls_client.js")
+HEALTH_CLIENT = os.path.join(NODE_DIR, "health_client.js")
 RLS_PROTO = os.path.join(REPO, "src", "rls", "proto", "rls.proto")
 
 
@@ -522,6 +524,38 @@ class RlsTests(DecisionTestCase):
         responses = json.loads(out)["responses"]
         self.assertEqual(len(responses), len(calls))
         return responses
+
+    def health(self, service=""):
+        """grpc.health.v1.Health/Check on the RLS listener, through grpc-js."""
+        p = subprocess.run(["node", HEALTH_CLIENT, "--target", "127.0.0.1:%d" % self.rls_port,
+                            "--service", service], capture_output=True, timeout=30,
+                           cwd=NODE_DIR)
+        out = json.loads(p.stdout.decode(errors="replace") or "{}")
+        self.assertEqual(p.returncode, 0, (out, p.stderr.decode(errors="replace")))
+        return out["status"]
+
+    def test_health_is_serving_then_not_serving_while_draining(self):
+        self.start_decision(config(), rls_domains=self.DOMAINS)
+        self.assertEqual(self.health(), "SERVING")
+        self.assertEqual(self.health("envoy.service.ratelimit.v3.RateLimitService"), "SERVING")
+        # SIGTERM while a proxied request is in flight (the upstream answers after 3 s): the
+        # drain waits for it, and meanwhile the RLS listener says NOT_SERVING, so probes and
+        # Envoy's health checks take this replica out before it goes.
+        results = []
+        slow = threading.Thread(target=lambda: results.append(
+            self.gateway.get("/slow?ms=3000", key=FREE_KEY).status))
+        slow.start()
+        self.assertTrue(harness.wait_until(lambda: self.upstream.stats()["in_progress"] >= 1),
+                        "the slow request never reached the upstream")
+        os.kill(self.gateway.pid, signal.SIGTERM)
+        status = None
+        for _ in deadline_loop(2.5, step=0.1):
+            status = self.health()
+            if status == "NOT_SERVING":
+                break
+        self.assertEqual(status, "NOT_SERVING")
+        slow.join(timeout=10)
+        self.assertEqual(results, [200])
 
     def test_ok_until_the_budget_then_over_limit_with_duration_until_reset(self):
         self.start_decision(config(capacity=3), rls_domains=self.DOMAINS)
