@@ -130,7 +130,11 @@ struct RlsServer::Impl final : pb::RateLimitService::Service {
       engine::Scopes scopes;
       engine::AssignScope(scopes.primary, *plan, key, address);
       if (plan->mixed_scopes) scopes.Fill(key, address);
-      const size_t n = engine::ChecksFor(*plan, key, cost, now, checks, &scopes);
+      const int64_t own_cost =
+          desc.has_hits_addend()
+              ? static_cast<int64_t>(std::min<uint64_t>(desc.hits_addend().value(), INT32_MAX))
+              : cost;
+      const size_t n = engine::ChecksFor(*plan, key, own_cost, now, checks, &scopes);
       // Envoy holds nothing for us: a smoothing limit rejects instead of delaying.
       for (size_t i = 0; i < n; ++i) checks[i].may_delay = false;
       const std::string& scope = scopes.primary;

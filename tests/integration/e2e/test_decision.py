@@ -599,6 +599,18 @@ class RlsTests(DecisionTestCase):
         self.assertEqual([r["overall_code"] for r in res], ["OK", "OVER_LIMIT", "OK", "OVER_LIMIT"])
         self.assertEqual([r["statuses"][0]["limit_remaining"] for r in res], [2, 2, 0, 0])
 
+    def test_a_descriptor_hits_addend_overrides_the_requests(self):
+        # RateLimitDescriptor.hits_addend (field 3, a UInt64Value), as newer Envoys send it: the
+        # descriptor's own cost; 0 reads without consuming.
+        self.start_decision(config(capacity=5), rls_domains=self.DOMAINS)
+        own = lambda n: dict(descriptor(api_key=FREE_KEY), hits_addend={"value": str(n)})
+        res = self.rls([call(descriptors=[own(4)], hits_addend=1),   # 5 -> 1
+                        call(descriptors=[own(0)], hits_addend=9),   # a read: 1 left
+                        call(descriptors=[own(2)], hits_addend=1),   # rejected
+                        call(descriptors=[descriptor(api_key=FREE_KEY)], hits_addend=1)])  # 1 -> 0
+        self.assertEqual([r["overall_code"] for r in res], ["OK", "OK", "OVER_LIMIT", "OK"])
+        self.assertEqual([r["statuses"][0]["limit_remaining"] for r in res], [1, 1, 1, 0])
+
     def test_unknown_domain_answers_ok(self):
         self.start_decision(config(capacity=1), rls_domains=self.DOMAINS)
         res = self.rls([call(domain="other", descriptors=[descriptor(api_key=FREE_KEY)])] * 3)
