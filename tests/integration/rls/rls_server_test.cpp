@@ -1,6 +1,13 @@
 // A real gRPC client calling ShouldRateLimit over loopback.
 #include <tollgate/rls/rls_server.hpp>
 
+#include <future>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
@@ -38,6 +45,7 @@ class RlsTest : public ::testing::Test {
         engine_, [p = policy_] { return p; });
     auto port = server_->Start();
     ASSERT_TRUE(port.ok()) << port.error();
+    port_ = *port;
     stub_ = pb::RateLimitService::NewStub(grpc::CreateChannel("127.0.0.1:" + std::to_string(*port),
                                                               grpc::InsecureChannelCredentials()));
   }
@@ -62,6 +70,7 @@ class RlsTest : public ::testing::Test {
   store::MemoryStore memory_{store::MemoryStoreOptions{.max_keys = 1000, .shards = 2}};
   engine::Engine engine_{memory_};
   std::unique_ptr<RlsServer> server_;
+  int port_ = 0;
   std::unique_ptr<pb::RateLimitService::Stub> stub_;
 };
 
@@ -103,6 +112,121 @@ TEST_F(RlsTest, UnknownDomainIsOkAndCountedUnknownKeyIsDenied) {
   EXPECT_EQ(server_->stats().unknown_domain.load(), 1u);
   EXPECT_EQ(Call("api", "api_key", "nope").overall_code(), pb::RateLimitResponse::OVER_LIMIT);
   EXPECT_EQ(Call("api", "other_entry", "x").overall_code(), pb::RateLimitResponse::OK);
+}
+
+// A client that knows no .proto: the request is encoded by hand from the field numbers Envoy
+// publishes (envoy/service/ratelimit/v3/rls.proto, envoy/extensions/common/ratelimit/v3/
+// ratelimit.proto, envoy/config/core/v3/base.proto), and the response decoded the same way. A
+// wrong field number in our rls.proto fails here even though our own generated client agrees
+// with it.
+namespace wire {
+
+std::string Varint(uint64_t v) {
+  std::string out;
+  while (v >= 0x80) {
+    out += static_cast<char>((v & 0x7f) | 0x80);
+    v >>= 7;
+  }
+  out += static_cast<char>(v);
+  return out;
+}
+std::string Bytes(int field, const std::string& bytes) {
+  return Varint(static_cast<uint64_t>(field) << 3 | 2) + Varint(bytes.size()) + bytes;
+}
+std::string Number(int field, uint64_t v) {
+  return Varint(static_cast<uint64_t>(field) << 3) + Varint(v);
+}
+
+// Field number -> every value of it: varints as numbers, length-delimited fields as bytes.
+struct Message {
+  std::multimap<int, uint64_t> numbers;
+  std::multimap<int, std::string> bytes;
+};
+Message Decode(const std::string& data) {
+  Message m;
+  size_t i = 0;
+  auto varint = [&] {
+    uint64_t v = 0;
+    for (int shift = 0; i < data.size(); shift += 7) {
+      const auto b = static_cast<unsigned char>(data[i++]);
+      v |= static_cast<uint64_t>(b & 0x7f) << shift;
+      if (!(b & 0x80)) break;
+    }
+    return v;
+  };
+  while (i < data.size()) {
+    const uint64_t key = varint();
+    const int field = static_cast<int>(key >> 3);
+    if ((key & 7) == 0) {
+      m.numbers.emplace(field, varint());
+    } else if ((key & 7) == 2) {
+      const size_t n = varint();
+      m.bytes.emplace(field, data.substr(i, n));
+      i += n;
+    } else {
+      ADD_FAILURE() << "unexpected wire type " << (key & 7) << " for field " << field;
+      break;
+    }
+  }
+  return m;
+}
+
+}  // namespace wire
+
+TEST_F(RlsTest, AHandEncodedRequestGetsTheAnswerEnvoyReads) {
+  grpc::GenericStub stub(grpc::CreateChannel("127.0.0.1:" + std::to_string(port_),
+                                             grpc::InsecureChannelCredentials()));
+  auto call = [&](uint64_t request_hits, std::optional<uint64_t> descriptor_hits) {
+    // RateLimitRequest{domain = 1, descriptors = 2, hits_addend = 3}; RateLimitDescriptor{
+    // entries = 1, limit = 2, hits_addend = 3 (UInt64Value{value = 1})}; Entry{key = 1, value = 2}.
+    std::string descriptor = wire::Bytes(1, wire::Bytes(1, "api_key") + wire::Bytes(2, "k-free"));
+    if (descriptor_hits) descriptor += wire::Bytes(3, wire::Number(1, *descriptor_hits));
+    const std::string request =
+        wire::Bytes(1, "api") + wire::Bytes(2, descriptor) + wire::Number(3, request_hits);
+    grpc::Slice slice(request);
+    grpc::ByteBuffer in(&slice, 1), out;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    std::promise<grpc::Status> done;
+    stub.UnaryCall(&ctx, "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit", {}, &in,
+                   &out, [&done](grpc::Status s) { done.set_value(std::move(s)); });
+    const grpc::Status status = done.get_future().get();
+    EXPECT_TRUE(status.ok()) << status.error_message();
+    std::vector<grpc::Slice> slices;
+    EXPECT_TRUE(out.Dump(&slices).ok());
+    std::string bytes;
+    for (const auto& sl : slices)
+      bytes.append(reinterpret_cast<const char*>(sl.begin()), sl.size());
+    return wire::Decode(bytes);
+  };
+  // RateLimitResponse{overall_code = 1, statuses = 2, response_headers_to_add = 3};
+  // DescriptorStatus{code = 1, current_limit = 2, limit_remaining = 3, duration_until_reset = 4};
+  // RateLimit{requests_per_unit = 1, unit = 2, name = 3}; HeaderValue{key = 1, value = 2}.
+  const wire::Message ok = call(2, std::nullopt);  // 3 -> 1
+  EXPECT_EQ(ok.numbers.find(1)->second, 1u);       // OK
+  ASSERT_EQ(ok.bytes.count(2), 1u);
+  const wire::Message status = wire::Decode(ok.bytes.find(2)->second);
+  EXPECT_EQ(status.numbers.find(1)->second, 1u);  // OK
+  EXPECT_EQ(status.numbers.find(3)->second, 1u);  // limit_remaining
+  const wire::Message limit = wire::Decode(status.bytes.find(2)->second);
+  EXPECT_EQ(limit.bytes.find(3)->second, "burst");
+  EXPECT_EQ(limit.numbers.find(2)->second, 3u);  // HOUR: 0.01/s is 36 an hour
+  EXPECT_EQ(limit.numbers.find(1)->second, 36u);
+  bool remaining_header = false;
+  for (auto [it, end] = ok.bytes.equal_range(3); it != end; ++it) {
+    const wire::Message h = wire::Decode(it->second);
+    remaining_header |=
+        h.bytes.find(1)->second == "RateLimit-Remaining" && h.bytes.find(2)->second == "1";
+  }
+  EXPECT_TRUE(remaining_header);
+  // The descriptor's own hits_addend (3) overrides the request's (1): over the limit, with
+  // duration_until_reset (a Duration{seconds = 1}) of two tokens at 0.01/s.
+  const wire::Message over = call(1, 3);
+  EXPECT_EQ(over.numbers.find(1)->second, 2u);  // OVER_LIMIT
+  const wire::Message refused = wire::Decode(over.bytes.find(2)->second);
+  EXPECT_EQ(refused.numbers.find(1)->second, 2u);
+  const wire::Message until = wire::Decode(refused.bytes.find(4)->second);
+  EXPECT_EQ(until.numbers.find(1)->second, 200u);
 }
 
 }  // namespace
