@@ -14,10 +14,8 @@ namespace tollgate::config {
 namespace internal {
 
 Mode ParseMode(const YAML::Node& n, const std::string& path) {
-  const std::string s = Str(n, path);
-  if (s == "enforce") return Mode::kEnforce;
-  if (s == "shadow") return Mode::kShadow;
-  Fail(path, "must be enforce or shadow, got '" + s + "'");
+  return ParseEnum<Mode>(n, path, {{"enforce", Mode::kEnforce}, {"shadow", Mode::kShadow}},
+                         "enforce or shadow");
 }
 
 namespace {

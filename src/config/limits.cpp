@@ -68,11 +68,8 @@ void ReadOnLimit(const YAML::Node& n, const std::string& path, core::LimitSpec& 
   const YAML::Node max_delay = n["max_delay_ms"];
   bool delay = spec.max_delay.micros() > 0;  // an override keeps its plan limit's
   if (on_limit) {
-    const std::string s = Str(on_limit, Join(path, "on_limit"));
-    if (s != "reject" && s != "delay") {
-      Fail(Join(path, "on_limit"), "must be reject or delay, got '" + s + "'");
-    }
-    delay = s == "delay";
+    delay = ParseEnum<bool>(on_limit, Join(path, "on_limit"), {{"reject", false}, {"delay", true}},
+                            "reject or delay");
     if (delay && spec.algorithm != core::Algorithm::kTokenBucket) {
       Fail(Join(path, "on_limit"), "delay needs algorithm token_bucket (a schedule of tokens)");
     }
@@ -143,12 +140,12 @@ void ReadFromKey(const YAML::Node& f, const std::string& path, bool plan_limit, 
 }  // namespace
 
 LimitScope ParseScope(const YAML::Node& n, const std::string& path) {
-  const std::string s = Str(n, path);
-  if (s == "key") return LimitScope::kKey;
-  if (s == "account") return LimitScope::kAccount;
-  if (s == "ip") return LimitScope::kIp;
-  if (s == "global") return LimitScope::kGlobal;
-  Fail(path, "must be key, account, ip or global, got '" + s + "'");
+  return ParseEnum<LimitScope>(n, path,
+                               {{"key", LimitScope::kKey},
+                                {"account", LimitScope::kAccount},
+                                {"ip", LimitScope::kIp},
+                                {"global", LimitScope::kGlobal}},
+                               "key, account, ip or global");
 }
 
 LimitConfig ParseLimit(const YAML::Node& n, const std::string& path, bool plan_limit,

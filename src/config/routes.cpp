@@ -16,6 +16,7 @@ using internal::Join;
 using internal::LimitFields;
 using internal::Name;
 using internal::OnlyKeys;
+using internal::ParseEnum;
 using internal::ParseLimit;
 using internal::ParseScope;
 using internal::ReadLimitFields;
@@ -175,16 +176,6 @@ std::vector<std::string> ParseMethods(const YAML::Node& n, const std::string& pa
     if (!IsToken(m)) Fail(path, "must be a method name (GET, POST, ...)");
   }
   return methods;
-}
-
-template <class E>
-E ParseEnum(const YAML::Node& n, const std::string& path,
-            std::initializer_list<std::pair<const char*, E>> values, const char* expected) {
-  const std::string s = Str(n, path);
-  for (const auto& [name, value] : values) {
-    if (s == name) return value;
-  }
-  Fail(path, std::string("must be ") + expected + ", got '" + s + "'");
 }
 
 // One plan's value of a route limit: `unlimited`, or the fields that differ from the route

@@ -5,9 +5,11 @@
 #include <yaml-cpp/yaml.h>
 
 #include <cstdint>
+#include <initializer_list>
 #include <set>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace tollgate::config::internal {
@@ -53,6 +55,17 @@ int64_t Int(const YAML::Node& n, const std::string& path, int64_t min, int64_t m
 bool Bool(const YAML::Node& n, const std::string& path);
 
 std::vector<std::string> StrList(const YAML::Node& n, const std::string& path);
+
+// One of `values` by its name; anything else fails as "must be <expected>, got '<text>'".
+template <class E>
+E ParseEnum(const YAML::Node& n, const std::string& path,
+            std::initializer_list<std::pair<const char*, E>> values, const char* expected) {
+  const std::string s = Str(n, path);
+  for (const auto& [name, value] : values) {
+    if (s == name) return value;
+  }
+  Fail(path, std::string("must be ") + expected + ", got '" + s + "'");
+}
 
 // Sets `out` from the integer field `key` of `parent`, when present.
 template <class T>

@@ -76,12 +76,6 @@ void AssignScope(std::string& scope, const policy::Plan& plan, const policy::Key
   }
 }
 
-std::string ScopeFor(const policy::Plan& plan, const policy::Key* key, std::string_view address) {
-  std::string scope;
-  AssignScope(scope, plan, key, address);
-  return scope;
-}
-
 Admission Admit(const policy::Policy& pol, const policy::Route& route, bool keyed,
                 const policy::Key* key, std::string_view client, std::string_view query,
                 std::optional<int64_t> fixed_cost, core::Instant now,

@@ -45,10 +45,8 @@ size_t AppendRouteChecks(const policy::Route& route, const policy::Plan& plan,
                          const policy::Key* key, int64_t cost, bool enforced, const Scopes& scopes,
                          std::span<store::Check> out, size_t n);
 
-// The store scope of a request's checks: "key:<id>", "account:<id>" (plans counted per account)
-// or "ip:<address>".
-std::string ScopeFor(const policy::Plan& plan, const policy::Key* key, std::string_view address);
-// The same into `scope`, reusing its capacity (per request on the gateway's hot path).
+// The store scope of a request's checks into `scope`, reusing its capacity (per request on the
+// gateway's hot path): "key:<id>", "account:<id>" (plans counted per account) or "ip:<address>".
 void AssignScope(std::string& scope, const policy::Plan& plan, const policy::Key* key,
                  std::string_view address);
 
