@@ -159,6 +159,35 @@ class SmoothingTests(GatewayTestCase):
         self.assertAlmostEqual(arrivals[1] - arrivals[0], 1.0, delta=0.1)
         self.assertAlmostEqual(arrivals[2] - arrivals[0], 2.0, delta=0.1)
 
+    def test_a_client_that_leaves_while_held_keeps_its_slot_spent(self):
+        # 1 of burst, 1/s, held up to 5 s. Clients that send and vanish while held (one by a
+        # reset, one by a plain close) must neither crash the gateway nor give their slots to
+        # the next caller: those were scheduled behind them (docs/configuration.md).
+        gw = self.start(config(1, 1, 5000), upstream=self.recorder.url)
+        results = [None]
+        get(gw.port, results, 0)
+        self.assertEqual(results[0][0], 200)
+        request = ("GET /x HTTP/1.1\r\nHost: t\r\nX-API-Key: %s\r\n\r\n" % KEY).encode()
+        for linger in (True, False):
+            s = socket.create_connection(("127.0.0.1", gw.port), timeout=5)
+            s.sendall(request)
+            for _ in deadline_loop(2, step=0.01):
+                if gw.metrics().get("tollgate_held_requests", 0) >= 1:
+                    break
+            if linger:  # RST instead of FIN
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+            s.close()
+        # The next caller's slot is after both departed ones: about 3 s after the first.
+        get(gw.port, results, 0)
+        status, sent, done, _ = results[0]
+        self.assertEqual(status, 200)
+        self.assertGreaterEqual(done - sent, 2.5, results)
+        for _ in deadline_loop(5, step=0.05):
+            if gw.metrics().get("tollgate_held_requests", 1) == 0:
+                break
+        self.assertEqual(gw.metrics().get("tollgate_held_requests"), 0)
+        self.assertTrue(gw.healthy())
+
     def test_ten_thousand_held_requests_in_bounded_memory(self):
         n = 10_000
         soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)

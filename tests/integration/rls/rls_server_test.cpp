@@ -227,6 +227,14 @@ TEST_F(RlsTest, AHandEncodedRequestGetsTheAnswerEnvoyReads) {
   EXPECT_EQ(refused.numbers.find(1)->second, 2u);
   const wire::Message until = wire::Decode(refused.bytes.find(4)->second);
   EXPECT_EQ(until.numbers.find(1)->second, 200u);
+  // Hostile costs: the largest UInt64Value can never pass and consumes nothing; the one token
+  // left is still there for a request of cost 1.
+  for (uint64_t huge : {uint64_t{1} << 32, ~uint64_t{0}}) {
+    EXPECT_EQ(call(1, huge).numbers.find(1)->second, 2u) << huge;
+  }
+  const wire::Message last = call(1, std::nullopt);
+  EXPECT_EQ(last.numbers.find(1)->second, 1u);
+  EXPECT_EQ(wire::Decode(last.bytes.find(2)->second).numbers.count(3), 0u);  // 0 left: omitted
 }
 
 }  // namespace
