@@ -59,14 +59,6 @@ void DescribeLimit(const core::Limit& limit, core::Instant now,
   }
 }
 
-// Envoy forwards the Authorization header as it is: "Bearer <key>" is a key too.
-std::string_view PresentedKey(std::string_view value) {
-  if (value.size() > 7 && util::EqualsIgnoreCase(value.substr(0, 7), "Bearer ")) {
-    return util::Trim(value.substr(7));
-  }
-  return value;
-}
-
 // The limit that decided a descriptor, as Envoy reads it: name, rate, what is left, and when
 // the caller may try again (a denial) or the limit resets.
 void DescribeStatus(const store::Check& check, const core::Decision& d, core::Instant now,
@@ -110,7 +102,7 @@ struct RlsServer::Impl final : pb::RateLimitService::Service {
       bool unknown_key = false;
       for (const auto& e : desc.entries()) {
         if (!domain->key_entry.empty() && e.key() == domain->key_entry) {
-          key = pol->FindByKey(PresentedKey(e.value()));
+          key = pol->FindByKey(policy::BearerToken(e.value()).value_or(e.value()));
           unknown_key = key == nullptr;
           if (key) plan = key->plan;
         } else if (!domain->ip_entry.empty() && e.key() == domain->ip_entry && !plan) {

@@ -90,6 +90,15 @@ double SustainedPerSecond(const Plan& plan);
 // REQUIRES: !plans.empty().
 size_t Strictest(const std::vector<Plan>& plans);
 
+// The credentials of an Authorization value of the Bearer scheme ("Bearer <key>", the scheme's
+// name in any case), trimmed; nullopt for any other scheme.
+inline std::optional<std::string_view> BearerToken(std::string_view value) {
+  if (value.size() > 7 && util::EqualsIgnoreCase(value.substr(0, 7), "Bearer ")) {
+    return util::Trim(value.substr(7));
+  }
+  return std::nullopt;
+}
+
 // An IPv4 or IPv6 network. IPv4 is held as IPv4-mapped IPv6.
 struct Cidr {
   std::array<uint8_t, 16> bytes{};
@@ -134,8 +143,7 @@ class Policy {
       std::string_view v = header(name);
       if (v.empty()) continue;
       if (name.size() == 13 && util::EqualsIgnoreCase(name, "Authorization")) {
-        if (v.size() > 7 && util::EqualsIgnoreCase(v.substr(0, 7), "Bearer "))
-          return util::Trim(v.substr(7));
+        if (auto token = BearerToken(v)) return *token;
         continue;
       }
       return util::Trim(v);
