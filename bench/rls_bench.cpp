@@ -43,10 +43,9 @@ int main(int argc, char** argv) {
   auto policy = *policy::Policy::Build(std::move(config).value());
   store::MemoryStore memory;
   engine::Engine engine(memory);
-  rls::RlsServer server({.listen = "127.0.0.1:0",
-                         .domains = {{.domain = "api", .key_entry = "api_key"}},
-                         .threads = 2},
-                        engine, [policy] { return policy; });
+  rls::RlsServer server(
+      {.listen = "127.0.0.1:0", .domains = {{.domain = "api", .key_entry = "api_key"}}}, engine,
+      [policy] { return policy; });
   const int port = *server.Start();
   std::atomic<bool> stop{false};
   std::atomic<int64_t> calls{0};

@@ -206,9 +206,18 @@ int CheckConfig(const std::string& path) {
 // Envoy's rate limit service on the gateway's engine and policy (rls.listen), or nothing.
 #ifdef TOLLGATE_HAVE_RLS
 std::unique_ptr<tollgate::rls::RlsServer> StartRls(const tollgate::config::RlsConfig& config,
+                                                   const tollgate::config::StoreConfig& store,
+                                                   const tollgate::config::HeadersConfig& headers,
                                                    tollgate::http::Gateway& gateway) {
   if (config.listen.empty()) return nullptr;
-  tollgate::rls::RlsOptions options{.listen = config.listen};
+  tollgate::rls::RlsOptions options{.listen = config.listen,
+                                    .envoy_config = config.envoy_config,
+                                    .shadow_mode = config.shadow_mode,
+                                    .response_headers = config.response_headers,
+                                    .near_limit_ratio = config.near_limit_ratio,
+                                    .store_spans_scopes = !tollgate::config::IsRedisCluster(store),
+                                    .registry = &gateway.metrics(),
+                                    .headers = headers};
   for (const auto& d : config.domains)
     options.domains.push_back({d.domain, d.key_entry, d.ip_entry});
   auto server = std::make_unique<tollgate::rls::RlsServer>(
@@ -217,10 +226,13 @@ std::unique_ptr<tollgate::rls::RlsServer> StartRls(const tollgate::config::RlsCo
   if (!port) throw std::runtime_error(port.error());
   server->ExportMetrics(gateway.metrics());
   gateway.OnDrain([s = server.get()] { s->SetServing(false); });
+  gateway.OnReload([s = server.get()] { (void)s->Reload(); });
   return server;
 }
 #else
-std::nullptr_t StartRls(const tollgate::config::RlsConfig& config, tollgate::http::Gateway&) {
+std::nullptr_t StartRls(const tollgate::config::RlsConfig& config,
+                        const tollgate::config::StoreConfig&,
+                        const tollgate::config::HeadersConfig&, tollgate::http::Gateway&) {
   if (!config.listen.empty()) {
     throw std::runtime_error("rls.listen: this build has no gRPC (configure with TOLLGATE_RLS=ON)");
   }
@@ -251,10 +263,10 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "%s: %s\n", path.c_str(), config.error().c_str());
         return 1;
       }
-      const tollgate::config::RlsConfig rls_config = config->rls;
+      const tollgate::config::Config startup = *config;
       tollgate::http::Gateway gateway(path, std::move(config).value());
-      [[maybe_unused]] const auto rls =
-          StartRls(rls_config, gateway);  // stopped before the gateway goes
+      [[maybe_unused]] const auto rls = StartRls(startup.rls, startup.store, startup.headers,
+                                                 gateway);  // stopped before the gateway goes
       return gateway.Run();
     }
   } catch (const std::exception& e) {

@@ -211,9 +211,30 @@ RlsDomainConfig ParseRlsDomain(const YAML::Node& d, const std::string& path) {
   return dc;
 }
 
-void ParseRls(const YAML::Node& r, RlsConfig& rls) {
-  OnlyKeys(r, "rls", {"listen", "domains"});
+void ParseRls(const YAML::Node& r, const std::string& base_dir, RlsConfig& rls) {
+  OnlyKeys(
+      r, "rls",
+      {"listen", "domains", "envoy_config", "shadow_mode", "response_headers", "near_limit_ratio"});
   if (r["listen"]) rls.listen = Str(r["listen"], "rls.listen");
+  if (r["envoy_config"]) {
+    rls.envoy_config = Str(r["envoy_config"], "rls.envoy_config");
+    if (rls.envoy_config.empty()) Fail("rls.envoy_config", "must not be empty");
+    if (rls.envoy_config[0] != '/') rls.envoy_config = base_dir + "/" + rls.envoy_config;
+  }
+  if (r["shadow_mode"]) rls.shadow_mode = Bool(r["shadow_mode"], "rls.shadow_mode");
+  if (r["response_headers"])
+    rls.response_headers = Bool(r["response_headers"], "rls.response_headers");
+  if (const YAML::Node n = r["near_limit_ratio"]) {
+    double ratio = -1;
+    try {
+      ratio = n.as<double>();
+    } catch (const YAML::Exception&) {
+    }
+    if (!(ratio > 0 && ratio <= 1)) Fail("rls.near_limit_ratio", "must be a number in (0, 1]");
+    rls.near_limit_ratio = ratio;
+  }
+  if (!rls.envoy_config.empty() && rls.listen.empty())
+    Fail("rls.envoy_config", "needs rls.listen (the gRPC listener that serves it)");
   if (const YAML::Node ds = r["domains"]) {
     if (!ds.IsSequence()) Fail("rls.domains", "must be a list");
     for (size_t i = 0; i < ds.size(); ++i) {
@@ -255,7 +276,7 @@ Config Parse(const YAML::Node& root, const std::string& base_dir) {
   if (const YAML::Node routes = root["routes"]) c.routes = internal::ParseRoutes(routes);
   if (const YAML::Node a = root["anonymous"]) ParseAnonymous(a, c.anonymous);
   if (const YAML::Node d = root["decision"]) ParseDecision(d, c.decision);
-  if (const YAML::Node r = root["rls"]) ParseRls(r, c.rls);
+  if (const YAML::Node r = root["rls"]) ParseRls(r, base_dir, c.rls);
   if (const YAML::Node h = root["headers"]) ParseHeaders(h, c.headers);
   return c;
 }

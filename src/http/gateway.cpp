@@ -253,6 +253,12 @@ core::Result<bool> Gateway::Impl::Install(config::Config config) {
 
 core::Result<bool> Gateway::Impl::Reload() {
   std::lock_guard lock(reload_mu);
+  struct AfterReload {
+    const std::function<void()>& hook;
+    ~AfterReload() {
+      if (hook) hook();
+    }
+  } after{on_reload};
   auto config = config::LoadConfigFile(config_path);
   core::Result<bool> installed = core::Error{config ? "" : config.error()};
   if (config) {
@@ -352,6 +358,7 @@ std::shared_ptr<const policy::Policy> Gateway::CurrentPolicy() { return impl_->C
 metrics::Registry& Gateway::metrics() { return impl_->metrics; }
 
 void Gateway::OnDrain(std::function<void()> hook) { impl_->on_drain = std::move(hook); }
+void Gateway::OnReload(std::function<void()> hook) { impl_->on_reload = std::move(hook); }
 
 int Gateway::Run() {
   Impl& g = *impl_;

@@ -174,7 +174,8 @@ struct Gateway::Impl {
       metrics.Counter("tollgate_decision_untrusted_headers_total");
   std::atomic<size_t> in_flight{0};
   std::atomic<bool> draining{false};
-  std::function<void()> on_drain;  // Gateway::OnDrain
+  std::function<void()> on_drain;   // Gateway::OnDrain
+  std::function<void()> on_reload;  // Gateway::OnReload
 
   // Smoothing: room for held requests, reserved before a decision that may delay (so that the
   // bounds are exact), given back after the hold or at once when there is none.

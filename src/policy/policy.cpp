@@ -234,9 +234,7 @@ std::optional<core::Error> Policy::BuildRouteLimits(const config::RouteConfig& r
 }
 
 std::optional<core::Error> Policy::CheckStoreCanSpanScopes(const config::StoreConfig& store) const {
-  const bool cluster = store.type == "redis" && (store.url.rfind("redis-cluster://", 0) == 0 ||
-                                                 store.url.rfind("rediss-cluster://", 0) == 0);
-  if (!cluster) return std::nullopt;
+  if (!config::IsRedisCluster(store)) return std::nullopt;
   // Redis Cluster runs a script on the keys of one slot only: a request's checks share the
   // caller's hash tag, so every limit must count in the caller's own scope.
   for (const Plan& p : plans_) {

@@ -1,23 +1,41 @@
 #include <tollgate/rls/rls_server.hpp>
 
-#include <future>
-#include <span>
-#include <string>
+#include <sys/stat.h>
+
+#include <dirent.h>
+#include <condition_variable>
+#include <cstdio>
+#include <mutex>
+#include <set>
+#include <thread>
 
 #include <grpcpp/grpcpp.h>
 
 #include <tollgate/contract/contract.hpp>
-#include <tollgate/engine/checks.hpp>
 #include <tollgate/metrics/metrics.hpp>
-#include <tollgate/util/clock.hpp>
 
 #include "rls.grpc.pb.h"
+#include "rls/call.hpp"
 
 namespace tollgate::rls {
-namespace {
+namespace internal {
 
-namespace pb = envoy::service::ratelimit::v3;
-using engine::kMaxChecks;
+DescriptorCounters CountersFor(metrics::Registry& registry, std::string_view domain,
+                               std::string_view stat_key) {
+  const std::string labels =
+      metrics::Label("domain", domain) + "," + metrics::Label("descriptor", stat_key);
+  return {&registry.Counter("tollgate_rls_descriptor_hits_total", labels),
+          &registry.Counter("tollgate_rls_descriptor_over_limit_total", labels),
+          &registry.Counter("tollgate_rls_descriptor_near_limit_total", labels),
+          &registry.Counter("tollgate_rls_descriptor_within_limit_total", labels),
+          &registry.Counter("tollgate_rls_descriptor_shadow_mode_total", labels)};
+}
+
+int64_t CostOf(const pb::RateLimitRequest& request, const pb::RateLimitDescriptor& descriptor) {
+  if (descriptor.has_hits_addend())
+    return static_cast<int64_t>(std::min<uint64_t>(descriptor.hits_addend().value(), INT32_MAX));
+  return request.hits_addend() == 0 ? 1 : std::min<int64_t>(request.hits_addend(), INT32_MAX);
+}
 
 // "N per unit" for Envoy's current_limit: the largest unit in which the policy is a whole
 // number of requests, or the policy's quota per its window rounded down.
@@ -59,112 +77,224 @@ void DescribeLimit(const core::Limit& limit, core::Instant now,
   }
 }
 
-// The limit that decided a descriptor, as Envoy reads it: name, rate, what is left, and when
-// the caller may try again (a denial) or the limit resets.
-void DescribeStatus(const store::Check& check, const core::Decision& d, core::Instant now,
-                    pb::RateLimitResponse::DescriptorStatus* status) {
-  auto* limit = status->mutable_current_limit();
-  limit->set_name(std::string(check.name));
-  DescribeLimit(*check.limit, now, limit);
-  status->set_limit_remaining(static_cast<uint32_t>(std::min<int64_t>(d.remaining, UINT32_MAX)));
-  const core::Duration until = !d.allowed && !d.retry_after.IsInfinite() ? d.retry_after : d.reset;
-  status->mutable_duration_until_reset()->set_seconds(until.CeilSeconds());
+void Call::Start() {
+  std::string error = Prepare();
+  if (!error.empty()) {
+    done_(std::move(error));
+    delete this;
+    return;
+  }
+  pending_.store(groups_.size() + 1, std::memory_order_relaxed);
+  for (Group& g : groups_) {
+    server_.engine.Decide({.batch = {.scope = g.scope, .checks = {g.checks.data(), g.n}},
+                           .fail_mode = engine::FailMode::kOpen},
+                          {g.decisions.data(), g.n}, [this, &g](engine::Verdict v) {
+                            g.verdict = v;
+                            Release();
+                          });
+  }
+  Release();
 }
+
+void Call::Release() {
+  if (pending_.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+  Answer();
+  for (const auto& status : response_.statuses()) {
+    if (status.code() == pb::RateLimitResponse::OVER_LIMIT)
+      response_.set_overall_code(pb::RateLimitResponse::OVER_LIMIT);
+  }
+  done_({});
+  delete this;
+}
+
+}  // namespace internal
+
+namespace {
+
+using internal::pb::RateLimitRequest;
+using internal::pb::RateLimitResponse;
+constexpr size_t kMaxEntryBytes = 4096;
+
+// Why a call is invalid, or "".
+std::string Validate(const RateLimitRequest& req) {
+  if (req.domain().empty()) return "domain: must not be empty";
+  if (req.descriptors_size() == 0) return "descriptors: must not be empty";
+  for (int i = 0; i < req.descriptors_size(); ++i) {
+    const auto& d = req.descriptors(i);
+    const std::string path = "descriptors[" + std::to_string(i) + "]";
+    if (d.entries_size() == 0) return path + ".entries: must not be empty";
+    for (int j = 0; j < d.entries_size(); ++j) {
+      const auto& e = d.entries(j);
+      const std::string at = path + ".entries[" + std::to_string(j) + "]";
+      if (e.key().empty()) return at + ".key: must not be empty";
+      if (e.key().size() > kMaxEntryBytes || e.value().size() > kMaxEntryBytes)
+        return at + ": a key or value over " + std::to_string(kMaxEntryBytes) + " bytes";
+    }
+  }
+  return {};
+}
+
+// What identifies the files of envoy_config as read: names, sizes and modification times.
+std::string Fingerprint(const std::string& path) {
+  std::string out;
+  auto add = [&out](const std::string& p) {
+    struct stat st {};
+    if (::stat(p.c_str(), &st) != 0) return;
+    out += p + ":" + std::to_string(st.st_size) + ":" + std::to_string(st.st_mtim.tv_sec) + "." +
+           std::to_string(st.st_mtim.tv_nsec) + ";";
+  };
+  add(path);
+  if (DIR* dir = ::opendir(path.c_str())) {
+    std::set<std::string> names;
+    while (const dirent* e = ::readdir(dir)) names.insert(e->d_name);
+    ::closedir(dir);
+    for (const std::string& n : names) {
+      if (n != "." && n != "..") add(path + "/" + n);
+    }
+  }
+  return out;
+}
+
+void LogLine(const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); }
 
 }  // namespace
 
-struct RlsServer::Impl final : pb::RateLimitService::Service {
+struct RlsServer::Impl final : internal::pb::RateLimitService::CallbackService {
   Impl(RlsOptions o, engine::Engine& e, PolicyFn p)
-      : options(std::move(o)), engine(e), policy(std::move(p)) {}
+      : options(std::move(o)),
+        engine(e),
+        policy(std::move(p)),
+        registry(options.registry ? *options.registry : own_registry),
+        context{options, engine, stats, registry, detailed_series} {}
 
-  grpc::Status ShouldRateLimit(grpc::ServerContext*, const pb::RateLimitRequest* req,
-                               pb::RateLimitResponse* res) override {
-    const std::shared_ptr<const policy::Policy> pol = policy();
-    const RlsDomain* domain = nullptr;
-    for (const RlsDomain& d : options.domains)
-      if (d.domain == req->domain()) domain = &d;
-    res->set_overall_code(pb::RateLimitResponse::OK);
-    if (!domain) {
+  grpc::ServerUnaryReactor* ShouldRateLimit(grpc::CallbackServerContext* ctx,
+                                            const RateLimitRequest* req,
+                                            RateLimitResponse* res) override {
+    grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+    res->set_overall_code(RateLimitResponse::OK);
+    if (std::string error = Validate(*req); !error.empty()) {
+      stats.invalid.fetch_add(1, std::memory_order_relaxed);
+      reactor->Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, error));
+      return reactor;
+    }
+    internal::Done done = [this, reactor, res](std::string error) {
+      if (!error.empty()) {
+        stats.invalid.fetch_add(1, std::memory_order_relaxed);
+        reactor->Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, error));
+        return;
+      }
+      (res->overall_code() == RateLimitResponse::OK ? stats.ok : stats.over_limit)
+          .fetch_add(1, std::memory_order_relaxed);
+      reactor->Finish(grpc::Status::OK);
+    };
+    std::unique_ptr<internal::Call> call;
+    if (auto snapshot = Envoy()) {
+      if (const config::EnvoyDomain* d = snapshot->config.Find(req->domain()))
+        call = internal::EnvoyCall(context, std::move(snapshot), *d, *req, *res, std::move(done));
+    }
+    if (!call) {
+      for (const RlsDomain& d : options.domains) {
+        if (d.domain == req->domain())
+          call = internal::MappedCall(context, d, policy(), *req, *res, std::move(done));
+      }
+    }
+    if (!call) {
       stats.unknown_domain.fetch_add(1, std::memory_order_relaxed);
       for (int i = 0; i < req->descriptors_size(); ++i)
-        res->add_statuses()->set_code(pb::RateLimitResponse::OK);
+        res->add_statuses()->set_code(RateLimitResponse::OK);
       stats.ok.fetch_add(1, std::memory_order_relaxed);
-      return grpc::Status::OK;
+      reactor->Finish(grpc::Status::OK);
+      return reactor;
     }
-    const int64_t cost = req->hits_addend() == 0 ? 1 : req->hits_addend();
-    const core::Instant now = util::SystemClock::Instance().Now();
-    for (const pb::RateLimitDescriptor& desc : req->descriptors()) {
-      pb::RateLimitResponse::DescriptorStatus* status = res->add_statuses();
-      status->set_code(pb::RateLimitResponse::OK);
-      const policy::Key* key = nullptr;
-      const policy::Plan* plan = nullptr;
-      std::string address;
-      bool unknown_key = false;
-      for (const auto& e : desc.entries()) {
-        if (!domain->key_entry.empty() && e.key() == domain->key_entry) {
-          key = pol->FindByKey(policy::BearerToken(e.value()).value_or(e.value()));
-          unknown_key = key == nullptr;
-          if (key) plan = key->plan;
-        } else if (!domain->ip_entry.empty() && e.key() == domain->ip_entry && !plan) {
-          address = pol->ClientAddress(e.value(), "");
-          plan = &pol->anonymous();
-        }
+    call.release()->Start();
+    return reactor;
+  }
+
+  std::shared_ptr<const internal::EnvoySnapshot> Envoy() {
+    std::lock_guard lock(envoy_mu);
+    return envoy;
+  }
+
+  std::optional<core::Error> LoadEnvoy() {
+    if (options.envoy_config.empty()) return std::nullopt;
+    const std::string fingerprint = Fingerprint(options.envoy_config);
+    auto loaded = config::LoadEnvoyRlsConfig(options.envoy_config);
+    if (!loaded) return core::Error{loaded.error()};
+    auto snapshot = std::make_shared<internal::EnvoySnapshot>();
+    snapshot->config = std::move(loaded).value();
+    for (const config::EnvoyDomain& d : snapshot->config.domains) {
+      for (const RlsDomain& mapped : options.domains) {
+        if (mapped.domain == d.domain)
+          return core::Error{d.file + ": domain: '" + d.domain + "' is also in rls.domains"};
       }
-      if (unknown_key) {
-        stats.unknown_key.fetch_add(1, std::memory_order_relaxed);
-        status->set_code(pb::RateLimitResponse::OVER_LIMIT);
-        res->set_overall_code(pb::RateLimitResponse::OVER_LIMIT);
-        continue;
-      }
-      if (!plan || plan->limits.empty()) continue;
-      std::array<store::Check, kMaxChecks> checks;
-      std::array<core::Decision, kMaxChecks> decisions;
-      engine::Scopes scopes;
-      engine::AssignScope(scopes.primary, *plan, key, address);
-      if (plan->mixed_scopes) scopes.Fill(key, address);
-      const int64_t own_cost =
-          desc.has_hits_addend()
-              ? static_cast<int64_t>(std::min<uint64_t>(desc.hits_addend().value(), INT32_MAX))
-              : cost;
-      const size_t n = engine::ChecksFor(*plan, key, own_cost, now, checks, &scopes);
-      // Envoy holds nothing for us: a smoothing limit rejects instead of delaying.
-      for (size_t i = 0; i < n; ++i) checks[i].may_delay = false;
-      const std::string& scope = scopes.primary;
-      std::promise<engine::Verdict> done;
-      engine.Decide({.batch = {.scope = scope, .checks = {checks.data(), n}},
-                     .fail_mode = engine::FailMode::kOpen},
-                    {decisions.data(), n}, [&done](engine::Verdict v) { done.set_value(v); });
-      const engine::Verdict v = done.get_future().get();
-      // The one answer mapping (contract/): a denial is OVER_LIMIT; its headers are Envoy's to add.
-      contract::HeaderList headers;
-      std::string body;  // RLS has no body
-      const contract::AnswerOptions answer{.headers = &pol->config().headers};
-      const std::span<const store::Check> cs{checks.data(), n};
-      const std::span<const core::Decision> ds{decisions.data(), n};
-      const bool enforced = key ? key->enforced : plan->enforced;
-      if (!contract::Respond(v, cs, ds, enforced, answer, headers, body).allowed) {
-        status->set_code(pb::RateLimitResponse::OVER_LIMIT);
-        res->set_overall_code(pb::RateLimitResponse::OVER_LIMIT);
-      }
-      for (auto& [k, val] : headers.Pairs()) {
-        auto* h = res->add_response_headers_to_add();
-        h->set_key(k);
-        h->set_value(val);
-      }
-      if (v.primary >= 0 && enforced) {
-        const auto p = static_cast<size_t>(v.primary);
-        DescribeStatus(checks[p], decisions[p], v.now, status);
-      }
+      AddCounters(d.domain, d.root, *snapshot);
     }
-    (res->overall_code() == pb::RateLimitResponse::OK ? stats.ok : stats.over_limit)
-        .fetch_add(1, std::memory_order_relaxed);
-    return grpc::Status::OK;
+    std::lock_guard lock(envoy_mu);
+    envoy = std::move(snapshot);
+    envoy_fingerprint = fingerprint;
+    return std::nullopt;
+  }
+
+  void AddCounters(const std::string& domain, const config::EnvoyDescriptor& d,
+                   internal::EnvoySnapshot& snapshot) {
+    for (const config::EnvoyDescriptor& c : d.descriptors) {
+      if (c.rate_limit) snapshot.counters[&c] = internal::CountersFor(registry, domain, c.stat_key);
+      AddCounters(domain, c, snapshot);
+    }
+  }
+
+  // Re-reads envoy_config when its files change, until stopped.
+  void Watch() {
+    std::unique_lock lock(watch_mu);
+    while (!watch_stop) {
+      watch_cv.wait_for(lock, std::chrono::milliseconds(options.watch_interval_ms));
+      if (watch_stop) break;
+      std::string seen;
+      {
+        std::lock_guard e(envoy_mu);
+        seen = envoy_fingerprint;
+      }
+      if (Fingerprint(options.envoy_config) != seen) (void)Reload();
+    }
+  }
+
+  std::optional<core::Error> Reload() {
+    std::lock_guard lock(reload_mu);
+    auto error = LoadEnvoy();
+    if (error) {
+      stats.reloads_error.fetch_add(1, std::memory_order_relaxed);
+      // The refused files are not read again until they change once more.
+      {
+        std::lock_guard e(envoy_mu);
+        envoy_fingerprint = Fingerprint(options.envoy_config);
+      }
+      LogLine(
+          "{\"level\":\"error\",\"msg\":\"rls.envoy_config refused; the previous "
+          "descriptors keep serving\",\"error\":\"" +
+          contract::JsonEscape(error->message) + "\"}");
+      return error;
+    }
+    stats.reloads_ok.fetch_add(1, std::memory_order_relaxed);
+    LogLine("{\"level\":\"info\",\"msg\":\"rls.envoy_config loaded\"}");
+    return std::nullopt;
   }
 
   RlsOptions options;
   engine::Engine& engine;
   PolicyFn policy;
   RlsStats stats;
+  metrics::Registry own_registry;
+  metrics::Registry& registry;
+  std::atomic<uint64_t> detailed_series{0};
+  internal::ServerContext context;
+  std::mutex envoy_mu;
+  std::shared_ptr<const internal::EnvoySnapshot> envoy;
+  std::string envoy_fingerprint;
+  std::mutex reload_mu;
+  std::mutex watch_mu;
+  std::condition_variable watch_cv;
+  bool watch_stop = false;
+  std::thread watcher;
   std::unique_ptr<grpc::Server> server;
 };
 
@@ -174,19 +304,25 @@ RlsServer::RlsServer(RlsOptions options, engine::Engine& engine, PolicyFn policy
 RlsServer::~RlsServer() { Shutdown(); }
 
 core::Result<int> RlsServer::Start() {
+  if (auto error = impl_->LoadEnvoy()) return *std::move(error);
   // Kubernetes' gRPC probes and Envoy's health checks ask grpc.health.v1.Health.
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   int port = 0;
   builder.AddListeningPort(impl_->options.listen, grpc::InsecureServerCredentials(), &port);
   builder.RegisterService(impl_.get());
-  builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::MAX_POLLERS,
-                              impl_->options.threads);
   impl_->server = builder.BuildAndStart();
   if (!impl_->server || port == 0)
     return core::Error{"rls.listen: cannot listen on " + impl_->options.listen};
   SetServing(true);
+  if (!impl_->options.envoy_config.empty())
+    impl_->watcher = std::thread([this] { impl_->Watch(); });
   return port;
+}
+
+std::optional<core::Error> RlsServer::Reload() {
+  if (impl_->options.envoy_config.empty()) return std::nullopt;
+  return impl_->Reload();
 }
 
 void RlsServer::SetServing(bool serving) {
@@ -199,7 +335,14 @@ void RlsServer::SetServing(bool serving) {
 }
 
 void RlsServer::Shutdown() {
-  if (impl_ && impl_->server) {
+  if (!impl_) return;
+  {
+    std::lock_guard lock(impl_->watch_mu);
+    impl_->watch_stop = true;
+  }
+  impl_->watch_cv.notify_all();
+  if (impl_->watcher.joinable()) impl_->watcher.join();
+  if (impl_->server) {
     impl_->server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
     impl_->server.reset();
   }
@@ -217,6 +360,17 @@ void RlsServer::ExportMetrics(metrics::Registry& registry) const {
                        "Envoy RLS calls for a domain not configured.", ReadOf(st.unknown_domain));
   registry.CounterFrom("tollgate_rls_unknown_key_total",
                        "Envoy RLS descriptors with an unknown API key.", ReadOf(st.unknown_key));
+  registry.CounterFrom("tollgate_rls_invalid_total",
+                       "Envoy RLS calls answered INVALID_ARGUMENT (nothing consumed).",
+                       ReadOf(st.invalid));
+  registry.CounterFrom("tollgate_rls_shadow_mode_total",
+                       "Envoy RLS calls over a limit answered OK by rls.shadow_mode.",
+                       ReadOf(st.shadow_ok));
+  registry.CounterFrom("tollgate_rls_config_reloads_ok_total",
+                       "rls.envoy_config reloads installed.", ReadOf(st.reloads_ok));
+  registry.CounterFrom("tollgate_rls_config_reloads_error_total",
+                       "rls.envoy_config reloads refused (the previous files keep serving).",
+                       ReadOf(st.reloads_error));
 }
 
 }  // namespace tollgate::rls

@@ -76,6 +76,12 @@ struct StoreConfig {
   std::string tls_key_file;
 };
 
+// A Redis Cluster store (redis-cluster://, rediss-cluster://): a script runs on one slot only.
+inline bool IsRedisCluster(const StoreConfig& store) {
+  return store.type == "redis" && (store.url.rfind("redis-cluster://", 0) == 0 ||
+                                   store.url.rfind("rediss-cluster://", 0) == 0);
+}
+
 // Where API keys come from: the configuration (`keys:` list or `keys_file`), or PostgreSQL.
 struct KeySourceConfig {
   std::string source = "config";  // config | postgres
@@ -110,6 +116,12 @@ struct RlsDomainConfig {
 struct RlsConfig {
   std::string listen;
   std::vector<RlsDomainConfig> domains;
+  // envoyproxy/ratelimit descriptor files (a file or a directory of *.yaml), relative to the
+  // config file's directory; their domains are decided by descriptor (config/envoy_rls.hpp).
+  std::string envoy_config;
+  bool shadow_mode = false;  // every descriptor of those domains answers OK (upstream SHADOW_MODE)
+  bool response_headers = false;  // RateLimit fields in response_headers_to_add for those domains
+  double near_limit_ratio = 0.8;  // a hit above this share of its limit counts as near_limit
 };
 
 enum class Mode { kEnforce, kShadow };

@@ -33,6 +33,9 @@ class Gateway {
   // Called once, on the main thread, when SIGTERM or SIGINT starts the drain (the RLS server
   // reports NOT_SERVING from then on). Set before Run().
   void OnDrain(std::function<void()> hook);
+  // Called after every reload attempt (SIGHUP, POST /admin/reload), whatever its result, on the
+  // thread that reloads: other components re-read their own files. Set before Run().
+  void OnReload(std::function<void()> hook);
 
   struct Impl;  // defined in gateway.cpp
 
