@@ -5,15 +5,19 @@
     grpc_bench.py port                                   a free 127.0.0.1 TCP port
     grpc_bench.py busy                                   busy % of the busier CPU over 1 s
     grpc_bench.py decode < response-body                 overall_code of the RateLimitResponse
-    grpc_bench.py stats LOG STDOUT BEFORE AFTER          one JSON line: calls/s, p50/p99/p99.9
-                                                         and the growth of the counters
-    grpc_bench.py metrics ADMIN_PORT [PID]               tollgate_rls_*, degraded, redis; CPU ticks
+    grpc_bench.py stats LOG STDOUT BEFORE AFTER T0 T1    one JSON line: calls/s, p50/p99/p99.9,
+                                                         the growth of the counters, CPU use
+                                                         (T0, T1: the shell's `times` around h2load)
+    grpc_bench.py row JSON | clean JSON                  a line for people | exit 1 if busy
+    grpc_bench.py metrics ADMIN_PORT PIDS0 PIDS1         tollgate_rls_*, degraded, redis; CPU ticks
+                                                         (PIDSn: ours on CPU n, comma-separated)
     grpc_bench.py median FILE...                         medians of the `stats` lines
 
 The request is encoded from the field numbers of src/rls/proto/rls.proto: RateLimitRequest
 {domain = 1, descriptors = 2}, RateLimitDescriptor {entries = 1}, Entry {key = 1, value = 2}.
 """
 import json
+import os
 import socket
 import statistics
 import struct
@@ -77,7 +81,13 @@ def pct(sorted_values, permille):  # nearest rank: the smallest value with permi
     return sorted_values[max(0, min(len(sorted_values) - 1, k))]
 
 
-def stats(log_path, stdout_path, before_path, after_path):
+def children_seconds(times_path):  # second line of bash's `times`: "0m1.250s 0m0.300s"
+    line = open(times_path).read().splitlines()[1]
+    return sum(int(m) * 60 + float(sec) for m, sec in
+               (w.rstrip("s").split("m") for w in line.split()))
+
+
+def stats(log_path, stdout_path, before_path, after_path, times0, times1):
     lat, bad = [], 0
     with open(log_path) as f:
         for line in f:
@@ -111,14 +121,13 @@ def stats(log_path, stdout_path, before_path, after_path):
     before, after = json.load(open(before_path)), json.load(open(after_path))
     delta = {k[len("tollgate_"):]: after[k] - before.get(k, 0) for k in after
              if k.startswith("tollgate_")}
-    for cpu in ("_cpu0", "_cpu1"):
-        if cpu in after and cpu in before:
-            busy, steal, total, process = (a - b for a, b in zip(after[cpu], before[cpu]))
-            row[cpu[1:] + "_busy"] = round(100.0 * busy / max(total, 1))
-            row[cpu[1:] + "_steal"] = round(100.0 * steal / max(total, 1))
-            if cpu == "_cpu0" and "_pid" in after:
-                other = process - (after["_pid"] - before["_pid"])
-                row["cpu0_other"] = max(0, round(100.0 * other / max(total, 1)))
+    h2load_ticks = (children_seconds(times1) - children_seconds(times0)) * os.sysconf("SC_CLK_TCK")
+    for n in ("0", "1"):
+        busy, steal, total, process = (a - b for a, b in zip(after["_cpu" + n], before["_cpu" + n]))
+        own = after["_own" + n] - before["_own" + n] + (h2load_ticks if n == "1" else 0)
+        row["cpu%s_busy" % n] = round(100.0 * busy / max(total, 1))
+        row["cpu%s_steal" % n] = round(100.0 * steal / max(total, 1))
+        row["cpu%s_other" % n] = max(0, round(100.0 * (process - own) / max(total, 1)))
     row.update(delta)
     if "rls_ok_total" in delta:
         ok = delta["rls_ok_total"]
@@ -133,10 +142,11 @@ def stats(log_path, stdout_path, before_path, after_path):
 
 
 WATCHED = ("tollgate_rls_", "tollgate_degraded_total", "tollgate_redis_calls_total",
-           "tollgate_redis_timeouts_total", "tollgate_redis_errors_total")
+           "tollgate_redis_timeouts_total", "tollgate_redis_errors_total",
+           "tollgate_redis_reconnects_total")
 
 
-def metrics(port, pid=None):
+def metrics(port, cpu0_pids="", cpu1_pids=""):
     text = urllib.request.urlopen("http://127.0.0.1:%s/metrics" % port, timeout=5).read().decode()
     out = {}
     for line in text.splitlines():
@@ -145,16 +155,19 @@ def metrics(port, pid=None):
             name = name.split("{")[0]  # summed over labels
             out[name] = out.get(name, 0) + int(float(value))
     # Where the time went: ticks of CPU 0 (tollgate) and CPU 1 (h2load, redis) from /proc/stat,
-    # and tollgate's own (PID): CPU 0's user+system ticks beyond tollgate's are someone else's.
+    # and those of our own processes pinned there (h2load's come from the shell's `times`):
+    # user+system ticks beyond ours are someone else's (a build on a shared machine).
     with open("/proc/stat") as f:
         for line in f:
             cols = line.split()
             if cols[0] in ("cpu0", "cpu1"):
                 t = [int(x) for x in cols[1:9]]  # user nice system idle iowait irq softirq steal
                 out["_" + cols[0]] = [sum(t) - t[3] - t[4] - t[7], t[7], sum(t), t[0] + t[1] + t[2]]
-    if pid:
-        with open("/proc/%s/stat" % pid) as f:
-            out["_pid"] = sum(int(x) for x in f.read().rsplit(")", 1)[1].split()[11:13])
+    for cpu, pids in (("_own0", cpu0_pids), ("_own1", cpu1_pids)):
+        out[cpu] = 0
+        for pid in filter(None, pids.split(",")):
+            with open("/proc/%s/stat" % pid) as f:
+                out[cpu] += sum(int(x) for x in f.read().rsplit(")", 1)[1].split()[11:13])
     return out
 
 
@@ -166,12 +179,13 @@ def errors(r):
 
 def extras(r):
     """What a reader must know beside the figures: fail-open answers, Redis timeouts."""
-    notes = ["cpu0 %s%% busy (%s%% not tollgate), cpu1 %s%%" % (
-        r.get("cpu0_busy"), r.get("cpu0_other"), r.get("cpu1_busy"))]
+    notes = ["cpu0 %d%% busy (%d%% not ours), cpu1 %d%% (%d%%)" % (
+        r["cpu0_busy"], r["cpu0_other"], r["cpu1_busy"], r["cpu1_other"])]
     notes += ["steal %s%%/%s%%" % (r["cpu0_steal"], r["cpu1_steal"])] if r.get(
         "cpu0_steal") or r.get("cpu1_steal") else []
     notes += ["%s %d" % (k, r[k]) for k in ("degraded_total", "redis_timeouts_total",
-                                           "redis_errors_total") if r.get(k)]
+                                           "redis_errors_total", "redis_reconnects_total")
+              if r.get(k)]
     if r.get("grpc_unchecked"):
         notes.append("gRPC status unchecked (no tollgate_rls_ok_total)")
     return ("  [" + ", ".join(notes) + "]") if notes else ""
@@ -200,13 +214,16 @@ def main(argv):
         print({0: "UNKNOWN", 1: "OK", 2: "OVER_LIMIT"}.get(
             decode_overall_code(sys.stdin.buffer.read()), "?"))
     elif cmd == "stats":
-        print(json.dumps(stats(*argv[2:6])))
+        print(json.dumps(stats(*argv[2:8])))
     elif cmd == "metrics":
-        print(json.dumps(metrics(*argv[2:4])))
+        print(json.dumps(metrics(*argv[2:5])))
     elif cmd == "row":
         r = json.load(open(argv[2]))
         print("%8.0f calls/s  p50 %.3f  p99 %.3f  p99.9 %.3f ms  errors %d%s" % (
             r["calls_s"], r["p50_ms"], r["p99_ms"], r["p999_ms"], errors(r), extras(r)))
+    elif cmd == "clean":  # someone else used more than OTHER_MAX % of a CPU: measure again
+        r = json.load(open(argv[2]))
+        sys.exit(int(max(r["cpu0_other"], r["cpu1_other"]) > int(os.environ.get("OTHER_MAX", 10))))
     elif cmd == "median":
         rows = [json.loads(line) for path in argv[2:] for line in open(path) if line.strip()]
         med = {k: statistics.median(r[k] for r in rows)

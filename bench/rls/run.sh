@@ -20,7 +20,8 @@
 # instead of `rls.domains`: a binary without that key fails check-config and the script stops),
 # OUT_DIR (default a new /tmp/tollgate-rls-bench.*), KEEP_LOGS=1 keeps h2load's per-request logs,
 # QUIET_WAIT=300: before each round, wait up to that many seconds for both CPUs to be under 10%
-# busy (a shared machine); each row then says how much of CPU 0 was not tollgate's.
+# busy (a shared machine); each row then says how much of each CPU went to processes not ours,
+# and a measurement where that exceeds OTHER_MAX=10 % is discarded and run again (RETRIES=5).
 # Everything listens on and talks to 127.0.0.1 only; every process started here is stopped by
 # its PID on exit.
 set -euo pipefail
@@ -51,7 +52,7 @@ cleanup() { for pid in "${!running[@]}"; do stop "$pid"; done; }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-redis_url=""
+redis_url="" redis_pid=""
 if [[ $store == redis ]]; then
   command -v redis-server >/dev/null || { echo "redis-server missing" >&2; exit 1; }
   redis_port=$(py port)
@@ -156,13 +157,21 @@ for ((r = 1; r <= rounds; r++)); do
     for shape in $shapes; do
       c=${shape%x*} m=${shape#*x}
       base=$dir/c${c}m$m
-      py metrics "$admin" "$tg" > "$base.before.json"
-      h2 -c "$c" -m "$m" -D "$duration" --log-file "$base.log" > "$base.txt"
-      py metrics "$admin" "$tg" > "$base.after.json"
-      py stats "$base.log" "$base.txt" "$base.before.json" "$base.after.json" > "$base.json"
-      [[ ${KEEP_LOGS:-0} == 1 ]] || rm -f "$base.log"
+      for ((try = 1; ; try++)); do  # again (up to RETRIES) if someone else took a CPU
+        py metrics "$admin" "$tg" "$redis_pid" > "$base.before.json"
+        times > "$base.times0"
+        h2 -c "$c" -m "$m" -D "$duration" --log-file "$base.log" > "$base.txt"
+        times > "$base.times1"
+        py metrics "$admin" "$tg" "$redis_pid" > "$base.after.json"
+        py stats "$base".{log,txt,before.json,after.json,times0,times1} > "$base.json"
+        [[ ${KEEP_LOGS:-0} == 1 ]] || rm -f "$base.log"
+        line="round $r  $(basename "$bin")  -c $c -m $m  $(py row "$base.json")"
+        py clean "$base.json" || ((try >= ${RETRIES:-5})) || {
+          echo "$line  DISCARDED: the machine was busy" | tee -a "$out/summary.txt"; quiet; continue; }
+        break
+      done
       cat "$base.json" >> "$out/bin$i-$shape.jsonl"
-      echo "round $r  $(basename "$bin")  -c $c -m $m  $(py row "$base.json")" | tee -a "$out/summary.txt"
+      echo "$line" | tee -a "$out/summary.txt"
     done
     stop "$tg"
   done

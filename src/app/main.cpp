@@ -17,6 +17,7 @@
 #include <utility>
 
 #include <tollgate/config/config.hpp>
+#include <tollgate/config/envoy_rls.hpp>
 #include <tollgate/core/limit.hpp>
 #include <tollgate/http/gateway.hpp>
 #ifdef TOLLGATE_HAVE_RLS
@@ -193,6 +194,15 @@ int CheckConfig(const std::string& path) {
     std::printf("anonymous (per client IP):\n");
     for (const auto& l : c.anonymous)
       std::printf("    %-10s %s\n", l.name.c_str(), DescribeLimit(l.spec).c_str());
+  }
+  if (!c.rls.envoy_config.empty()) {
+    auto envoy = tollgate::config::LoadEnvoyRlsConfig(c.rls.envoy_config);
+    if (!envoy) {
+      std::fprintf(stderr, "%s: rls.envoy_config: %s\n", path.c_str(), envoy.error().c_str());
+      return 1;
+    }
+    std::printf("rls.envoy_config: %zu domain(s) from %zu file(s)\n", envoy->domains.size(),
+                envoy->files.size());
   }
   std::printf("keys: %zu\nroutes: %zu\n", c.keys.size(), c.routes.size());
   for (const std::string& w : tollgate::config::UnreachableRoutes(c.routes)) {

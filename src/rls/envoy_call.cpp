@@ -54,6 +54,7 @@ class Envoy final : public Call {
     Group* group = nullptr;
     size_t index = 0;         // its check in `group`
     Limited* same = nullptr;  // a descriptor twice in one call: decided once, by `same`
+    bool replaced = false;    // named by another matched limit's `replaces`: not evaluated
   };
 
   DescriptorCounters Counters(const config::EnvoyMatch& m) {
@@ -66,67 +67,81 @@ class Envoy final : public Call {
   }
 
   std::string Prepare() override {
-    const bool global_shadow = server_.options.shadow_mode;
     std::vector<std::pair<std::string_view, std::string_view>> entries;
     for (int i = 0; i < request_.descriptors_size(); ++i) {
       const pb::RateLimitDescriptor& desc = request_.descriptors(i);
       response_.add_statuses()->set_code(pb::RateLimitResponse::OK);
       entries.clear();
       for (const auto& e : desc.entries()) entries.emplace_back(e.key(), e.value());
-      Limited l;
+      // In place: an override's `limit` points into its own `own`.
+      Limited& l = limited_.emplace_back();
       l.status = i;
       l.cost = CostOf(request_, desc);
       if (desc.has_limit()) {
-        // Envoy's per-route override: its rate, counted as upstream does (no shadow mode).
-        const auto unit = config::EnvoyUnitFromNumber(desc.limit().unit());
-        if (!unit) {
-          return "descriptors[" + std::to_string(i) + "].limit.unit: unknown unit " +
-                 std::to_string(desc.limit().unit());
-        }
-        l.unit = *unit;
-        l.requests_per_unit = desc.limit().requests_per_unit();
-        if (l.requests_per_unit > 0) {
-          core::LimitSpec spec{.algorithm = core::Algorithm::kFixedWindow,
-                               .limit = l.requests_per_unit,
-                               .window = core::Duration::Seconds(EnvoyUnitSeconds(l.unit))};
-          l.own = *core::Limit::Create(spec);
-          l.limit = &*l.own;
-        }
-        l.check_name = "envoy-override:" + std::string(EnvoyUnitName(l.unit));
-        // Counted under the entry the descriptor matches, if any.
-        const config::EnvoyMatch m = config::EnvoyRlsConfig::Match(domain_, entries);
-        if (m.descriptor) l.counters = Counters(m);
-      } else {
-        const config::EnvoyMatch m = config::EnvoyRlsConfig::Match(domain_, entries);
-        if (!m.descriptor) continue;  // nothing limits it: OK
-        const config::EnvoyRateLimit& rl = *m.descriptor->rate_limit;
-        l.config = &rl;
-        l.unlimited = rl.unlimited;
-        l.requests_per_unit = rl.requests_per_unit;
-        l.unit = rl.unit;
-        l.limit = rl.limit ? &*rl.limit : nullptr;
-        l.shadow = m.descriptor->shadow_mode;
-        l.counters = Counters(m);
-        l.check_name = "envoy:" + std::string(EnvoyUnitName(rl.unit)) + ":" +
-                       std::string(core::AlgorithmName(rl.algorithm));
+        if (std::string error = Override(desc.limit(), entries, l); !error.empty())
+          return "descriptors[" + std::to_string(i) + "].limit." + error;
+      } else if (!Configured(entries, l)) {
+        limited_.pop_back();  // nothing limits it: OK
+        continue;
       }
-      l.shadow = l.shadow || global_shadow;
+      l.shadow = l.shadow || server_.options.shadow_mode;
       l.scope = ScopeOf(domain_.domain, entries);
-      limited_.push_back(std::move(l));
     }
     // replaces: a limit named by another matched limit's `replaces` is not evaluated.
     std::set<std::string_view> replaced;
     for (const Limited& l : limited_) {
       if (l.config) replaced.insert(l.config->replaces.begin(), l.config->replaces.end());
     }
-    std::erase_if(limited_, [&](const Limited& l) {
-      return l.config && !l.config->name.empty() && replaced.count(l.config->name);
-    });
-    // The checks: one per distinct (descriptor, limit); a repeated descriptor adds its cost.
+    for (Limited& l : limited_) {
+      l.replaced = l.config && !l.config->name.empty() && replaced.count(l.config->name);
+    }
+    return MakeGroups();
+  }
+
+  // Envoy's per-route override (RateLimitDescriptor.limit): its rate, counted as upstream does
+  // (no shadow mode), under the entry the descriptor matches, if any.
+  std::string Override(const pb::RateLimitDescriptor::RateLimitOverride& o,
+                       config::EnvoyEntries entries, Limited& l) {
+    const auto unit = config::EnvoyUnitFromNumber(o.unit());
+    if (!unit) return "unit: unknown unit " + std::to_string(o.unit());
+    l.unit = *unit;
+    l.requests_per_unit = o.requests_per_unit();
+    if (l.requests_per_unit > 0) {
+      l.own = *core::Limit::Create({.algorithm = core::Algorithm::kFixedWindow,
+                                    .limit = l.requests_per_unit,
+                                    .window = core::Duration::Seconds(EnvoyUnitSeconds(l.unit))});
+      l.limit = &*l.own;
+    }
+    l.check_name = "envoy-override:" + std::string(EnvoyUnitName(l.unit));
+    const config::EnvoyMatch m = config::EnvoyRlsConfig::Match(domain_, entries);
+    if (m.descriptor) l.counters = Counters(m);
+    return {};
+  }
+
+  // The configured entry the descriptor matches; false when none.
+  bool Configured(config::EnvoyEntries entries, Limited& l) {
+    const config::EnvoyMatch m = config::EnvoyRlsConfig::Match(domain_, entries);
+    if (!m.descriptor) return false;
+    const config::EnvoyRateLimit& rl = *m.descriptor->rate_limit;
+    l.config = &rl;
+    l.unlimited = rl.unlimited;
+    l.requests_per_unit = rl.requests_per_unit;
+    l.unit = rl.unit;
+    l.limit = rl.limit ? &*rl.limit : nullptr;
+    l.shadow = m.descriptor->shadow_mode;
+    l.counters = Counters(m);
+    l.check_name = "envoy:" + std::string(EnvoyUnitName(rl.unit)) + ":" +
+                   std::string(core::AlgorithmName(rl.algorithm));
+    return true;
+  }
+
+  // The checks: one per distinct (descriptor, limit), a repeated descriptor adding its cost; all
+  // in one group when the store can span scopes, else one group each.
+  std::string MakeGroups() {
     std::map<std::pair<std::string_view, const core::Limit*>, Limited*> seen;
     std::vector<Limited*> decided;
     for (Limited& l : limited_) {
-      if (!l.limit) continue;
+      if (!l.limit || l.replaced) continue;
       auto [it, fresh] = seen.try_emplace({l.scope, l.limit}, &l);
       if (!fresh) {
         l.same = it->second;
@@ -166,6 +181,7 @@ class Envoy final : public Call {
     int64_t headline_remaining = 0;
     bool overridden = false;  // an OVER_LIMIT answered OK by rls.shadow_mode
     for (const Limited& l : limited_) {
+      if (l.replaced) continue;
       pb::RateLimitResponse::DescriptorStatus* status = response_.mutable_statuses(l.status);
       const auto add = [](std::atomic<uint64_t>* c, int64_t n) {
         if (c) c->fetch_add(static_cast<uint64_t>(n), std::memory_order_relaxed);
@@ -196,9 +212,7 @@ class Envoy final : public Call {
         const core::Decision& dec = d.group->decisions[d.index];
         over = !dec.allowed;
         remaining = dec.remaining;
-        // Rejected by another descriptor: nothing was consumed, this one's budget is intact.
-        if (!over && v.kind == engine::Verdict::Kind::kRejected)
-          remaining = std::min<int64_t>(dec.limit, dec.remaining + d.cost);
+        // Rejected by another descriptor: the stores answer what is left, nothing consumed.
         const core::Duration wait =
             over && !dec.retry_after.IsInfinite() ? dec.retry_after : dec.reset;
         until = wait.CeilSeconds();

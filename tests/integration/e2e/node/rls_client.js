@@ -11,6 +11,8 @@
 //         "OVER_LIMIT"), uint64/int64 as strings (protobuf's JSON mapping), durations as
 //         {"seconds": "100", "nanos": 0}; or {"error": "..."} for a call that failed, after
 //         which no further call is made. Exit code 0 when every call answered, 1 otherwise.
+//         With --keep-going, a failed call's place holds {"grpc_error": CODE, "details": "..."}
+//         and the next calls are made (exit code 0).
 //
 // Bounded: every call has a deadline (--deadline-ms, default 5000), and the whole run exits
 // after --total-ms (default 30000) whatever happens.
@@ -19,7 +21,7 @@
 const path = require('path');
 
 function parseArgs(argv) {
-  const out = {target: '', proto: '', deadlineMs: 5000, totalMs: 30000};
+  const out = {target: '', proto: '', deadlineMs: 5000, totalMs: 30000, keepGoing: false};
   for (let i = 0; i < argv.length; i++) {
     const a = argv[i];
     const next = () => {
@@ -30,6 +32,7 @@ function parseArgs(argv) {
     else if (a === '--proto') out.proto = next();
     else if (a === '--deadline-ms') out.deadlineMs = Number(next());
     else if (a === '--total-ms') out.totalMs = Number(next());
+    else if (a === '--keep-going') out.keepGoing = true;
     else throw new Error('unknown argument ' + a);
   }
   if (!out.target || !out.proto) throw new Error('--target and --proto are required');
@@ -88,7 +91,8 @@ async function main() {
     const response = await new Promise((resolve) => {
       const deadline = new Date(Date.now() + args.deadlineMs);
       client.ShouldRateLimit(request, {deadline}, (err, res) => {
-        if (err) resolve({error: 'ShouldRateLimit: ' + err.code + ' ' + err.details});
+        if (err && args.keepGoing) resolve({grpc_error: err.code, details: err.details});
+        else if (err) resolve({error: 'ShouldRateLimit: ' + err.code + ' ' + err.details});
         else resolve(res);
       });
     });
