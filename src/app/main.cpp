@@ -237,6 +237,9 @@ std::unique_ptr<tollgate::rls::RlsServer> StartRls(const tollgate::config::RlsCo
   server->ExportMetrics(gateway.metrics());
   gateway.OnDrain([s = server.get()] { s->SetServing(false); });
   gateway.OnReload([s = server.get()] { (void)s->Reload(); });
+  gateway.AddAdminEndpoint("/json", [s = server.get()](std::string body, auto reply) {
+    s->DecideJson(std::move(body), std::move(reply));
+  });
   return server;
 }
 #else

@@ -43,6 +43,41 @@ net::awaitable<Step> Worker::ServeUsage(Step step, Exchange& ex, Scratch& scratc
   co_return Reply(ex, scratch, status, scratch.body, {}, type);
 }
 
+// An endpoint of another component (Gateway::AddAdminEndpoint): the body read whole (64 KiB at
+// most), the handler's answer awaited.
+net::awaitable<Step> Worker::ServeAdminHook(Conn& stream, beast::flat_buffer& buffer, Exchange& ex,
+                                            Scratch& scratch) {
+  constexpr size_t kMaxBody = 64 * 1024;
+  std::string& body = scratch.body;
+  body.clear();
+  if (RequestParser* p = ex.body_parser) {
+    auto chunk = std::make_unique_for_overwrite<char[]>(kMaxBody);
+    while (!p->is_done()) {
+      p->get().body().data = chunk.get();
+      p->get().body().size = kMaxBody;
+      stream.ExpiresAfter(milliseconds(gw.server.header_timeout_ms));
+      auto [read_ec, n] = co_await bhttp::async_read(stream.socket, buffer, *p, kTuple);
+      beast::error_code ec = stream.Check(read_ec);
+      if (ec == bhttp::error::need_buffer) ec = {};
+      body.append(chunk.get(), kMaxBody - p->get().body().size);
+      if (ec || body.size() > kMaxBody) {
+        ex.client_keep_alive = false;
+        co_return Reply(ex, scratch,
+                        ec ? bhttp::status::bad_request : bhttp::status::payload_too_large,
+                        ErrorBody(ec ? "bad_request" : "body_too_large",
+                                  ec ? ec.message() : "the body is over 64 KiB"));
+      }
+    }
+  }
+  auto [status, answer] = co_await Await<std::pair<int, std::string>>([&ex, &body](auto resume) {
+    (*ex.admin_hook)(body, [resume = std::move(resume)](int s, std::string b) mutable {
+      resume(std::pair<int, std::string>(s, std::move(b)));
+    });
+  });
+  body = std::move(answer);
+  co_return Reply(ex, scratch, static_cast<bhttp::status>(status), body);
+}
+
 // Billing export: tollgate usage --period 2026-11 [--account ID] --format csv|json.
 net::awaitable<bhttp::status> Worker::UsageExport(std::string_view query, std::string& body,
                                                   std::string_view& type) {
@@ -226,6 +261,12 @@ std::optional<Step> Worker::BuiltIn(Exchange& ex, Scratch& scratch, Listener lis
       return Reply(ex, scratch, bhttp::status::ok, AdminKeyBody(*k));
     }
     if (method == "GET" && path == "/admin/usage") return Step::kAdminUsage;
+    if (method == "POST") {
+      if (auto it = gw.admin_endpoints.find(path); it != gw.admin_endpoints.end()) {
+        ex.admin_hook = &it->second;
+        return Step::kAdminHook;
+      }
+    }
     return Reply(ex, scratch, bhttp::status::not_found,
                  ErrorBody("not_found", "unknown admin endpoint"));
   }

@@ -359,6 +359,9 @@ metrics::Registry& Gateway::metrics() { return impl_->metrics; }
 
 void Gateway::OnDrain(std::function<void()> hook) { impl_->on_drain = std::move(hook); }
 void Gateway::OnReload(std::function<void()> hook) { impl_->on_reload = std::move(hook); }
+void Gateway::AddAdminEndpoint(std::string path, AdminHandler handler) {
+  impl_->admin_endpoints[std::move(path)] = std::move(handler);
+}
 
 int Gateway::Run() {
   Impl& g = *impl_;

@@ -210,13 +210,12 @@ net::awaitable<void> Worker::Session(tcp::socket socket, Listener listener, Conn
       Step step = Begin(ex, scratch, head, parser ? &*parser : nullptr, peer, peer_ip, listener);
       if (step == Step::kAdminUsage || step == Step::kKeyUsage) {
         step = co_await ServeUsage(step, ex, scratch);
+      } else if (step == Step::kAdminHook) {
+        step = co_await ServeAdminHook(stream, buffer, ex, scratch);
       } else if (step == Step::kDecide) {
         const std::span<core::Decision> decisions{ex.decisions.data(), ex.n_checks};
-        if (gw.memory) {
-          ex.verdict = DecideNow(ex.request, decisions);
-        } else {
-          ex.verdict = co_await Decide(ex.request, decisions);
-        }
+        ex.verdict =
+            gw.memory ? DecideNow(ex.request, decisions) : co_await Decide(ex.request, decisions);
         step = Conclude(ex, scratch);
         if (ex.held) co_await Hold(ex);
       }

@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <memory>
 #include <memory_resource>
 #include <mutex>
@@ -109,6 +110,7 @@ enum class Step {
   kDecide,      // decide ex.request, then Conclude()
   kAdminUsage,  // GET /admin/usage
   kKeyUsage,    // GET /v1/usage
+  kAdminHook,   // POST to an endpoint of Gateway::AddAdminEndpoint
   kForward,     // to the upstream
 };
 
@@ -174,8 +176,9 @@ struct Gateway::Impl {
       metrics.Counter("tollgate_decision_untrusted_headers_total");
   std::atomic<size_t> in_flight{0};
   std::atomic<bool> draining{false};
-  std::function<void()> on_drain;   // Gateway::OnDrain
-  std::function<void()> on_reload;  // Gateway::OnReload
+  std::function<void()> on_drain;                                    // Gateway::OnDrain
+  std::function<void()> on_reload;                                   // Gateway::OnReload
+  std::map<std::string, AdminHandler, std::less<>> admin_endpoints;  // Gateway::AddAdminEndpoint
 
   // Smoothing: room for held requests, reserved before a decision that may delay (so that the
   // bounds are exact), given back after the hold or at once when there is none.
@@ -473,6 +476,8 @@ struct Worker {
   // GET /admin/usage and GET /v1/usage: renders the reply (a coroutine of its own, as only
   // these requests wait on the usage backend) and says the next step.
   net::awaitable<Step> ServeUsage(Step step, Exchange& ex, Scratch& scratch);
+  net::awaitable<Step> ServeAdminHook(Conn& stream, beast::flat_buffer& buffer, Exchange& ex,
+                                      Scratch& scratch);
   // Their bodies: the status, the body into `body` (and its type).
   net::awaitable<bhttp::status> UsageExport(std::string_view query, std::string& body,
                                             std::string_view& type);
@@ -499,7 +504,8 @@ struct Exchange {
   std::string_view method, path, query, authority, forwarded_for, presented;
   bool has_query = false;
   bool client_keep_alive = false;
-  bool reply_keep = false;  // after Reply()
+  bool reply_keep = false;                            // after Reply()
+  const Gateway::AdminHandler* admin_hook = nullptr;  // Step::kAdminHook
   RequestLog log;
   const policy::Key* key = nullptr;
   const policy::Plan* plan = nullptr;

@@ -9,6 +9,7 @@
 #include <set>
 #include <thread>
 
+#include <google/protobuf/util/json_util.h>
 #include <grpcpp/grpcpp.h>
 
 #include <tollgate/contract/contract.hpp>
@@ -171,43 +172,50 @@ struct RlsServer::Impl final : internal::pb::RateLimitService::CallbackService {
                                             const RateLimitRequest* req,
                                             RateLimitResponse* res) override {
     grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-    res->set_overall_code(RateLimitResponse::OK);
-    if (std::string error = Validate(*req); !error.empty()) {
+    Dispatch(*req, *res, [reactor](std::string error) {
+      reactor->Finish(error.empty() ? grpc::Status::OK
+                                    : grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, error));
+    });
+    return reactor;
+  }
+
+  // Decides `req` into `res` for its domain's kind; `finish` runs once, with "" or why the call
+  // is invalid (nothing consumed).
+  void Dispatch(const RateLimitRequest& req, RateLimitResponse& res, internal::Done finish) {
+    res.set_overall_code(RateLimitResponse::OK);
+    if (std::string error = Validate(req); !error.empty()) {
       stats.invalid.fetch_add(1, std::memory_order_relaxed);
-      reactor->Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, error));
-      return reactor;
+      finish(std::move(error));
+      return;
     }
-    internal::Done done = [this, reactor, res](std::string error) {
+    internal::Done done = [this, &res, finish = std::move(finish)](std::string error) {
       if (!error.empty()) {
         stats.invalid.fetch_add(1, std::memory_order_relaxed);
-        reactor->Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, error));
-        return;
+      } else {
+        (res.overall_code() == RateLimitResponse::OK ? stats.ok : stats.over_limit)
+            .fetch_add(1, std::memory_order_relaxed);
       }
-      (res->overall_code() == RateLimitResponse::OK ? stats.ok : stats.over_limit)
-          .fetch_add(1, std::memory_order_relaxed);
-      reactor->Finish(grpc::Status::OK);
+      finish(std::move(error));
     };
     std::unique_ptr<internal::Call> call;
     if (auto snapshot = Envoy()) {
-      if (const config::EnvoyDomain* d = snapshot->config.Find(req->domain()))
-        call = internal::EnvoyCall(context, std::move(snapshot), *d, *req, *res, std::move(done));
+      if (const config::EnvoyDomain* d = snapshot->config.Find(req.domain()))
+        call = internal::EnvoyCall(context, std::move(snapshot), *d, req, res, std::move(done));
     }
     if (!call) {
       for (const RlsDomain& d : options.domains) {
-        if (d.domain == req->domain())
-          call = internal::MappedCall(context, d, policy(), *req, *res, std::move(done));
+        if (d.domain == req.domain())
+          call = internal::MappedCall(context, d, policy(), req, res, std::move(done));
       }
     }
     if (!call) {
       stats.unknown_domain.fetch_add(1, std::memory_order_relaxed);
-      for (int i = 0; i < req->descriptors_size(); ++i)
-        res->add_statuses()->set_code(RateLimitResponse::OK);
-      stats.ok.fetch_add(1, std::memory_order_relaxed);
-      reactor->Finish(grpc::Status::OK);
-      return reactor;
+      for (int i = 0; i < req.descriptors_size(); ++i)
+        res.add_statuses()->set_code(RateLimitResponse::OK);
+      done({});
+      return;
     }
     call.release()->Start();
-    return reactor;
   }
 
   std::shared_ptr<const internal::EnvoySnapshot> Envoy() {
@@ -323,6 +331,36 @@ core::Result<int> RlsServer::Start() {
 std::optional<core::Error> RlsServer::Reload() {
   if (impl_->options.envoy_config.empty()) return std::nullopt;
   return impl_->Reload();
+}
+
+void RlsServer::DecideJson(std::string body,
+                           std::function<void(int status, std::string body)> reply) {
+  struct JsonCall {
+    RateLimitRequest request;
+    RateLimitResponse response;
+  };
+  auto call = std::make_shared<JsonCall>();
+  auto problem = [](const std::string& message) {
+    return "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,"
+           "\"code\":\"invalid_request\",\"detail\":\"" +
+           contract::JsonEscape(message) + "\"}";
+  };
+  const auto parsed = google::protobuf::util::JsonStringToMessage(body, &call->request);
+  if (!parsed.ok()) {
+    reply(400, problem("not a RateLimitRequest: " + std::string(parsed.message())));
+    return;
+  }
+  impl_->Dispatch(
+      call->request, call->response, [call, reply = std::move(reply), problem](std::string error) {
+        if (!error.empty()) {
+          reply(400, problem(error));
+          return;
+        }
+        std::string json;
+        (void)google::protobuf::util::MessageToJsonString(call->response, &json);
+        reply(call->response.overall_code() == RateLimitResponse::OVER_LIMIT ? 429 : 200,
+              std::move(json));
+      });
 }
 
 void RlsServer::SetServing(bool serving) {

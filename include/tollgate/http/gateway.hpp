@@ -36,6 +36,12 @@ class Gateway {
   // Called after every reload attempt (SIGHUP, POST /admin/reload), whatever its result, on the
   // thread that reloads: other components re-read their own files. Set before Run().
   void OnReload(std::function<void()> hook);
+  // An endpoint of another component on the admin listener: POST `path` with a body of at most
+  // 64 KiB; `handler` gets the body and calls `reply` once, on any thread, with the status and
+  // a JSON body. Set before Run().
+  using AdminReply = std::function<void(int status, std::string body)>;
+  using AdminHandler = std::function<void(std::string body, AdminReply reply)>;
+  void AddAdminEndpoint(std::string path, AdminHandler handler);
 
   struct Impl;  // defined in gateway.cpp
 

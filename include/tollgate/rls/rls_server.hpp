@@ -88,6 +88,10 @@ class RlsServer {
   std::optional<core::Error> Reload();
   void SetServing(bool serving);
   void Shutdown();
+  // upstream's /json for debugging: a RateLimitRequest in protobuf's JSON mapping, decided as a
+  // gRPC call is; `reply` gets 200 (OK) or 429 (OVER_LIMIT) and the RateLimitResponse in the
+  // same mapping, or 400 and a problem body for a request that is not one. Any thread.
+  void DecideJson(std::string body, std::function<void(int status, std::string body)> reply);
   const RlsStats& stats() const;
   void ExportMetrics(metrics::Registry& registry) const;
 

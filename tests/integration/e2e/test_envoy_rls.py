@@ -448,6 +448,28 @@ descriptors:
         self.assertEqual(m.get("tollgate_rls_unknown_domain_total"), 1)
         self.assertTrue(self.gateway.process.alive())
 
+    def test_json_debug_endpoint_on_the_admin_listener(self):
+        self.start_rls({"api.yaml": self.DOMAIN % 1})
+        body = json.dumps({"domain": "api", "descriptors": [
+            {"entries": [{"key": "user", "value": "ann"}]}]}).encode()
+        post = lambda b: self.gateway.admin("POST", "/json", body=b, headers={
+            "Content-Type": "application/json", "Content-Length": str(len(b))})
+        first, second = post(body), post(body)
+        self.assertEqual(first.status, 200, first)
+        self.assertEqual(first.json()["overallCode"], "OK")
+        self.assertEqual(first.json()["statuses"][0]["currentLimit"],
+                         {"requestsPerUnit": 1, "unit": "DAY", "name": "per_user"})
+        self.assertEqual(second.status, 429, second)
+        self.assertEqual(second.json()["overallCode"], "OVER_LIMIT")
+        self.assertRegex(second.json()["statuses"][0]["durationUntilReset"], r"^\d+s$")
+        for bad in (b"{", b'{"domain": 5}', b'{"domain": "api"}', b'{"nope": 1}'):
+            r = post(bad)
+            self.assertEqual(r.status, 400, (bad, r))
+            self.assertEqual(r.json()["code"], "invalid_request", r)
+        # Only on the admin listener: the public one treats /json as an upstream path.
+        public = self.gateway.request("POST", "/json", body=body)
+        self.assertNotIn(b"overallCode", public.body, public)
+
     def test_global_shadow_mode_answers_ok_and_counts(self):
         self.start_rls({"api.yaml": self.DOMAIN % 1}, shadow_mode=True)
         u = call("api", desc(("user", "ann")))

@@ -1,6 +1,7 @@
 // A real gRPC client calling ShouldRateLimit over loopback.
 #include <tollgate/rls/rls_server.hpp>
 
+#include <fstream>
 #include <future>
 #include <map>
 #include <optional>
@@ -235,6 +236,57 @@ TEST_F(RlsTest, AHandEncodedRequestGetsTheAnswerEnvoyReads) {
   const wire::Message last = call(1, std::nullopt);
   EXPECT_EQ(last.numbers.find(1)->second, 1u);
   EXPECT_EQ(wire::Decode(last.bytes.find(2)->second).numbers.count(3), 0u);  // 0 left: omitted
+}
+
+// Descriptor files on a store that cannot span scopes (Redis Cluster): each descriptor is
+// decided alone, as upstream does, so a call rejected by one still consumes the others; on one
+// that can, the call is all-or-nothing.
+std::vector<uint32_t> RemainingAfterARejectedCall(bool store_spans_scopes) {
+  const std::string dir = ::testing::TempDir() + "rls_envoy_" + std::to_string(store_spans_scopes);
+  std::system(("rm -rf " + dir + " && mkdir -p " + dir).c_str());
+  {
+    std::ofstream f(dir + "/d.yaml");
+    f << "domain: d\ndescriptors:\n"
+         "  - {key: a, rate_limit: {unit: day, requests_per_unit: 1}}\n"
+         "  - {key: b, rate_limit: {unit: day, requests_per_unit: 5}}\n";
+  }
+  store::MemoryStore memory{store::MemoryStoreOptions{.max_keys = 1000, .shards = 2}};
+  engine::Engine engine{memory};
+  RlsServer server(
+      RlsOptions{
+          .listen = "127.0.0.1:0", .envoy_config = dir, .store_spans_scopes = store_spans_scopes},
+      engine, [] { return TestPolicy(); });
+  auto port = server.Start();
+  EXPECT_TRUE(port.ok()) << port.error();
+  auto stub = pb::RateLimitService::NewStub(grpc::CreateChannel(
+      "127.0.0.1:" + std::to_string(*port), grpc::InsecureChannelCredentials()));
+  std::vector<uint32_t> remaining;
+  for (int i = 0; i < 2; ++i) {
+    pb::RateLimitRequest req;
+    req.set_domain("d");
+    for (const char* key : {"a", "b"}) {
+      auto* e = req.add_descriptors()->add_entries();
+      e->set_key(key);
+      e->set_value("x");
+    }
+    pb::RateLimitResponse res;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    EXPECT_TRUE(stub->ShouldRateLimit(&ctx, req, &res).ok());
+    EXPECT_EQ(res.overall_code(),
+              i == 0 ? pb::RateLimitResponse::OK : pb::RateLimitResponse::OVER_LIMIT);
+    remaining.push_back(res.statuses(1).limit_remaining());
+  }
+  std::system(("rm -rf " + dir).c_str());
+  return remaining;
+}
+
+TEST(RlsEnvoyConfig, ACallRejectedByOneDescriptorConsumesNoneOfTheOthers) {
+  EXPECT_EQ(RemainingAfterARejectedCall(true), (std::vector<uint32_t>{4, 4}));
+}
+
+TEST(RlsEnvoyConfig, OnAStoreThatCannotSpanScopesEachDescriptorIsDecidedAlone) {
+  EXPECT_EQ(RemainingAfterARejectedCall(false), (std::vector<uint32_t>{4, 3}));
 }
 
 }  // namespace
