@@ -103,8 +103,8 @@ async function main() {
     responses.push(response);
   }
   client.close();
-  process.stdout.write(JSON.stringify({responses}) + '\n');
-  process.exit(0);
+  // Exit once written: a pipe takes large answers in pieces, and exit() would cut them.
+  process.stdout.write(JSON.stringify({responses}) + '\n', () => process.exit(0));
 }
 
 main().catch((e) => fail(String((e && e.stack) || e)));
