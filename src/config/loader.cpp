@@ -145,7 +145,8 @@ void ParseIdentity(const YAML::Node& id, IdentityConfig& identity) {
 }
 
 // `plans`: undefined when absent (then refused: at least one plan).
-void ParsePlans(const YAML::Node& plans, std::vector<PlanConfig>& out) {
+// `required`: false for a process that only serves descriptor files (rls.envoy_config).
+void ParsePlans(const YAML::Node& plans, std::vector<PlanConfig>& out, bool required) {
   if (plans) {
     internal::RequireMap(plans, "plans");
     for (const auto& kv : plans) {
@@ -172,7 +173,8 @@ void ParsePlans(const YAML::Node& plans, std::vector<PlanConfig>& out) {
       out.push_back(std::move(p));
     }
   }
-  if (out.empty()) Fail("plans", "at least one plan is required");
+  if (out.empty() && required)
+    Fail("plans", "at least one plan is required (unless rls.envoy_config is all you serve)");
 }
 
 // A route's cost: a number, or {query, per, min}.
@@ -271,7 +273,8 @@ Config Parse(const YAML::Node& root, const std::string& base_dir) {
   ParseStore(root["store"], c.store);
   if (root["mode"]) c.mode = ParseMode(root["mode"], "mode");
   ParseIdentity(root["identity"], c.identity);
-  ParsePlans(root["plans"], c.plans);
+  const YAML::Node rls = root["rls"];
+  ParsePlans(root["plans"], c.plans, !(rls && rls.IsMap() && rls["envoy_config"]));
   internal::ParseKeys(root, base_dir, c);
   if (const YAML::Node routes = root["routes"]) c.routes = internal::ParseRoutes(routes);
   if (const YAML::Node a = root["anonymous"]) ParseAnonymous(a, c.anonymous);

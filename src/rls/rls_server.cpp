@@ -135,14 +135,17 @@ std::string Validate(const RateLimitRequest& req) {
   return {};
 }
 
-// What identifies the files of envoy_config as read: names, sizes and modification times.
+// What identifies the files of envoy_config as read: names, inodes, sizes and modification
+// times (stat follows symlinks).
 std::string Fingerprint(const std::string& path) {
   std::string out;
   auto add = [&out](const std::string& p) {
     struct stat st {};
     if (::stat(p.c_str(), &st) != 0) return;
-    out += p + ":" + std::to_string(st.st_size) + ":" + std::to_string(st.st_mtim.tv_sec) + "." +
-           std::to_string(st.st_mtim.tv_nsec) + ";";
+    // The inode too: a symlink swapped to another file (a Kubernetes ConfigMap's ..data, or a
+    // RUNTIME_ROOT re-pointed) may keep the size and time.
+    out += p + ":" + std::to_string(st.st_ino) + ":" + std::to_string(st.st_size) + ":" +
+           std::to_string(st.st_mtim.tv_sec) + "." + std::to_string(st.st_mtim.tv_nsec) + ";";
   };
   add(path);
   if (DIR* dir = ::opendir(path.c_str())) {

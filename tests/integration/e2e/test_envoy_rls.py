@@ -414,6 +414,22 @@ descriptors:
                 self.assertEqual(serve.returncode, 1, serve)
                 self.assertIn(error, serve.stderr.decode())
 
+    def test_a_config_of_descriptor_files_alone_needs_no_plans(self):
+        self.write("api.yaml", self.DOMAIN % 1)
+        path = os.path.join(self.tmpdir, "rls-only.yaml")
+        with open(path, "w") as f:
+            f.write("rls:\n  listen: 127.0.0.1:0\n  envoy_config: ratelimit/config\n")
+        check = subprocess.run([harness.BINARY, "check-config", path], capture_output=True,
+                               timeout=30)
+        self.assertEqual(check.returncode, 0, check)
+        self.assertIn(b"rls.envoy_config: 1 domain(s) from 1 file(s)", check.stdout)
+        with open(path, "w") as f:
+            f.write("rls:\n  listen: 127.0.0.1:0\n")
+        check = subprocess.run([harness.BINARY, "check-config", path], capture_output=True,
+                               timeout=30)
+        self.assertEqual(check.returncode, 1, check)
+        self.assertIn(b"plans: at least one plan is required", check.stderr)
+
     def test_hostile_calls_get_clear_answers_and_consume_nothing(self):
         self.start_rls({"api.yaml": self.DOMAIN % 3})
         u = desc(("user", "ann"))

@@ -56,7 +56,8 @@ TEST(Config, ErrorsNameTheField) {
             "plans.free.limits[0].refil_per_second: unknown field");
   EXPECT_EQ(ErrorOf("mode: loud\nplans: {free: {limits: []}}"),
             "mode: must be enforce or shadow, got 'loud'");
-  EXPECT_EQ(ErrorOf("plans: {}"), "plans: at least one plan is required");
+  EXPECT_EQ(ErrorOf("plans: {}"),
+            "plans: at least one plan is required (unless rls.envoy_config is all you serve)");
   EXPECT_NE(ErrorOf("plans: [unclosed"), "");
 }
 
