@@ -212,5 +212,18 @@ TEST(EnvoyRlsConfig, LoadsADirectoryOfYamlFilesInNameOrder) {
   std::system(("rm -rf " + dir).c_str());
 }
 
+TEST(EnvoyRlsConfig, TheShippedExampleLoadsAndMatchesAsItsCommentsSay) {
+  auto c = LoadEnvoyRlsConfig(TOLLGATE_SOURCE_DIR "/examples/ratelimit/config");
+  ASSERT_TRUE(c.ok()) << c.error();
+  ASSERT_EQ(c->domains.size(), 1u);
+  EXPECT_EQ(c->domains[0].domain, "edge");
+  EXPECT_EQ(MatchOf(*c, {{"remote_address", "192.0.2.66"}}), "remote_address_192.0.2.66");
+  EXPECT_EQ(MatchOf(*c, {{"remote_address", "192.0.2.1"}}), "remote_address");
+  EXPECT_EQ(MatchOf(*c, {{"api_key", "internal-ci"}}), "api_key_internal-*");
+  EXPECT_EQ(MatchOf(*c, {{"api_key", "sk-123"}}), "api_key");
+  EXPECT_EQ(MatchOf(*c, {{"generic_key", "checkout"}, {"user_id", "u1"}}),
+            "generic_key_checkout.user_id");
+}
+
 }  // namespace
 }  // namespace tollgate::config
