@@ -8,10 +8,11 @@ packages=(
   libboost1.81-dev libboost-json1.81-dev libboost-url1.81-dev
   libyaml-cpp-dev libhiredis-dev libssl-dev openssl ca-certificates libabsl-dev
   libgtest-dev libgmock-dev libbenchmark-dev libxxhash-dev
-  redis-server redis-tools curl python3
-  libpq-dev postgresql nginx-light
+  redis-server redis-sentinel redis-tools curl python3 python3-jsonschema python3-yaml
+  libpq-dev postgresql nginx-light prometheus
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   clang-14 libclang-rt-14-dev clang-format clang-tidy
+  libcli11-dev help2man
 )
 if [[ ${TOLLGATE_EXTRA_PACKAGES:-} ]]; then
   read -r -a extra <<<"$TOLLGATE_EXTRA_PACKAGES"

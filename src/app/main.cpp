@@ -1,4 +1,4 @@
-// tollgate: serve | check-config.
+// tollgate: serve | check-config | usage (the command line: app/cli.cpp).
 #include <netdb.h>
 #include <sys/socket.h>
 #include <sys/time.h>
@@ -26,13 +26,9 @@
 #include <tollgate/policy/policy.hpp>
 #include <tollgate/util/host_port.hpp>
 
-namespace {
+#include "app/cli.hpp"
 
-constexpr const char* kUsage =
-    "usage: tollgate serve --config FILE\n"
-    "       tollgate check-config FILE\n"
-    "       tollgate usage --config FILE --period YYYY-MM[-DD] [--account ID] [--format "
-    "csv|json]\n";
+namespace {
 
 // GET http://host:port/path with a plain socket; returns the status and the body.
 std::pair<int, std::string> HttpGet(const std::string& host_port, const std::string& path) {
@@ -83,37 +79,15 @@ std::pair<int, std::string> HttpGet(const std::string& host_port, const std::str
 
 // tollgate usage: the usage of a period, from the running gateway's admin listener (which reads
 // Redis when the store is Redis, so the counts outlive gateway restarts).
-int Usage(int argc, char** argv) {
-  std::string config_path, period, account, format = "csv";
-  // Flags come in pairs: a trailing flag without its value (`--account` alone) must not
-  // silently widen an export to every account.
-  if (argc % 2 != 0) {
-    std::fputs(kUsage, stderr);
-    return 2;
-  }
-  for (int i = 2; i + 1 < argc; i += 2) {
-    const std::string flag = argv[i];
-    if (flag == "--config")
-      config_path = argv[i + 1];
-    else if (flag == "--period")
-      period = argv[i + 1];
-    else if (flag == "--account")
-      account = argv[i + 1];
-    else if (flag == "--format")
-      format = argv[i + 1];
-    else {
-      std::fputs(kUsage, stderr);
-      return 2;
-    }
-  }
-  if (config_path.empty() || period.empty() || (format != "csv" && format != "json")) {
-    std::fputs(kUsage, stderr);
-    return 2;
-  }
+int Usage(const tollgate::app::UsageArgs& args) {
+  const std::string& config_path = args.config;
+  const std::string& period = args.period;
+  const std::string& account = args.account;
+  const std::string& format = args.format;
   auto config = tollgate::config::LoadConfigFile(config_path);
   if (!config) {
     std::fprintf(stderr, "%s: %s\n", config_path.c_str(), config.error().c_str());
-    return 1;
+    return tollgate::app::kExitError;
   }
   auto escape = [](const std::string& s) {
     std::string out;
@@ -133,7 +107,7 @@ int Usage(int argc, char** argv) {
                                                "&account=" + escape(account) + "&format=" + format);
   if (status != 200) {
     std::fprintf(stderr, "tollgate usage: %d %s\n", status, body.c_str());
-    return 1;
+    return tollgate::app::kExitError;
   }
   std::fwrite(body.data(), 1, body.size(), stdout);
   return 0;
@@ -167,13 +141,13 @@ int CheckConfig(const std::string& path) {
   auto config = tollgate::config::LoadConfigFile(path);
   if (!config) {
     std::fprintf(stderr, "%s: %s\n", path.c_str(), config.error().c_str());
-    return 1;
+    return tollgate::app::kExitError;
   }
   const auto& c = *config;
   auto policy = tollgate::policy::Policy::Build(c);
   if (!policy) {
     std::fprintf(stderr, "%s: %s\n", path.c_str(), policy.error().c_str());
-    return 1;
+    return tollgate::app::kExitError;
   }
   std::printf("%s: ok\nmode: %s\nplans:\n", path.c_str(),
               c.mode == tollgate::config::Mode::kEnforce ? "enforce" : "shadow");
@@ -199,7 +173,7 @@ int CheckConfig(const std::string& path) {
     auto envoy = tollgate::config::LoadEnvoyRlsConfig(c.rls.envoy_config);
     if (!envoy) {
       std::fprintf(stderr, "%s: rls.envoy_config: %s\n", path.c_str(), envoy.error().c_str());
-      return 1;
+      return tollgate::app::kExitError;
     }
     std::printf("rls.envoy_config: %zu domain(s) from %zu file(s)\n", envoy->domains.size(),
                 envoy->files.size());
@@ -253,39 +227,24 @@ std::nullptr_t StartRls(const tollgate::config::RlsConfig& config,
 }
 #endif
 
+namespace {
+
+int Serve(const std::string& path) {
+  auto config = tollgate::config::LoadConfigFile(path);
+  if (!config) {
+    std::fprintf(stderr, "%s: %s\n", path.c_str(), config.error().c_str());
+    return tollgate::app::kExitError;
+  }
+  const tollgate::config::Config startup = *config;
+  tollgate::http::Gateway gateway(path, std::move(config).value());
+  [[maybe_unused]] const auto rls =
+      StartRls(startup.rls, startup.store, startup.headers, gateway);  // stopped before the gateway
+  return gateway.Run();
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
-  if (argc < 2) {
-    std::fputs(kUsage, stderr);
-    return 2;
-  }
-  const std::string command = argv[1];
-  try {
-    if (command == "check-config" && argc == 3) return CheckConfig(argv[2]);
-    if (command == "usage") return Usage(argc, argv);
-    if (command == "serve") {
-      std::string path;
-      for (int i = 2; i < argc; ++i) {
-        if (std::strcmp(argv[i], "--config") == 0 && i + 1 < argc) path = argv[++i];
-      }
-      if (path.empty()) {
-        std::fputs(kUsage, stderr);
-        return 2;
-      }
-      auto config = tollgate::config::LoadConfigFile(path);
-      if (!config) {
-        std::fprintf(stderr, "%s: %s\n", path.c_str(), config.error().c_str());
-        return 1;
-      }
-      const tollgate::config::Config startup = *config;
-      tollgate::http::Gateway gateway(path, std::move(config).value());
-      [[maybe_unused]] const auto rls = StartRls(startup.rls, startup.store, startup.headers,
-                                                 gateway);  // stopped before the gateway goes
-      return gateway.Run();
-    }
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "tollgate: %s\n", e.what());
-    return 1;
-  }
-  std::fputs(kUsage, stderr);
-  return 2;
+  return tollgate::app::RunCli(argc, argv, {.serve = Serve, .check_config = CheckConfig,
+                                            .usage = Usage});
 }

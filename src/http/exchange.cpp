@@ -35,7 +35,9 @@ void RenderResponse(std::string& out, bhttp::status status, bool keep_alive, uns
   text << headers << "\r\n" << body;
 }
 
-net::awaitable<Step> Worker::ServeUsage(Step step, Exchange& ex, Scratch& scratch) {
+net::awaitable<Step> Worker::ServeUsage(Step step, Conn& stream, beast::flat_buffer& buffer,
+                                        Exchange& ex, Scratch& scratch) {
+  if (step == Step::kAdminHook) co_return co_await ServeAdminHook(stream, buffer, ex, scratch);
   std::string_view type = "application/json";
   const bhttp::status status = step == Step::kAdminUsage
                                    ? co_await UsageExport(ex.query, scratch.body, type)

@@ -208,14 +208,16 @@ net::awaitable<void> Worker::Session(tcp::socket socket, Listener listener, Conn
       // a request answered by us with the memory store allocates no coroutine frame.
       Exchange& ex = scratch.exchange;
       Step step = Begin(ex, scratch, head, parser ? &*parser : nullptr, peer, peer_ip, listener);
-      if (step == Step::kAdminUsage || step == Step::kKeyUsage) {
-        step = co_await ServeUsage(step, ex, scratch);
-      } else if (step == Step::kAdminHook) {
-        step = co_await ServeAdminHook(stream, buffer, ex, scratch);
+      if (step == Step::kAdminUsage || step == Step::kKeyUsage || step == Step::kAdminHook) {
+        step = co_await ServeUsage(step, stream, buffer, ex, scratch);
       } else if (step == Step::kDecide) {
+        // Not `?:`: GCC 12 also runs a co_await in the arm not chosen (decided twice).
         const std::span<core::Decision> decisions{ex.decisions.data(), ex.n_checks};
-        ex.verdict =
-            gw.memory ? DecideNow(ex.request, decisions) : co_await Decide(ex.request, decisions);
+        if (gw.memory) {
+          ex.verdict = DecideNow(ex.request, decisions);
+        } else {
+          ex.verdict = co_await Decide(ex.request, decisions);
+        }
         step = Conclude(ex, scratch);
         if (ex.held) co_await Hold(ex);
       }

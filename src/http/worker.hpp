@@ -475,7 +475,9 @@ struct Worker {
   void Release(std::unique_ptr<UpstreamConnection> c, bool reusable);
   // GET /admin/usage and GET /v1/usage: renders the reply (a coroutine of its own, as only
   // these requests wait on the usage backend) and says the next step.
-  net::awaitable<Step> ServeUsage(Step step, Exchange& ex, Scratch& scratch);
+  // The usage endpoints and those of Gateway::AddAdminEndpoint: steps that await.
+  net::awaitable<Step> ServeUsage(Step step, Conn& stream, beast::flat_buffer& buffer, Exchange& ex,
+                                  Scratch& scratch);
   net::awaitable<Step> ServeAdminHook(Conn& stream, beast::flat_buffer& buffer, Exchange& ex,
                                       Scratch& scratch);
   // Their bodies: the status, the body into `body` (and its type).

@@ -1,0 +1,72 @@
+#include "app/cli.hpp"
+
+#include <cstdio>
+#include <exception>
+#include <iostream>
+
+#include <CLI/CLI.hpp>
+
+namespace tollgate::app {
+
+extern const char kGitRevision[];  // generated: cmake/version.cmake
+
+std::string VersionText() {
+  return std::string("tollgate ") + TOLLGATE_VERSION + " (git " + kGitRevision + ")";
+}
+
+int RunCli(int argc, char** argv, const Commands& commands) {
+  CLI::App app{"tollgate: a rate-limiting gateway and decision service for HTTP APIs.",
+               "tollgate"};
+  app.set_version_flag("-V,--version", VersionText(), "Print the version and exit");
+  // At most one; none is refused after parsing, so that `tollgate launch` is named as an
+  // unexpected argument rather than reported as a missing subcommand.
+  app.require_subcommand(0, 1);
+  app.footer(
+      "Exit codes: 0 success; 1 an invalid configuration or a failure while serving; 2 a "
+      "command line tollgate does not accept.\nConfiguration reference: "
+      "docs/configuration.md (installed in /usr/share/doc/tollgate).");
+
+  std::string config, file;
+  UsageArgs usage;
+  CLI::App* serve = app.add_subcommand(
+      "serve", "Run the gateway (and its decision and RLS listeners) until SIGTERM or SIGINT; "
+               "SIGHUP reloads the configuration.");
+  serve->add_option("-c,--config", config, "The configuration file (YAML)")->required();
+  CLI::App* check = app.add_subcommand(
+      "check-config",
+      "Validate a configuration file (and the files it names) and print what it defines; "
+      "exit 1 naming the first invalid field.");
+  check->add_option("file", file, "The configuration file (YAML)")->required();
+  CLI::App* export_usage = app.add_subcommand(
+      "usage", "Print one period's metered usage, read from the running gateway's admin "
+               "listener (the one the configuration names).");
+  export_usage->add_option("-c,--config", usage.config, "The configuration file")->required();
+  export_usage->add_option("--period", usage.period, "A UTC day (YYYY-MM-DD) or month (YYYY-MM)")
+      ->required();
+  export_usage->add_option("--account", usage.account, "Only this account");
+  export_usage->add_option("--format", usage.format, "csv (default) or json")
+      ->check(CLI::IsMember({"csv", "json"}));
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    // Help and version go to stdout and exit 0; every other parse error is a usage error.
+    const int code = app.exit(e, std::cout, std::cerr);
+    return code == 0 ? kExitOk : kExitUsage;
+  }
+  if (app.get_subcommands().empty()) {
+    std::cerr << "A subcommand is required (serve, check-config or usage)\n"
+                 "Run with --help for more information.\n";
+    return kExitUsage;
+  }
+  try {
+    if (serve->parsed()) return commands.serve(config);
+    if (check->parsed()) return commands.check_config(file);
+    return commands.usage(usage);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "tollgate: %s\n", e.what());
+    return kExitError;
+  }
+}
+
+}  // namespace tollgate::app

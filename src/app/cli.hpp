@@ -1,0 +1,33 @@
+// The command line: subcommands, --help and --version, and the exit codes (CLI11).
+#pragma once
+
+#include <functional>
+#include <string>
+
+namespace tollgate::app {
+
+// The exit codes, documented in --help and docs/operations.md.
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitError = 1;  // the configuration is invalid, or serving failed
+inline constexpr int kExitUsage = 2;  // the command line is not one tollgate accepts
+
+struct UsageArgs {
+  std::string config, period, account, format = "csv";
+};
+
+// What each subcommand runs; each returns its exit code and may throw std::exception (exit 1).
+struct Commands {
+  std::function<int(const std::string& config)> serve;
+  std::function<int(const std::string& file)> check_config;
+  std::function<int(const UsageArgs& args)> usage;
+};
+
+// "tollgate 0.1.0 (git v0.1.0-12-gabcdef123456)".
+std::string VersionText();
+
+// Parses the command line and runs the subcommand: --help (-h, also after a subcommand) and
+// --version print to stdout and exit 0; an unknown flag, a missing value or subcommand prints
+// why to stderr and exits 2.
+int RunCli(int argc, char** argv, const Commands& commands);
+
+}  // namespace tollgate::app
