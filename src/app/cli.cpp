@@ -15,8 +15,7 @@ std::string VersionText() {
 }
 
 int RunCli(int argc, char** argv, const Commands& commands) {
-  CLI::App app{"tollgate: a rate-limiting gateway and decision service for HTTP APIs.",
-               "tollgate"};
+  CLI::App app{"tollgate: a rate-limiting gateway and decision service for HTTP APIs.", "tollgate"};
   app.set_version_flag("-V,--version", VersionText(), "Print the version and exit");
   // At most one; none is refused after parsing, so that `tollgate launch` is named as an
   // unexpected argument rather than reported as a missing subcommand.
@@ -29,17 +28,19 @@ int RunCli(int argc, char** argv, const Commands& commands) {
   std::string config, file;
   UsageArgs usage;
   CLI::App* serve = app.add_subcommand(
-      "serve", "Run the gateway (and its decision and RLS listeners) until SIGTERM or SIGINT; "
-               "SIGHUP reloads the configuration.");
+      "serve",
+      "Run the gateway (and its decision and RLS listeners) until SIGTERM or SIGINT; "
+      "SIGHUP reloads the configuration.");
   serve->add_option("-c,--config", config, "The configuration file (YAML)")->required();
   CLI::App* check = app.add_subcommand(
       "check-config",
       "Validate a configuration file (and the files it names) and print what it defines; "
       "exit 1 naming the first invalid field.");
   check->add_option("file", file, "The configuration file (YAML)")->required();
-  CLI::App* export_usage = app.add_subcommand(
-      "usage", "Print one period's metered usage, read from the running gateway's admin "
-               "listener (the one the configuration names).");
+  CLI::App* export_usage =
+      app.add_subcommand("usage",
+                         "Print one period's metered usage, read from the running gateway's admin "
+                         "listener (the one the configuration names).");
   export_usage->add_option("-c,--config", usage.config, "The configuration file")->required();
   export_usage->add_option("--period", usage.period, "A UTC day (YYYY-MM-DD) or month (YYYY-MM)")
       ->required();

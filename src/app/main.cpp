@@ -245,6 +245,6 @@ int Serve(const std::string& path) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  return tollgate::app::RunCli(argc, argv, {.serve = Serve, .check_config = CheckConfig,
-                                            .usage = Usage});
+  return tollgate::app::RunCli(argc, argv,
+                               {.serve = Serve, .check_config = CheckConfig, .usage = Usage});
 }

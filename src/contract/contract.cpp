@@ -85,6 +85,22 @@ void AppendJsonEscaped(std::string& out, std::string_view s) {
   }
 }
 
+int64_t SecondsUntilMoreQuota(const store::Check& check, const core::Decision& d) {
+  if (!d.allowed && !d.retry_after.IsInfinite())
+    return std::max<int64_t>(1, d.retry_after.CeilSeconds());
+  if (const auto* b = std::get_if<core::TokenBucket>(&check.limit->impl())) {
+    if (d.remaining >= d.limit) return 0;  // full: nothing more to come
+    // `reset` is when the bucket is full; the next whole token comes that long before, less
+    // the time of the tokens still missing after it.
+    const __int128 after_next =
+        static_cast<__int128>(d.limit - d.remaining - 1) * b->rate().per_micros / b->rate().tokens;
+    return core::Duration::Micros(
+               std::max<int64_t>(0, d.reset.micros() - static_cast<int64_t>(after_next)))
+        .CeilSeconds();
+  }
+  return d.reset.CeilSeconds();  // a window or a period: its end
+}
+
 void AppendRateLimitHeaders(const config::HeadersConfig& sets, std::span<const store::Check> checks,
                             std::span<const core::Decision> decisions,
                             const engine::Verdict& verdict, HeaderList& list) {
@@ -106,7 +122,7 @@ void AppendRateLimitHeaders(const config::HeadersConfig& sets, std::span<const s
       for (size_t i = 0; i < checks.size(); ++i) {
         if (!Advertised(checks[i])) continue;
         text << sep << "\"" << checks[i].name << "\";r=" << decisions[i].remaining
-             << ";t=" << decisions[i].reset.CeilSeconds();
+             << ";t=" << SecondsUntilMoreQuota(checks[i], decisions[i]);
         sep = ", ";
       }
     });
@@ -115,9 +131,8 @@ void AppendRateLimitHeaders(const config::HeadersConfig& sets, std::span<const s
     const auto i = static_cast<size_t>(verdict.primary);
     const core::Decision& d = decisions[i];
     if (Advertised(checks[i])) {
-      const core::Duration reset =
-          rejected && !d.retry_after.IsInfinite() ? d.retry_after : d.reset;
-      const int64_t reset_s = std::max<int64_t>(rejected ? 1 : 0, reset.CeilSeconds());
+      // The same seconds as the policy's `t` (and, on a 429, Retry-After).
+      const int64_t reset_s = SecondsUntilMoreQuota(checks[i], d);
       if (sets.ratelimit) {
         out.Add("RateLimit-Limit", d.limit);
         out.Add("RateLimit-Remaining", d.remaining);

@@ -83,13 +83,19 @@ class HeaderList {
   uint64_t sizes_ = 0;       // bit n set: a name of size n (below 64) is in names_
 };
 
+// The `t` of draft-ietf-httpapi-ratelimit-headers-10 for one check: the seconds until the policy
+// makes more quota available. A rejecting check: when the request could pass (its Retry-After);
+// a token bucket: its next whole token (0 when full); a window or a quota: its end. The
+// RateLimit-Reset fields say the same for the headline policy.
+int64_t SecondsUntilMoreQuota(const store::Check& check, const core::Decision& decision);
+
 // Appends the configured header sets for the enforced checks (shadow checks are never
 // advertised; unlimited meters have nothing to advertise):
 //   RateLimit-Policy: "burst";q=20;w=40, "daily";q=1000;w=86400
 //   RateLimit: "burst";r=7;t=26, "daily";r=990;t=3600
 //   RateLimit-Limit / -Remaining / -Reset and X-RateLimit-* for the verdict's primary check
-//   (the one that limited, else the one with the smallest remaining). Reset is delta seconds:
-//   on a 429 the wait before a retry can pass, otherwise the time until fully recovered.
+//   (the one that limited, else the one with the smallest remaining). Reset is delta seconds,
+//   the policy's `t` (SecondsUntilMoreQuota).
 //   Retry-After on a rejection, unless the request can never pass.
 void AppendRateLimitHeaders(const config::HeadersConfig& sets, std::span<const store::Check> checks,
                             std::span<const core::Decision> decisions,

@@ -68,6 +68,40 @@ def policy_quota(r, name="burst"):
 class LimitTests(GatewayTestCase):
     """The limits themselves: caps, concurrency, refill, headers, cost, overrides."""
 
+    def test_reset_fields_retry_after_and_t_agree_on_2xx_and_429(self):
+        # draft-ietf-httpapi-ratelimit-headers-10: `t` is the seconds until more quota is made
+        # available; RateLimit-Reset, X-RateLimit-Reset and (on a 429) Retry-After say the same.
+        plans = {
+            "bucket": ("burst", {"name": "burst", "capacity": 3, "refill_per_second": 0.5}, 2),
+            "window": ("win", {"name": "win", "algorithm": "fixed_window", "limit": 2,
+                               "window_seconds": 3600}, 3600),
+            "quota": ("day", {"name": "day", "algorithm": "quota", "period": "day",
+                              "ceiling": 2}, 86400),
+        }
+        for plan, (name, limit, most) in plans.items():
+            with self.subTest(plan=plan):
+                key = "sk-%s-0123456789abcdef" % plan
+                gw = self.start(config(plans={plan: {"limits": [limit]}},
+                                       keys=[{"key": key, "id": plan, "plan": plan}]))
+                statuses = []
+                for _ in range(4):
+                    r = gw.get("/echo", key=key)
+                    statuses.append(r.status)
+                    t = re.search(r'"%s";r=(\d+);t=(\d+)' % name, r.header("RateLimit", ""))
+                    self.assertIsNotNone(t, r)
+                    reset = r.header("RateLimit-Reset")
+                    self.assertEqual(reset, t.group(2), r)
+                    self.assertEqual(r.header("X-RateLimit-Reset"), reset, r)
+                    self.assertLessEqual(int(reset), most, r)
+                    if r.status == 429:
+                        self.assertEqual(r.header("Retry-After"), reset, r)
+                        self.assertGreaterEqual(int(reset), 1, r)
+                    else:
+                        self.assertIsNone(r.header("Retry-After"), r)
+                self.assertEqual(statuses[-1], 429, statuses)
+                for p in self.processes:
+                    p.stop()
+
     def test_serial_cap_then_429_with_retry_after(self):
         gw = self.start(config(plans={"free": {"limits": [burst(5)]}}))
         for i in range(5):

@@ -117,9 +117,10 @@ class SmoothingTests(GatewayTestCase):
         first = arrivals[0]
         offsets_ms = [round((a - first) * 1000, 1) for a in arrivals]
         for got, slot in zip(offsets_ms, [0, 0, 100, 200, 300, 400]):
-            # Within 10 ms of its slot (measured from the first arrival, itself a forward later
-            # than the first decision).
-            self.assertLessEqual(abs(got - slot), 10, offsets_ms)
+            # Within 40 ms of its slot (measured from the first arrival, itself a forward later
+            # than the first decision): slots are 100 ms apart, and a loaded 2-core machine (CI
+            # with other suites running) delays a wake-up by tens of milliseconds.
+            self.assertLessEqual(abs(got - slot), 40, offsets_ms)
         for status, sent, done, _ in results:
             # Never held longer than max_delay_ms (plus the round trip).
             self.assertLessEqual(done - sent, 0.450 + 0.050, results)
@@ -196,8 +197,9 @@ class SmoothingTests(GatewayTestCase):
             self.skipTest("RLIMIT_NOFILE hard limit %d < %d" % (hard, want))
         resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, want), hard))
         self.addCleanup(resource.setrlimit, resource.RLIMIT_NOFILE, (soft, hard))
-        # 1,000/s: 10,000 requests need 10 s of schedule; each is held until its slot.
-        cfg = config(1, 1000, 20000, max_held_requests=n, max_held_per_identity=n,
+        # 200/s: 10,000 requests need 50 s of schedule (each held until its slot), so that
+        # opening the connections on a loaded machine does not outlast the first slots.
+        cfg = config(1, 200, 60000, max_held_requests=n, max_held_per_identity=n,
                      max_connections=n + 100, idle_timeout_ms=60000, threads=1)
         gw = harness.Gateway(self, dict(cfg, upstream={"url": self.recorder.url}),
                              wrapper=("prlimit", "--nofile=%d" % (n + 1000), "--"))
@@ -213,7 +215,7 @@ class SmoothingTests(GatewayTestCase):
             held = 0
             for _ in deadline_loop(20, step=0.1):
                 held = gw.metrics().get("tollgate_held_requests", 0)
-                if held >= n - 2000:  # the first ones' slots may already have passed
+                if held >= n - 2000:  # the first ones' slots (10 s of them) may have passed
                     break
             rss_held = rss_kb(gw.pid)
             per_request = (rss_held - rss_before) * 1024 / n

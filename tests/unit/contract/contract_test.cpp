@@ -40,10 +40,13 @@ TEST_F(ContractTest, AllowedCarriesIetfAndLegacyHeaders) {
   AppendRateLimitHeaders(all_, checks_, d, v, h);
   auto m = ToMap(h);
   EXPECT_EQ(m["RateLimit-Policy"], "\"burst\";q=20;w=40, \"daily\";q=1000;w=86400");
-  EXPECT_EQ(m["RateLimit"], "\"burst\";r=7;t=26, \"daily\";r=990;t=3601");
+  // t: until more quota is made available (draft -10): the bucket's next token, 2 s (0.5/s,
+  // 13 missing: full in 26 s), not when it is full; the quota's period end.
+  EXPECT_EQ(m["RateLimit"], "\"burst\";r=7;t=2, \"daily\";r=990;t=3601");
   EXPECT_EQ(m["RateLimit-Limit"], "20");
   EXPECT_EQ(m["RateLimit-Remaining"], "7");
-  EXPECT_EQ(m["RateLimit-Reset"], "26");
+  EXPECT_EQ(m["RateLimit-Reset"], "2");
+  EXPECT_EQ(m["X-RateLimit-Reset"], "2");
   EXPECT_EQ(m["X-RateLimit-Remaining"], "7");
   EXPECT_EQ(m.count("Retry-After"), 0u);
 }
@@ -61,9 +64,13 @@ TEST_F(ContractTest, RejectionCarriesRetryAfterAndProblemBody) {
   HeaderList h;
   AppendRateLimitHeaders(all_, checks_, d, v, h);
   auto m = ToMap(h);
+  // Retry-After, the Reset fields and the rejecting policy's t all say 2 (not the 40 s until
+  // the bucket is full, which a client following the draft would wait).
   EXPECT_EQ(m["Retry-After"], "2");
   EXPECT_EQ(m["RateLimit-Remaining"], "0");
   EXPECT_EQ(m["RateLimit-Reset"], "2");
+  EXPECT_EQ(m["X-RateLimit-Reset"], "2");
+  EXPECT_EQ(m["RateLimit"], "\"burst\";r=0;t=2, \"daily\";r=990;t=0");
   const std::string body = RejectionBody(checks_, d, v);
   EXPECT_NE(body.find("\"code\":\"rate_limited\""), std::string::npos);
   EXPECT_NE(body.find("\"violated-policies\":[\"burst\"]"), std::string::npos);
