@@ -8,7 +8,8 @@ BUILD_ASAN ?= build-asan
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: deps build build-asan test test-unit test-asan bench run format format-check tidy clean
+.PHONY: deps build build-asan test test-unit test-asan bench run format format-check tidy clean \
+        package
 
 deps:
 	@scripts/install-deps.sh
@@ -50,6 +51,12 @@ format-check: deps
 # clang-tidy with .clang-tidy's checks over the sources, from the build's compile commands.
 tidy: build
 	scripts/tidy.sh $(BUILD)
+
+# The .deb of CPack (packaging/README.md): $(BUILD)/packages/tollgate_<version>-1_<arch>.deb, its
+# Depends computed by dpkg-shlibdeps, and the debug symbols in tollgate-dbgsym_*.ddeb beside it.
+package: build
+	cd $(BUILD) && cpack -G DEB --config CPackConfig.cmake
+	@echo "package: $$(realpath $$(ls -t $(BUILD)/packages/tollgate_*.deb | head -n 1))"
 
 clean:
 	rm -rf $(BUILD) $(BUILD_ASAN)

@@ -12,7 +12,7 @@ packages=(
   libpq-dev postgresql nginx-light prometheus
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   clang-14 libclang-rt-14-dev clang-format clang-tidy
-  libcli11-dev help2man
+  libcli11-dev help2man dpkg-dev file man-db systemd
 )
 if [[ ${TOLLGATE_EXTRA_PACKAGES:-} ]]; then
   read -r -a extra <<<"$TOLLGATE_EXTRA_PACKAGES"

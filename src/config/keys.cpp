@@ -96,7 +96,7 @@ void ReadKeySource(const YAML::Node& keys, const std::string& base_dir, KeySourc
   ks.source = keys["source"] ? Str(keys["source"], "keys.source") : "";
   if (ks.source != "postgres") Fail("keys.source", "must be postgres (or give keys as a list)");
   if (!keys["url"]) Fail("keys.url", "required for keys.source postgres");
-  ks.url = Str(keys["url"], "keys.url");
+  ks.url = Secret(keys["url"], "keys.url");
   if (keys["snapshot"]) {
     ks.snapshot = Str(keys["snapshot"], "keys.snapshot");
     if (!ks.snapshot.empty() && ks.snapshot[0] != '/') ks.snapshot = base_dir + "/" + ks.snapshot;

@@ -22,6 +22,7 @@ using internal::Join;
 using internal::Name;
 using internal::OnlyKeys;
 using internal::ParseMode;
+using internal::Secret;
 using internal::Set;
 using internal::Str;
 using internal::StrList;
@@ -42,7 +43,7 @@ void ParseServer(const YAML::Node& s, ServerConfig& server) {
            {"listen", "admin_listen", "threads", "max_connections", "max_connections_per_address",
             "admin_max_connections", "max_header_bytes", "max_body_bytes", "header_timeout_ms",
             "idle_timeout_ms", "drain_timeout_ms", "access_log", "request_target",
-            "max_held_requests", "max_held_per_identity"});
+            "max_held_requests", "max_held_per_identity", "shutdown_delay_ms", "public_endpoints"});
   if (s["listen"]) server.listen = Str(s["listen"], "server.listen");
   if (s["admin_listen"]) server.admin_listen = Str(s["admin_listen"], "server.admin_listen");
   Set(s, "threads", "server", server.threads, 0, 256);
@@ -56,6 +57,24 @@ void ParseServer(const YAML::Node& s, ServerConfig& server) {
   Set(s, "header_timeout_ms", "server", server.header_timeout_ms, 1, 3'600'000);
   Set(s, "idle_timeout_ms", "server", server.idle_timeout_ms, 1, 3'600'000);
   Set(s, "drain_timeout_ms", "server", server.drain_timeout_ms, 0, 3'600'000);
+  Set(s, "shutdown_delay_ms", "server", server.shutdown_delay_ms, 0, 600'000);
+  if (const YAML::Node pe = s["public_endpoints"]) {
+    auto& e = server.public_endpoints;
+    e = {.health = false};
+    const std::vector<std::string> names = StrList(pe, "server.public_endpoints");
+    for (size_t i = 0; i < names.size(); ++i) {
+      bool* flag = names[i] == "health"       ? &e.health
+                   : names[i] == "rate_limit" ? &e.rate_limit
+                   : names[i] == "usage"      ? &e.usage
+                   : names[i] == "metrics"    ? &e.metrics
+                                              : nullptr;
+      if (!flag) {
+        Fail(Index("server.public_endpoints", i),
+             "must be health, rate_limit, usage or metrics, got '" + names[i] + "'");
+      }
+      *flag = true;
+    }
+  }
   Set(s, "max_held_requests", "server", server.max_held_requests, 0, 1'000'000);
   Set(s, "max_held_per_identity", "server", server.max_held_per_identity, 0, 1'000'000);
   if (s["access_log"]) server.access_log = Bool(s["access_log"], "server.access_log");
@@ -106,7 +125,7 @@ void ParseStore(const YAML::Node& s, StoreConfig& store) {
     }
     Set(s, "max_keys", "store", store.max_keys, 1, int64_t{1} << 32);
     if (s["prefix"]) store.prefix = Str(s["prefix"], "store.prefix");
-    if (s["url"]) store.url = Str(s["url"], "store.url");
+    if (s["url"]) store.url = Secret(s["url"], "store.url");
     Set(s, "timeout_ms", "store", store.timeout_ms, 1, 60'000);
     Set(s, "connect_timeout_ms", "store", store.connect_timeout_ms, 1, 60'000);
     if (s["deny_cache"]) store.deny_cache = Bool(s["deny_cache"], "store.deny_cache");

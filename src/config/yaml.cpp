@@ -1,7 +1,11 @@
 #include "config/yaml.hpp"
 
+#include <algorithm>
 #include <cctype>
 #include <charconv>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
 #include <tollgate/config/config.hpp>
 
 namespace tollgate::config::internal {
@@ -28,6 +32,40 @@ std::string Index(const std::string& path, size_t i) {
 
 void RequireMap(const YAML::Node& n, const std::string& path) {
   if (!n.IsMap()) Fail(path, "must be a mapping");
+}
+
+std::string Secret(const YAML::Node& n, const std::string& path) {
+  const std::string s = Str(n, path);
+  if (s.rfind("file:", 0) == 0) {
+    const std::string file = s.substr(5);
+    std::ifstream in(file);
+    if (file.empty() || !in) Fail(path, "cannot read the file of '" + s + "'");
+    std::stringstream text;
+    text << in.rdbuf();
+    std::string value = text.str();
+    while (!value.empty() && (value.back() == '\n' || value.back() == '\r')) value.pop_back();
+    if (value.empty()) Fail(path, "the file of '" + s + "' is empty");
+    return value;
+  }
+  std::string out;
+  for (size_t i = 0; i < s.size();) {
+    if (s.compare(i, 2, "${") != 0) {
+      out += s[i++];
+      continue;
+    }
+    const size_t end = s.find('}', i);
+    if (end == std::string::npos) Fail(path, "'${' without its '}'");
+    const std::string name = s.substr(i + 2, end - i - 2);
+    const bool valid = !name.empty() && !std::isdigit(static_cast<unsigned char>(name[0])) &&
+                       std::all_of(name.begin(), name.end(),
+                                   [](unsigned char c) { return std::isalnum(c) || c == '_'; });
+    if (!valid) Fail(path, "'${" + name + "}' does not name an environment variable");
+    const char* value = std::getenv(name.c_str());
+    if (!value) Fail(path, "the environment variable " + name + " is not set");
+    out += value;
+    i = end + 1;
+  }
+  return out;
 }
 
 void OnlyKeys(const YAML::Node& n, const std::string& path, std::set<std::string> allowed) {

@@ -250,12 +250,33 @@ Answer RespondInvalidKey(const engine::Verdict& v, const store::Check& check,
   }
   headers.Add("WWW-Authenticate", "Bearer");
   const std::string_view code = key_presented ? "invalid_api_key" : "missing_api_key";
-  body += ErrorBody(code, key_presented ? "the API key is not valid" : "an API key is required");
-  return {.allowed = false, .status = 401, .code = code};
+  body +=
+      ProblemBody(401, code, key_presented ? "the API key is not valid" : "an API key is required");
+  return {.allowed = false, .status = 401, .code = code, .content_type = kProblemJson};
 }
 
-std::string ErrorBody(std::string_view code, std::string_view message) {
-  return "{\"code\":\"" + JsonEscape(code) + "\",\"message\":\"" + JsonEscape(message) + "\"}";
+std::string ProblemBody(int status, std::string_view code, std::string_view detail) {
+  std::string_view title = "Error";
+  static constexpr std::pair<int, std::string_view> kTitles[] = {
+      {400, "Bad Request"},
+      {401, "Unauthorized"},
+      {403, "Forbidden"},
+      {404, "Not Found"},
+      {408, "Request Timeout"},
+      {413, "Content Too Large"},
+      {429, "Too Many Requests"},
+      {431, "Request Header Fields Too Large"},
+      {500, "Internal Server Error"},
+      {502, "Bad Gateway"},
+      {503, "Service Unavailable"},
+      {504, "Gateway Timeout"},
+  };
+  for (const auto& [s, t] : kTitles) {
+    if (s == status) title = t;
+  }
+  return "{\"type\":\"about:blank\",\"title\":\"" + std::string(title) +
+         "\",\"status\":" + std::to_string(status) + ",\"code\":\"" + JsonEscape(code) +
+         "\",\"detail\":\"" + JsonEscape(detail) + "\"}";
 }
 
 }  // namespace tollgate::contract

@@ -61,7 +61,7 @@ Answer Limiter::Check(const Request& r) {
     a.allowed = false;
     a.status = 400;
     a.code = "invalid_request_target";
-    a.body = contract::ErrorBody(a.code, error);
+    a.body = contract::ProblemBody(a.status, a.code, error);
     return a;
   }
   const policy::Route& route = pol.Match(r.method, target.path);
@@ -82,7 +82,7 @@ Answer Limiter::Check(const Request& r) {
     a.allowed = false;
     a.status = 400;
     a.code = "invalid_cost";
-    a.body = contract::ErrorBody(a.code, admission.error);
+    a.body = contract::ProblemBody(a.status, a.code, admission.error);
     return a;
   }
   const size_t n = admission.n;

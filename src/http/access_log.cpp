@@ -4,6 +4,8 @@
 #include <chrono>
 #include <ctime>
 
+#include <tollgate/contract/contract.hpp>
+
 namespace tollgate::http {
 
 // Appends the time now as 2026-11-29T21:59:56.123Z. The part to the second is formatted once a
@@ -29,6 +31,21 @@ void AppendIsoNow(std::string& out) {
                          static_cast<char>('0' + ms / 10 % 10), static_cast<char>('0' + ms % 10),
                          'Z'};
   out.append(seconds, seconds_size).append(millis, sizeof millis);
+}
+
+void Log::Error(const std::string& line) {
+  std::string stamped = "{\"ts\":\"";
+  AppendIsoNow(stamped);
+  if (line.size() > 2 && line.front() == '{' && line.back() == '}') {
+    stamped.append("\",").append(line, 1);
+  } else {
+    stamped.append("\",\"msg\":\"");
+    contract::AppendJsonEscaped(stamped, line);
+    stamped.append("\"}");
+  }
+  std::lock_guard lock(mu_);
+  std::fprintf(stderr, "%s\n", stamped.c_str());
+  std::fflush(stderr);
 }
 
 }  // namespace tollgate::http

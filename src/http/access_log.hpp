@@ -16,11 +16,8 @@ class Log {
     std::lock_guard lock(mu_);
     std::fwrite(line.data(), 1, line.size(), stdout);
   }
-  void Error(const std::string& line) {
-    std::lock_guard lock(mu_);
-    std::fprintf(stderr, "%s\n", line.c_str());
-    std::fflush(stderr);
-  }
+  // An event line: a JSON object, written with a "ts" member first.
+  void Error(const std::string& line);
   void Flush() {
     std::lock_guard lock(mu_);
     std::fflush(stdout);

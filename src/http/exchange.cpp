@@ -1,5 +1,7 @@
 // One request's steps (see Worker::Begin): the canonical target, identity and checks, the
 // decision's answer (contract/), the built-in endpoints, and the access log line.
+#include <random>
+
 #include <tollgate/core/calendar.hpp>
 #include <tollgate/util/clock.hpp>
 #include <tollgate/util/query.hpp>
@@ -39,9 +41,13 @@ net::awaitable<Step> Worker::ServeUsage(Step step, Conn& stream, beast::flat_buf
                                         Exchange& ex, Scratch& scratch) {
   if (step == Step::kAdminHook) co_return co_await ServeAdminHook(stream, buffer, ex, scratch);
   std::string_view type = "application/json";
-  const bhttp::status status = step == Step::kAdminUsage
-                                   ? co_await UsageExport(ex.query, scratch.body, type)
-                                   : co_await KeyUsage(*ex.key, ex.now, scratch.body);
+  bhttp::status status;  // not `?:` with a co_await in an arm (GCC 12: see Session)
+  if (step == Step::kAdminUsage) {
+    status = co_await UsageExport(ex.query, scratch.body, type);
+  } else {
+    status = co_await KeyUsage(*ex.key, ex.now, scratch.body);
+  }
+  if (static_cast<int>(status) >= 400) type = contract::kProblemJson;
   co_return Reply(ex, scratch, status, scratch.body, {}, type);
 }
 
@@ -64,10 +70,9 @@ net::awaitable<Step> Worker::ServeAdminHook(Conn& stream, beast::flat_buffer& bu
       body.append(chunk.get(), kMaxBody - p->get().body().size);
       if (ec || body.size() > kMaxBody) {
         ex.client_keep_alive = false;
-        co_return Reply(ex, scratch,
-                        ec ? bhttp::status::bad_request : bhttp::status::payload_too_large,
-                        ErrorBody(ec ? "bad_request" : "body_too_large",
-                                  ec ? ec.message() : "the body is over 64 KiB"));
+        co_return ReplyProblem(
+            ex, scratch, ec ? bhttp::status::bad_request : bhttp::status::payload_too_large,
+            ec ? "bad_request" : "body_too_large", ec ? ec.message() : "the body is over 64 KiB");
       }
     }
   }
@@ -91,7 +96,7 @@ net::awaitable<bhttp::status> Worker::UsageExport(std::string_view query, std::s
         gw.meter->Query(period, account, std::move(resume));
       });
   if (!records) {
-    body = ErrorBody("invalid_period", records.error());
+    body = ProblemBody(400, "invalid_period", records.error());
     co_return bhttp::status::bad_request;
   }
   if (format == "json") {
@@ -115,13 +120,35 @@ net::awaitable<bhttp::status> Worker::KeyUsage(const policy::Key& key, core::Ins
           gw.meter->Query(p.period, key.account, std::move(resume));
         });
     if (!records) {
-      body = ErrorBody("usage_unavailable", records.error());
+      body = ProblemBody(503, "usage_unavailable", records.error());
       co_return bhttp::status::service_unavailable;
     }
     p.records = std::move(*records);
   }
   body = KeyUsageBody(key, periods);
   co_return bhttp::status::ok;
+}
+
+// The client's X-Request-Id when it is sane (1 to 128 of letters, digits and ._:/+=@-), else a
+// new one: 32 hex digits.
+void AssignRequestId(std::string& id, std::string_view incoming) {
+  const bool sane =
+      !incoming.empty() && incoming.size() <= 128 &&
+      std::all_of(incoming.begin(), incoming.end(), [](unsigned char c) {
+        return std::isalnum(c) ||
+               std::string_view("._:/+=@-").find(static_cast<char>(c)) != std::string_view::npos;
+      });
+  if (sane) {
+    id.assign(incoming);
+    return;
+  }
+  thread_local std::mt19937_64 random{std::random_device{}()};
+  static constexpr char kHex[] = "0123456789abcdef";
+  id.resize(32);
+  for (size_t i = 0; i < 32; i += 16) {
+    uint64_t r = random();
+    for (size_t j = 0; j < 16; ++j, r >>= 4) id[i + j] = kHex[r & 15];
+  }
 }
 
 void Worker::Finish(Exchange& ex, Scratch& scratch, int status) {
@@ -144,7 +171,11 @@ void Worker::Finish(Exchange& ex, Scratch& scratch, int status) {
   line.append("\",\"status\":");
   AppendDecimal(line, status);
   line.append(",\"client\":\"");
+  AppendJsonEscaped(line, ex.client.empty() ? ex.peer : std::string_view(ex.client));
+  line.append("\",\"peer\":\"");
   AppendJsonEscaped(line, ex.peer);
+  line.append("\",\"request_id\":\"");
+  AppendJsonEscaped(line, ex.request_id);
   line.append("\",\"key_id\":\"");
   AppendJsonEscaped(line, rlog.key_id);
   line.append("\",\"plan\":\"");
@@ -166,10 +197,17 @@ void Worker::Finish(Exchange& ex, Scratch& scratch, int status) {
 
 Step Worker::Reply(Exchange& ex, Scratch& scratch, bhttp::status status, std::string_view body,
                    std::string_view headers, std::string_view type) {
-  ex.reply_keep = ex.client_keep_alive && ex.RequestRead() && !gw.draining.load();
+  ex.reply_keep = ex.client_keep_alive && ex.RequestRead() && !gw.stopping.load();
   RenderResponse(scratch.out, status, ex.reply_keep, ex.head->version, type, headers, body);
   Finish(ex, scratch, static_cast<int>(status));
   return Step::kReply;
+}
+
+Step Worker::ReplyProblem(Exchange& ex, Scratch& scratch, bhttp::status status,
+                          std::string_view code, std::string_view detail,
+                          std::string_view headers) {
+  return Reply(ex, scratch, status, ProblemBody(static_cast<int>(status), code, detail), headers,
+               contract::kProblemJson);
 }
 
 Step Worker::Begin(Exchange& ex, Scratch& scratch, const RequestHead& head,
@@ -192,6 +230,9 @@ Step Worker::Begin(Exchange& ex, Scratch& scratch, const RequestHead& head,
   ex.presented = ex.forwarded_for = ex.authority = {};
   scratch.rate_headers.Clear();
   ex.decision_service = listener == Listener::kDecision;
+  ex.client.clear();
+  AssignRequestId(ex.request_id, head.Get("X-Request-Id"));
+  ex.admin = listener == Listener::kAdmin;
   ex.client_keep_alive = head.keep_alive;
   if (auto refused = ReadTarget(ex, scratch, head)) return *refused;
   if (auto answered = BuiltIn(ex, scratch, listener)) return *answered;
@@ -227,7 +268,7 @@ std::optional<Step> Worker::ReadTarget(Exchange& ex, Scratch& scratch, const Req
     gw.metrics.Counter("tollgate_bad_requests_total", std::string("code=\"") + bad + "\"")
         .fetch_add(1, std::memory_order_relaxed);
     ex.client_keep_alive = false;  // what follows on the connection cannot be trusted to be framed
-    return Reply(ex, scratch, bhttp::status::bad_request, ErrorBody(bad, detail));
+    return ReplyProblem(ex, scratch, bhttp::status::bad_request, bad, detail);
   }
   ex.path = canonical.path;
   ex.query = canonical.query;
@@ -238,28 +279,36 @@ std::optional<Step> Worker::ReadTarget(Exchange& ex, Scratch& scratch, const Req
 
 std::optional<Step> Worker::BuiltIn(Exchange& ex, Scratch& scratch, Listener listener) {
   const std::string_view method = ex.method, path = ex.path;
-  // Built-in endpoints, on every listener.
-  if (method == "GET" && (path == "/healthz" || path == "/readyz") && !ex.decision_service) {
-    return Reply(ex, scratch, bhttp::status::ok,
-                 gw.draining.load() && path == "/readyz" ? "{\"status\":\"draining\"}"
-                                                         : "{\"status\":\"ok\"}");
+  if (ex.decision_service) return std::nullopt;  // it decides every request it gets
+  // The built-in endpoints: all on the admin listener, those of server.public_endpoints on the
+  // gateway listener (the others are the upstream's paths there).
+  const auto& pub = gw.server.public_endpoints;
+  if (method == "GET" && (ex.admin || pub.health)) {
+    if (path == "/healthz") return Reply(ex, scratch, bhttp::status::ok, "{\"status\":\"ok\"}");
+    if (path == "/readyz") {
+      const std::string_view why = gw.Readiness();
+      return why.empty() ? Reply(ex, scratch, bhttp::status::ok, "{\"status\":\"ready\"}")
+                         : Reply(ex, scratch, bhttp::status::service_unavailable,
+                                 "{\"status\":\"" + std::string(why) + "\"}");
+    }
   }
-  if (method == "GET" && path == "/metrics" && !ex.decision_service) {
+  if (method == "GET" && path == "/metrics" && (ex.admin || pub.metrics)) {
     return Reply(ex, scratch, bhttp::status::ok, gw.metrics.Render(), {},
                  "text/plain; version=0.0.4");
   }
   if (listener == Listener::kAdmin) {
+    // The caller's own limits and usage (Identify), by the key the request presents.
+    if (method == "GET" && (path == "/v1/rate-limit" || path == "/v1/usage")) return std::nullopt;
     if (method == "POST" && path == "/admin/reload") {
       auto r = gw.Reload();
       return r ? Reply(ex, scratch, bhttp::status::ok, "{\"status\":\"reloaded\"}")
-               : Reply(ex, scratch, bhttp::status::bad_request,
-                       ErrorBody("invalid_config", r.error()));
+               : ReplyProblem(ex, scratch, bhttp::status::bad_request, "invalid_config", r.error());
     }
     if (method == "GET" && path.substr(0, 12) == "/admin/keys/") {
       const policy::Key* k = ex.policy->FindById(path.substr(12));
       if (!k)
-        return Reply(ex, scratch, bhttp::status::not_found,
-                     ErrorBody("unknown_key", "no key with this id"));
+        return ReplyProblem(ex, scratch, bhttp::status::not_found, "unknown_key",
+                            "no key with this id");
       return Reply(ex, scratch, bhttp::status::ok, AdminKeyBody(*k));
     }
     if (method == "GET" && path == "/admin/usage") return Step::kAdminUsage;
@@ -269,8 +318,8 @@ std::optional<Step> Worker::BuiltIn(Exchange& ex, Scratch& scratch, Listener lis
         return Step::kAdminHook;
       }
     }
-    return Reply(ex, scratch, bhttp::status::not_found,
-                 ErrorBody("not_found", "unknown admin endpoint"));
+    return ReplyProblem(ex, scratch, bhttp::status::not_found, "not_found",
+                        "unknown admin endpoint");
   }
   return std::nullopt;
 }
@@ -301,8 +350,9 @@ Step Worker::Identify(Exchange& ex, Scratch& scratch, const RequestHead& head) {
   const std::string_view method = ex.method, path = ex.path;
   const policy::Route& route = pol.Match(method, path);
   ex.now = util::SystemClock::Instance().Now();
-  ex.status_endpoint = !ex.decision_service && method == "GET" && path == "/v1/rate-limit";
-  const bool usage_endpoint = !ex.decision_service && method == "GET" && path == "/v1/usage";
+  const auto& pub = gw.server.public_endpoints;
+  ex.status_endpoint = (ex.admin || pub.rate_limit) && method == "GET" && path == "/v1/rate-limit";
+  const bool usage_endpoint = (ex.admin || pub.usage) && method == "GET" && path == "/v1/usage";
   JoinForwardedFor(ex, scratch, head);
   ex.deny_status = ex.decision_service ? static_cast<bhttp::status>(gw.decision.deny_status)
                                        : bhttp::status::too_many_requests;
@@ -335,8 +385,7 @@ Step Worker::Identify(Exchange& ex, Scratch& scratch, const RequestHead& head) {
   if (usage_endpoint) return Step::kKeyUsage;
   if (ex.plan) ex.log.plan = ex.plan->name;
   if (admission.kind == engine::Admission::Kind::kInvalidCost) {
-    return Reply(ex, scratch, bhttp::status::bad_request,
-                 ErrorBody("invalid_cost", admission.error));
+    return ReplyProblem(ex, scratch, bhttp::status::bad_request, "invalid_cost", admission.error);
   }
   ex.log.cost = admission.cost;
   ex.log.metered = admission.kind == engine::Admission::Kind::kChecks && !ex.status_endpoint;
@@ -352,7 +401,7 @@ Step Worker::Identify(Exchange& ex, Scratch& scratch, const RequestHead& head) {
     return Step::kDecide;
   }
   if (ex.status_endpoint)
-    return Reply(ex, scratch, bhttp::status::not_found, ErrorBody("not_found", "no limits apply"));
+    return ReplyProblem(ex, scratch, bhttp::status::not_found, "not_found", "no limits apply");
   return Pass(ex, scratch);
 }
 

@@ -29,11 +29,12 @@ void Worker::RenderForwardHead(Exchange& ex, Scratch& scratch) {
   const bool replace_host = !ex.authority.empty();  // an absolute-form target names the host
   const auto& key_headers = ex.policy->config().identity.api_key_headers;
   AppendEndToEnd(req, head, [&](std::string_view name) {
-    // Ours: the whole X-Tollgate- family and X-Forwarded-For, in any spelling an upstream
+    // Ours: the whole X-Tollgate- family, X-Forwarded-For and X-Request-Id (the client's, when
+    // sane, is forwarded as ours), in any spelling an upstream
     // may read as them ('_' for '-': CGI, WSGI, PHP); and a key header spelt with '_',
     // which tollgate did not read as a key but the upstream might.
     if (ReadsAs(name, "x-tollgate-", true) || ReadsAs(name, "x-forwarded-for") ||
-        util::EqualsIgnoreCase(name, "Expect") ||
+        ReadsAs(name, "x-request-id") || util::EqualsIgnoreCase(name, "Expect") ||
         (replace_host && util::EqualsIgnoreCase(name, "Host"))) {
       return true;
     }
@@ -48,7 +49,7 @@ void Worker::RenderForwardHead(Exchange& ex, Scratch& scratch) {
     head << "Host: " << gw.upstream.authority << "\r\n";
   }
   head << "X-Forwarded-For: " << ex.forwarded_for << (ex.forwarded_for.empty() ? "" : ", ")
-       << ex.peer << "\r\n";
+       << ex.peer << "\r\nX-Request-Id: " << ex.request_id << "\r\n";
   if (ex.key)
     head << "X-Tollgate-Key-Id: " << ex.key->id << "\r\nX-Tollgate-Plan: " << ex.plan->name
          << "\r\n";
@@ -117,19 +118,17 @@ void Worker::ReplyUpstreamFailure(Exchange& ex, Scratch& scratch, const Upstream
   if (t.busy) {
     gw.upstream_busy.fetch_add(1, std::memory_order_relaxed);
     scratch.rate_headers.Add("Retry-After", 1);
-    Reply(ex, scratch, bhttp::status::service_unavailable,
-          ErrorBody("upstream_busy", "every upstream connection is busy; try again"),
-          scratch.rate_headers.Rendered());
+    ReplyProblem(ex, scratch, bhttp::status::service_unavailable, "upstream_busy",
+                 "every upstream connection is busy; try again", scratch.rate_headers.Rendered());
     return;
   }
   const bool timeout = ec == beast::error::timeout;
   const char* kind = timeout ? "timeout" : t.reached_upstream ? "protocol" : "connect";
   gw.metrics.Counter("tollgate_upstream_errors_total", std::string("kind=\"") + kind + "\"")
       .fetch_add(1, std::memory_order_relaxed);
-  Reply(ex, scratch, timeout ? bhttp::status::gateway_timeout : bhttp::status::bad_gateway,
-        ErrorBody(timeout ? "upstream_timeout" : "upstream_unavailable",
-                  ec ? ec.message() : "no upstream connection"),
-        scratch.rate_headers.Rendered());
+  ReplyProblem(ex, scratch, timeout ? bhttp::status::gateway_timeout : bhttp::status::bad_gateway,
+               timeout ? "upstream_timeout" : "upstream_unavailable",
+               ec ? ec.message() : "no upstream connection", scratch.rate_headers.Rendered());
 }
 
 // The answer's head as the client gets it, into scratch.out: our rate-limit headers in place
@@ -148,7 +147,7 @@ Worker::ResponseFraming Worker::RenderResponseHead(Exchange& ex, Scratch& scratc
   const bool unframed = !simple && !f.length && !rp->is_done();
   f.chunked = unframed && req.version >= 11;
   f.keep =
-      ex.client_keep_alive && ex.RequestRead() && !gw.draining.load() && !(unframed && !f.chunked);
+      ex.client_keep_alive && ex.RequestRead() && !gw.stopping.load() && !(unframed && !f.chunked);
   ex.log.upstream_status = static_cast<int>(status);
   scratch.out.clear();
   util::StringAppender head(scratch.out);
@@ -202,8 +201,7 @@ net::awaitable<bool> Worker::Forward(Conn& stream, beast::flat_buffer& buffer, S
       Release(std::move(t.up), false);
       if (ec == bhttp::error::body_limit) {
         // A chunked body grew past server.max_body_bytes; nothing was sent to the client yet.
-        Reply(ex, scratch, bhttp::status::payload_too_large,
-              ErrorBody("body_too_large", ec.message()));
+        ReplyProblem(ex, scratch, bhttp::status::payload_too_large, "body_too_large", ec.message());
         co_await Write(stream, scratch.out, ex.reply_keep);
       }
       co_return false;  // the client went away mid-body, or sent too much

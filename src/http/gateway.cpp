@@ -177,6 +177,7 @@ store::Store& Gateway::Impl::OpenStore(const config::StoreConfig& sc) {
     memory =
         std::make_unique<store::MemoryStore>(store::MemoryStoreOptions{.max_keys = sc.max_keys});
     store = memory.get();
+    store_ready.store(true);
     usage_backend = std::make_unique<usage::MemoryUsageBackend>();
   }
   return *store;
@@ -249,6 +250,47 @@ core::Result<bool> Gateway::Impl::Install(config::Config config) {
   }
   generation.fetch_add(1, std::memory_order_release);
   return true;
+}
+
+void Gateway::Impl::Tick() {
+  ++ticks;
+  if (ticks % 10 == 0) CheckStore();
+  // Usage goes to Redis within a second (replicas and restarts see it). The memory backend is
+  // read only through the meter, which flushes first, so its counts move every 10 s: a row per
+  // active key per flush showed in profiles with many keys.
+  if (!memory) {
+    meter->Flush(ticks % kUsageSlices);
+  } else if (ticks % 10 == 0) {
+    meter->Flush(ticks / 10 % kUsageSlices);
+  }
+  if (memory && ticks % 100 == 0) memory->Sweep(util::SystemClock::Instance().Now());
+}
+
+void Gateway::Impl::CloseListeners() {
+  draining.store(true);
+  for (auto& w : workers) {
+    net::post(w->ioc, [&w] {
+      beast::error_code ignored;
+      if (w->acceptor) w->acceptor->close(ignored);
+      if (w->admin) w->admin->close(ignored);
+      if (w->decision) w->decision->close(ignored);
+    });
+  }
+  log.Error("{\"level\":\"info\",\"msg\":\"draining\"}");
+}
+
+void Gateway::Impl::CheckStore() {
+  if (!redis) return;  // the memory store is always ready
+  redis->Command({"PING"}, 0, [this](core::Result<store::RedisValue> r) {
+    const auto* s = r ? std::get_if<std::string>(&r->v) : nullptr;
+    store_ready.store(s && *s == "PONG", std::memory_order_relaxed);
+  });
+}
+
+std::string_view Gateway::Impl::Readiness() const {
+  if (stopping.load(std::memory_order_relaxed)) return "stopping";
+  if (!store_ready.load(std::memory_order_relaxed)) return "store_unavailable";
+  return {};
 }
 
 core::Result<bool> Gateway::Impl::Reload() {
@@ -383,10 +425,16 @@ int Gateway::Run() {
 
   net::io_context main_ioc{1};
   net::signal_set signals(main_ioc, SIGTERM, SIGINT, SIGHUP);
-  net::steady_timer ticker(main_ioc);
-  bool stopping = false;
+  net::steady_timer ticker(main_ioc), delay(main_ioc);
+  bool stopping = false;  // draining: the listeners are closed
   Clock::time_point drain_deadline;
-
+  // Stop accepting, let in-flight requests finish (the ticker below), then exit.
+  auto drain = [&] {
+    if (stopping) return;
+    stopping = true;
+    drain_deadline = Clock::now() + milliseconds(g.server.drain_timeout_ms);
+    g.CloseListeners();
+  };
   std::function<void()> wait_signal = [&] {
     signals.async_wait([&](const beast::error_code& ec, int sig) {
       if (ec) return;
@@ -395,23 +443,28 @@ int Gateway::Run() {
         wait_signal();
         return;
       }
-      // SIGTERM / SIGINT: stop accepting, let in-flight requests finish, then exit.
-      stopping = true;
-      g.draining.store(true);
-      drain_deadline = Clock::now() + milliseconds(g.server.drain_timeout_ms);
-      for (auto& w : g.workers) {
-        net::post(w->ioc, [&w] {
-          beast::error_code ignored;
-          if (w->acceptor) w->acceptor->close(ignored);
-          if (w->admin) w->admin->close(ignored);
-          if (w->decision) w->decision->close(ignored);
-        });
+      // SIGTERM / SIGINT: /readyz answers 503 at once (and the RLS NOT_SERVING), so that load
+      // balancers take this replica out while it still serves for server.shutdown_delay_ms;
+      // then the drain. A second signal drains at once.
+      if (!g.stopping.exchange(true)) {
+        if (g.on_drain) g.on_drain();
+        if (g.server.shutdown_delay_ms > 0) {
+          g.log.Error("{\"level\":\"info\",\"msg\":\"stopping: not ready, draining in " +
+                      std::to_string(g.server.shutdown_delay_ms) + " ms\"}");
+          delay.expires_after(milliseconds(g.server.shutdown_delay_ms));
+          delay.async_wait([&](const beast::error_code& dec) {
+            if (!dec) drain();
+          });
+          wait_signal();
+          return;
+        }
       }
-      g.log.Error("{\"level\":\"info\",\"msg\":\"draining\"}");
-      if (g.on_drain) g.on_drain();
+      delay.cancel();
+      drain();
     });
   };
   wait_signal();
+  g.CheckStore();
   std::function<void()> tick = [&] {
     ticker.expires_after(milliseconds(stopping ? 20 : 100));
     ticker.async_wait([&](const beast::error_code& ec) {
@@ -421,17 +474,7 @@ int Gateway::Run() {
         signals.cancel();
         return;
       }
-      static int ticks = 0;
-      ++ticks;
-      // Usage goes to Redis within a second (replicas and restarts see it). The memory backend
-      // is read only through the meter, which flushes first, so its counts move every 10 s: a
-      // row per active key per flush showed in profiles with many keys.
-      if (!g.memory) {
-        g.meter->Flush(ticks % Impl::kUsageSlices);
-      } else if (ticks % 10 == 0) {
-        g.meter->Flush(ticks / 10 % Impl::kUsageSlices);
-      }
-      if (g.memory && ticks % 100 == 0) g.memory->Sweep(util::SystemClock::Instance().Now());
+      g.Tick();
       tick();
     });
   };
@@ -439,8 +482,7 @@ int Gateway::Run() {
   main_ioc.run();
   for (auto& w : g.workers) w->ioc.stop();
   for (auto& w : g.workers) w->thread.join();
-  // Usage counted until the last request reaches its backend (Redis drains when destroyed).
-  g.meter->Flush();
+  g.meter->Flush();  // usage counted until the last request (Redis drains when destroyed)
   g.log.Flush();
   g.log.Error("{\"level\":\"info\",\"msg\":\"stopped\"}");
   return 0;

@@ -150,8 +150,8 @@ bool Worker::RenderHeadError(beast::error_code hec, Scratch& scratch) {
              hec == net::error::connection_reset) {
     return false;  // the client went away between requests
   }
-  RenderResponse(scratch.out, status, false, 11, "application/json", {},
-                 ErrorBody(code, hec.message()));
+  RenderResponse(scratch.out, status, false, 11, contract::kProblemJson, {},
+                 ProblemBody(static_cast<int>(status), code, hec.message()));
   gw.requests_by_class[2]->fetch_add(1, std::memory_order_relaxed);
   return true;
 }

@@ -51,9 +51,9 @@ namespace tollgate::http {
 using contract::AppendJsonEscaped;
 using contract::AppendRateLimitHeaders;
 using contract::AppendRejectionBody;
-using contract::ErrorBody;
 using contract::HeaderList;
 using contract::JsonEscape;
+using contract::ProblemBody;
 using contract::RejectionBody;
 using util::CanonicalizeTarget;
 using util::CanonicalTarget;
@@ -175,7 +175,16 @@ struct Gateway::Impl {
   std::atomic<uint64_t>& untrusted_headers =
       metrics.Counter("tollgate_decision_untrusted_headers_total");
   std::atomic<size_t> in_flight{0};
-  std::atomic<bool> draining{false};
+  std::atomic<bool> draining{false};  // the listeners are closed
+  std::atomic<bool> stopping{false};  // SIGTERM or SIGINT arrived: /readyz answers 503
+  // The memory store, always; Redis: its last PING was answered (CheckStore(), every second).
+  std::atomic<bool> store_ready{false};
+  void CloseListeners();
+  void CheckStore();
+  void Tick();  // every 100 ms on the main thread: usage flushes, the store's PING, the sweep
+  int ticks = 0;
+  // Why /readyz answers 503 ("stopping", "store_unavailable"), or "" when ready.
+  std::string_view Readiness() const;
   std::function<void()> on_drain;                                    // Gateway::OnDrain
   std::function<void()> on_reload;                                   // Gateway::OnReload
   std::map<std::string, AdminHandler, std::less<>> admin_endpoints;  // Gateway::AddAdminEndpoint
@@ -424,6 +433,9 @@ struct Worker {
   Step Pass(Exchange& ex, Scratch& scratch);  // allowed: forwarded, or the decision service's 200
   Step Reply(Exchange& ex, Scratch& scratch, bhttp::status status, std::string_view body,
              std::string_view headers = {}, std::string_view type = "application/json");
+  // An error of ours: an RFC 9457 problem (contract::ProblemBody) with its stable code.
+  Step ReplyProblem(Exchange& ex, Scratch& scratch, bhttp::status status, std::string_view code,
+                    std::string_view detail, std::string_view headers = {});
   void Finish(Exchange& ex, Scratch& scratch, int status);  // counts, meters and logs the request
   net::awaitable<bool> Forward(Conn& stream, beast::flat_buffer& buffer, Scratch& scratch);
   // Forward()'s steps (forward.cpp).
@@ -500,6 +512,8 @@ struct Exchange {
   std::string_view peer;                 // the client address of the connection, as limits name it
   std::string_view peer_ip;              // the socket's peer address as text
   bool decision_service = false;
+  bool admin = false;      // on the admin listener
+  std::string request_id;  // the client's X-Request-Id when sane, else a new one
   // Views into the request, which stays as it was read, or into its Scratch: the canonical
   // target (`path`, `query`, and `authority` of an absolute-form target, which becomes the
   // forwarded Host) and every X-Forwarded-For line joined.

@@ -5,6 +5,7 @@
 #include <dirent.h>
 #include <condition_variable>
 #include <cstdio>
+#include <ctime>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -159,7 +160,18 @@ std::string Fingerprint(const std::string& path) {
   return out;
 }
 
-void LogLine(const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); }
+// An event line on stderr, a JSON object with its time first (as the gateway's).
+void LogLine(const std::string& line) {
+  const auto now = std::chrono::system_clock::now();
+  const std::time_t t = std::chrono::system_clock::to_time_t(now);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char ts[40];
+  std::strftime(ts, sizeof ts, "%Y-%m-%dT%H:%M:%S", &tm);
+  const auto ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count() % 1000;
+  std::fprintf(stderr, "{\"ts\":\"%s.%03dZ\",%s\n", ts, static_cast<int>(ms), line.c_str() + 1);
+}
 
 }  // namespace
 

@@ -95,6 +95,9 @@ void RedisStore::ExportMetrics(metrics::Registry& registry) const {
                        "Redis Cluster MOVED/ASK redirects followed.", ReadOf(st.redirects));
   registry.CounterFrom("tollgate_redis_reconnects_total", "Redis connections lost and reopened.",
                        ReadOf(st.reconnects));
+  registry.CounterFrom("tollgate_redis_master_switches_total",
+                       "Redis Sentinel: new masters followed after a failover.",
+                       ReadOf(st.master_switches));
 }
 
 void RedisStore::Command(std::vector<std::string> args, size_t key_index,

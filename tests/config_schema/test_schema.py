@@ -40,7 +40,7 @@ BINARY = os.environ.get("TOLLGATE_BINARY", "")
 
 # Fields in the schema that the loader does not read yet (being added); anything else in the
 # schema that the loader does not know is an error of the schema.
-PENDING_FIELDS = {"shutdown_delay_ms", "public_endpoints", "deny", "accounts", "addresses"}
+PENDING_FIELDS = {"deny", "accounts", "addresses"}
 
 
 class ConfigLoader(yaml.SafeLoader):

@@ -40,6 +40,18 @@ struct ServerConfig {
   int header_timeout_ms = 10'000;               // to read a request's headers (slow clients)
   int idle_timeout_ms = 60'000;                 // keep-alive connection with no request
   int drain_timeout_ms = 10'000;                // SIGTERM: time for in-flight requests
+  // SIGTERM: keep serving this long before the drain (readyz answers 503 from the signal on), so
+  // that load balancers and Kubernetes take the replica out before its listeners close.
+  int shutdown_delay_ms = 0;
+  // Built-in endpoints the gateway listener answers itself rather than forwarding: `health`
+  // (/healthz, /readyz), `rate_limit` (GET /v1/rate-limit), `usage` (GET /v1/usage), `metrics`
+  // (/metrics). The admin listener answers all of them.
+  struct PublicEndpoints {
+    bool health = true;
+    bool rate_limit = false;
+    bool usage = false;
+    bool metrics = false;
+  } public_endpoints;
   // Smoothing (`on_limit: delay`): requests held at once, per process and per identity (a key,
   // an account or a client address). A request that would be held beyond them is answered 429
   // instead (its limit rejects, consuming nothing).
@@ -63,7 +75,8 @@ struct StoreConfig {
   std::string type = "memory";      // memory | redis
   size_t max_keys = 1'000'000;      // memory: most keys held
   std::string prefix = "tollgate";  // key prefix: separates environments sharing a Redis
-  // redis: redis://[user:pass@]host:port[/db] or redis-cluster://host:port[,host:port...];
+  // redis: redis://[user:pass@]host:port[/db], redis-cluster://host:port[,host:port...] or
+  // redis-sentinel://[user:pass@]MASTER@host:port[,host:port...][/db];
   // rediss:// and rediss-cluster:// over TLS
   std::string url;
   int timeout_ms = 5;              // redis: deadline per decision

@@ -146,8 +146,11 @@ Answer RespondInvalidKey(const engine::Verdict& verdict, const store::Check& che
                          const core::Decision& decision, bool key_presented,
                          const AnswerOptions& options, HeaderList& headers, std::string& body);
 
-// {"code": "...", "message": "..."} for other errors (401, 400, 502, 504 ...).
-std::string ErrorBody(std::string_view code, std::string_view message);
+// Every error tollgate writes itself is an RFC 9457 problem: this content type, and
+// {"type":"about:blank","title":<the status's reason>,"status":N,"code":<stable code>,
+//  "detail":<text>} (the 429's body, AppendRejectionBody, adds its own members).
+inline constexpr std::string_view kProblemJson = "application/problem+json";
+std::string ProblemBody(int status, std::string_view code, std::string_view detail);
 
 // Escapes a string for a JSON string literal (without the quotes).
 std::string JsonEscape(std::string_view s);

@@ -30,9 +30,11 @@ struct SharedState;
 }  // namespace redis
 
 struct RedisStoreOptions {
-  // redis://[user:password@]host:port[/db] (standalone) or
-  // redis-cluster://host:port[,host:port...] (Redis Cluster; seeds for the slot map);
-  // rediss:// and rediss-cluster:// for the same over TLS.
+  // redis://[user:password@]host:port[/db] (standalone),
+  // redis-cluster://host:port[,host:port...] (Redis Cluster; seeds for the slot map), or
+  // redis-sentinel://[user:password@]MASTER@host:port[,host:port...][/db] (Redis Sentinel: the
+  // sentinels, which name the master known as MASTER; the credentials and database are the
+  // master's); rediss:// and rediss-cluster:// for the first two over TLS.
   std::string url = "redis://127.0.0.1:6379";
   // Key prefix: keys are <prefix>:{<scope>}:<check>:<algorithm>. Environments sharing a Redis
   // must use different prefixes. Default "tollgate".
@@ -72,7 +74,8 @@ struct RedisStoreStats {
   std::atomic<uint64_t> noscript{0};            // script reloaded after NOSCRIPT
   std::atomic<uint64_t> redirects{0};           // MOVED / ASK followed
   std::atomic<uint64_t> reconnects{0};
-  std::atomic<int> breaker_open{0};  // 1 while the circuit is open
+  std::atomic<uint64_t> master_switches{0};  // Sentinel: new masters followed (once per failover)
+  std::atomic<int> breaker_open{0};          // 1 while the circuit is open
 };
 
 // Thread-safe: Apply() may be called from any thread. The store runs its own I/O thread, with

@@ -37,6 +37,10 @@ class CircuitBreaker {
   // when this is the failure that opened the breaker (not one while it was open already).
   bool RecordFailure(Clock::time_point now);
 
+  // Lets the next call probe at once if the breaker is open (its time not up yet): the store now
+  // talks to another node, a new master after a failover (Sentinel).
+  void ProbeNow() { open_until_.store(0, std::memory_order_relaxed); }
+
   // Whether a call succeeded after failures at a time later than `t`: a connection waiting out
   // its reconnect backoff since `t` reconnects at once when another lane has seen Redis answer.
   bool RecoveredSince(Clock::time_point t) const;

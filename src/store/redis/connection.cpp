@@ -8,6 +8,7 @@
 
 #include "store/redis/lane.hpp"
 #include "store/redis/resp.hpp"
+#include "store/redis/sentinel.hpp"
 
 namespace tollgate::store::redis {
 namespace {
@@ -42,14 +43,20 @@ RedisValue ToValue(const redisReply* r) {
   }
 }
 
-Connection::Connection(Lane& lane, net::io_context& ioc, NodeAddress address)
-    : lane_(lane), ioc_(ioc), address_(std::move(address)), socket_(ioc), timer_(ioc) {}
+Connection::Connection(Lane& lane, net::io_context& ioc, NodeAddress address, Peer peer)
+    : lane_(lane),
+      ioc_(ioc),
+      address_(std::move(address)),
+      peer_(peer),
+      socket_(ioc),
+      timer_(ioc) {}
 
 Connection::~Connection() {
   if (reader_) redisReaderFree(reader_);
 }
 
 bool Connection::Usable() {
+  if (peer_ == Peer::kNowhere) return false;
   if (state_ == State::kBackoff) {
     if (SteadyClock::now() < retry_at_ && !lane_.breaker().RecoveredSince(failed_at_)) return false;
     state_ = State::kIdle;
@@ -123,12 +130,15 @@ void Connection::Connect() {
     tls_ = MakeTlsStream(ioc_, *context, address_.host);
   timer_.expires_after(milliseconds(lane_.options().connect_timeout_ms));
   timer_.async_wait([this, epoch](const boost::system::error_code& ec) {
-    if (!ec && epoch == epoch_ && state_ == State::kConnecting) Fail("connect timeout");
+    if (!ec && epoch == epoch_ && (state_ == State::kConnecting || state_ == State::kVerifying))
+      Fail("connect timeout");
   });
   Resolve(epoch);
 }
 
 void Connection::QueueHandshake() {
+  gate_ = 0;
+  if (peer_ != Peer::kNode) return;
   std::string hello;
   std::deque<Pending> hello_fns;
   auto check = [this](const char* what) {
@@ -150,6 +160,16 @@ void Connection::QueueHandshake() {
   if (url.db != 0) {
     AppendCommand(hello, {"SELECT", std::to_string(url.db)});
     hello_fns.push_back(check("SELECT"));
+  }
+  // Sentinel: the node the sentinels named may have been demoted since (or they lag behind a
+  // failover). ROLE goes with the handshake, and the rest (the script, decisions) only once the
+  // node answered "master" (Verified), so a replica never receives a script.
+  if (lane_.url().sentinel) {
+    AppendCommand(hello, {"ROLE"});
+    hello_fns.push_back(Pending{nullptr, 0, [this](const redisReply* r, Failure f) {
+                                  if (f == Failure::kNone) Verified(r);
+                                }});
+    gate_ = hello.size();
   }
   // Load the script up front, so the first decisions after a (re)connect find it instead of
   // each paying a NOSCRIPT round trip. A failure here is not fatal: NOSCRIPT still recovers.
@@ -193,10 +213,22 @@ void Connection::Handshake(uint64_t epoch, std::shared_ptr<TlsStream> tls) {
 }
 
 void Connection::Ready() {
-  timer_.cancel();
-  state_ = State::kReady;
+  state_ = gate_ > 0 ? State::kVerifying : State::kReady;
+  if (state_ == State::kReady) timer_.cancel();  // else the deadline holds until ROLE answers
   Read();
   Flush();
+}
+
+void Connection::Verified(const redisReply* r) {
+  const RedisValue reply = ToValue(r);
+  const std::string_view role = RoleOf(reply);
+  if (role != "master") {
+    return Fail("not the master (ROLE: " +
+                std::string(role.empty() ? std::string_view("unexpected reply") : role) + ")");
+  }
+  timer_.cancel();
+  state_ = State::kReady;
+  ScheduleFlush();
 }
 
 void Connection::ScheduleFlush() {
@@ -211,11 +243,18 @@ void Connection::ScheduleFlush() {
 }
 
 void Connection::Flush() {
-  if (state_ != State::kReady) return;
-  SendBatches();
+  if (state_ != State::kReady && state_ != State::kVerifying) return;
+  if (state_ == State::kReady) SendBatches();
   if (write_in_flight_ || out_.empty()) return;
   writing_.clear();
-  writing_.swap(out_);
+  if (state_ == State::kVerifying) {  // the handshake up to ROLE; the rest once verified
+    if (gate_ == 0) return;
+    writing_.assign(out_, 0, gate_);
+    out_.erase(0, gate_);
+    gate_ = 0;
+  } else {
+    writing_.swap(out_);
+  }
   write_in_flight_ = true;
   auto written = [this, epoch = epoch_, tls = tls_](const boost::system::error_code& ec, size_t) {
     if (epoch != epoch_) return;
@@ -232,7 +271,8 @@ void Connection::Read() {
     if (epoch != epoch_) return;
     if (ec) return Fail("read: " + ec.message());
     if (!OnRead(n, epoch)) return;
-    backoff_ms_ = 0;  // answered, past the handshake (a refused AUTH keeps backing off)
+    // Answered, past the handshake: a refused AUTH (or a replica's ROLE) keeps backing off.
+    if (state_ == State::kReady) backoff_ms_ = 0;
     if (!grouped_.empty()) ScheduleFlush();  // the next batch: everything that waited meanwhile
     Read();
   };
@@ -252,6 +292,11 @@ bool Connection::OnRead(size_t n, uint64_t epoch) {
     }
     if (!raw) return true;
     ReplyPtr reply(static_cast<redisReply*>(raw));
+    if (pending_.empty() && push_) {
+      push_(reply.get(), Failure::kNone);
+      if (epoch != epoch_) return false;
+      continue;
+    }
     if (pending_.empty()) {
       Fail("unexpected reply");
       return false;
@@ -265,7 +310,8 @@ bool Connection::OnRead(size_t n, uint64_t epoch) {
 }
 
 void Connection::Fail(const std::string& why) {
-  const bool nothing_written = state_ == State::kConnecting;
+  // Verifying, only the handshake was written: what was queued after it was not.
+  const bool nothing_written = state_ == State::kConnecting || state_ == State::kVerifying;
   ++epoch_;
   boost::system::error_code ignored;
   Socket().close(ignored);
@@ -276,6 +322,7 @@ void Connection::Fail(const std::string& why) {
   failed_at_ = SteadyClock::now();
   retry_at_ = failed_at_ + milliseconds(backoff_ms_);
   out_.clear();
+  gate_ = 0;
   write_in_flight_ = false;
   flush_scheduled_ = false;
   lane_.stats().reconnects.fetch_add(1, std::memory_order_relaxed);
@@ -287,7 +334,10 @@ void Connection::Fail(const std::string& why) {
   lane_.NoteFailure(address_.host + ":" + address_.port + ": " + why);
   for (auto& p : failed)
     Deliver(p, nullptr, nothing_written ? Failure::kNotSent : Failure::kConnection);
-  if (lane_.url().cluster) lane_.RefreshTopology();
+  if (push_) push_(nullptr, Failure::kConnection);
+  // A failover moves the master elsewhere (a cluster's slots, Sentinel's master): ask again.
+  if (peer_ == Peer::kNode && (lane_.url().cluster || lane_.url().sentinel))
+    lane_.RefreshTopology();
 }
 
 }  // namespace tollgate::store::redis

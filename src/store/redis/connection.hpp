@@ -26,6 +26,12 @@ namespace tollgate::store::redis {
 class Lane;
 struct Call;
 
+// What a connection talks to. kNode: a Redis node (AUTH, SELECT and SCRIPT LOAD on connecting;
+// with Sentinel, ROLE first, and nothing else is written until the node answers that it is the
+// master). kSentinel: a sentinel (no handshake). kNowhere: the master is not known yet (no
+// sentinel has answered): every command fails at once, unsent.
+enum class Peer { kNode, kSentinel, kNowhere };
+
 // Why a command got no reply. kNotSent: the connection failed before it was written
 // (connecting, or waiting out its reconnect backoff), so Redis certainly did not run it;
 // kConnection: it may have.
@@ -46,7 +52,8 @@ class Connection {
  public:
   using ReplyFn = std::function<void(const redisReply*, Failure)>;
 
-  Connection(Lane& lane, boost::asio::io_context& ioc, NodeAddress address);
+  Connection(Lane& lane, boost::asio::io_context& ioc, NodeAddress address,
+             Peer peer = Peer::kNode);
   ~Connection();
   Connection(const Connection&) = delete;
   Connection& operator=(const Connection&) = delete;
@@ -70,13 +77,23 @@ class Connection {
   void Reset() {
     if (state_ == State::kReady) Fail("reset");
   }
+  // Drops the connection in any state but idle or backing off (its pending commands fail, and
+  // what was queued is not written): the node is no longer the master (Sentinel).
+  void Close(const std::string& why) {
+    if (state_ != State::kIdle && state_ != State::kBackoff) Fail(why);
+  }
+  // Replies that answer no request, the messages of a subscription (SUBSCRIBE), go to `fn`; and
+  // (nullptr, kConnection) when the connection fails, which ends the subscription.
+  void OnPush(ReplyFn fn) { push_ = std::move(fn); }
   // Nothing queued, nothing in flight.
   bool Idle() const {
     return pending_.empty() && out_.empty() && grouped_.empty() && !write_in_flight_;
   }
 
  private:
-  enum class State { kIdle, kConnecting, kReady, kBackoff };
+  // kVerifying: connected, the handshake up to ROLE written, the rest held until the node
+  // answers that it is the master (Sentinel only).
+  enum class State { kIdle, kConnecting, kVerifying, kReady, kBackoff };
   // A reply to come: a decision (call), a group of them (the first call, `group` of them, linked
   // by Call::next; a group of one is sent as a plain call), or any other command (fn).
   struct Pending {
@@ -97,7 +114,8 @@ class Connection {
   void Resolve(uint64_t epoch);
   void OpenSocket(uint64_t epoch, const boost::asio::ip::tcp::resolver::results_type& endpoints);
   void Handshake(uint64_t epoch, std::shared_ptr<TlsStream> tls);
-  void Ready();  // connected (and, with TLS, through the handshake)
+  void Ready();                        // connected (and, with TLS, through the handshake)
+  void Verified(const redisReply* r);  // ROLE's reply: the master, or the connection fails
   boost::asio::ip::tcp::socket& Socket() { return tls_ ? tls_->next_layer() : socket_; }
   // Calls fn(stream): the TLS stream, or the socket itself.
   template <class Fn>
@@ -118,6 +136,7 @@ class Connection {
   Lane& lane_;
   boost::asio::io_context& ioc_;
   NodeAddress address_;
+  const Peer peer_;
   boost::asio::ip::tcp::socket socket_;  // without TLS
   // With TLS, the stream of the current connection, which owns its socket. Each operation holds
   // it, so the stream of a failed connection lives until its operations have returned.
@@ -126,11 +145,13 @@ class Connection {
   State state_ = State::kIdle;
   redisReader* reader_ = nullptr;
   std::string out_;
+  size_t gate_ = 0;  // while kVerifying, the bytes at the front of out_ that may go: up to ROLE
   std::string writing_;
   bool write_in_flight_ = false;
   bool flush_scheduled_ = false;
   std::deque<Pending> pending_;  // in the order of the replies to come
   std::deque<Call*> grouped_;    // token-bucket requests waiting for the next batch
+  ReplyFn push_;                 // OnPush
   int batches_in_flight_ = 0;
   std::array<char, 16 * 1024> read_buf_;
   std::chrono::steady_clock::time_point retry_at_;

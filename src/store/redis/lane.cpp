@@ -9,6 +9,8 @@
 #include <optional>
 
 #include "store/redis/resp.hpp"
+#include "store/redis/sentinel.hpp"
+#include "store/redis/sentinel_watch.hpp"
 
 namespace tollgate::store::redis {
 namespace {
@@ -63,6 +65,10 @@ Lane::Lane(RedisStoreOptions options, Url url, SharedState& shared, net::io_cont
     });
   }
   if (url_.cluster) net::post(ioc_, [this] { RefreshTopology(); });
+  if (url_.sentinel) {
+    sentinels_ = std::make_unique<SentinelWatch>(*this, ioc_);
+    net::post(ioc_, [this] { sentinels_->Start(); });
+  }
 }
 
 Lane::~Lane() {
@@ -161,7 +167,20 @@ void Lane::Start(Call* call, SteadyClock::time_point now) {
   call->deadline = now + milliseconds(options_.timeout_ms);
   deadlines_.push_back(call);  // takes over the submission's reference
   if (!deadline_armed_) ArmDeadline(call->deadline);
+  if (sentinels_ && sentinels_->Resolving()) {  // no master known yet: wait for the answers
+    ++call->refs;
+    return parked_.push_back(call);
+  }
   Dispatch(call, NodeFor(call->slot), false);
+}
+
+void Lane::DispatchParked() {
+  std::vector<Call*> parked;
+  parked.swap(parked_);
+  for (Call* call : parked) {
+    if (!call->finished) Dispatch(call, NodeFor(call->slot), false);
+    Release(call);
+  }
 }
 
 void Lane::ArmDeadline(SteadyClock::time_point at) {
@@ -314,6 +333,13 @@ void Lane::OnErrorReply(Call* call, Connection& conn, std::string_view err) {
   }
   if (IsTryAgain(err)) return RetryWhenMigrating(call);
   stats().errors.fetch_add(1, std::memory_order_relaxed);
+  if (url_.sentinel && IsReadOnly(err)) {
+    // The master was demoted since its connection was verified (a failover): the script wrote
+    // nothing there. Its connection goes, which asks the sentinels again; nothing more is sent
+    // to it.
+    Finish(call, StoreErrc::kUnavailable, std::string(err));
+    return conn.Close("READONLY: no longer the master");
+  }
   Finish(call, StoreErrc::kProtocol, std::string(err));
 }
 
@@ -427,7 +453,7 @@ RedisStore::FireResult Lane::OnFired(int slot, const Connection& conn, const red
     const std::string_view err(r->str, r->len);
     const auto to = ParseRedirect(err, conn.address());
     if (to && to->moved) Moved(slot, to->node);
-    if (to || IsTryAgain(err)) result = FireResult::kNotRun;
+    if (to || IsTryAgain(err) || IsReadOnly(err)) result = FireResult::kNotRun;
   }
   if (result != FireResult::kOk) stats().command_errors.fetch_add(1, std::memory_order_relaxed);
   return result;
@@ -457,12 +483,18 @@ Connection& Lane::Node(const NodeAddress& address) {
   return *slot;
 }
 
+void Lane::CloseNode(const NodeAddress& address, const std::string& why) {
+  if (auto it = nodes_.find(address); it != nodes_.end()) it->second->Close(why);
+}
+
 Connection& Lane::NodeFor(int slot) {
+  if (sentinels_) return sentinels_->MasterNode();
   const NodeAddress* owner = slots_.Owner(slot);
   return Node(owner ? *owner : url_.nodes[0]);
 }
 
 void Lane::RefreshTopology() {
+  if (sentinels_) return sentinels_->Ask();
   if (refreshing_) return;
   refreshing_ = true;
   AskSlots(std::make_shared<std::vector<NodeAddress>>(TopologyCandidates(url_.nodes, slots_)), 0);

@@ -35,6 +35,8 @@ extern const std::string_view kRedisScript;
 
 namespace redis {
 
+class SentinelWatch;
+
 // What the lanes of one store share. Thread-safe.
 struct SharedState {
   SharedState(const RedisStoreOptions& options,
@@ -48,6 +50,8 @@ struct SharedState {
   const std::unique_ptr<boost::asio::ssl::context> tls;  // rediss:// and rediss-cluster:// only
   std::mutex error_mu;
   std::string last_error;  // guarded by error_mu: why the last connection failed, for the logs
+  std::mutex master_mu;
+  NodeAddress master;  // guarded by master_mu: the master the lanes last followed (Sentinel)
 };
 
 // One decision in flight. Pooled by its lane and reused (with its buffer), so a decision
@@ -98,7 +102,15 @@ class Lane {
   CircuitBreaker& breaker() { return shared_.breaker; }
   boost::asio::ssl::context* tls_context() const { return shared_.tls.get(); }
   void NoteFailure(std::string why);
-  // Asks the cluster for its slot map: each node we know in turn (the seeds, then the masters of
+  SharedState& shared() { return shared_; }
+  Connection& Node(const NodeAddress& address);
+  // Sends the decisions that waited for the sentinels' first answer (SentinelWatch::Resolving)
+  // to the master, or fails them when none is known.
+  void DispatchParked();
+  // Drops the connection to `address`, if there is one (Connection::Close).
+  void CloseNode(const NodeAddress& address, const std::string& why);
+  // Sentinel: asks the sentinels which node is the master now (SentinelWatch::Ask). Cluster:
+  // asks the cluster for its slot map: each node we know in turn (the seeds, then the masters of
   // the current map) until one answers; if none does, again after a pause. At start, after a
   // MOVED, and after a connection to a node failed: a failover moves that node's slots to a
   // replica, and nobody answers MOVED to a client that cannot reach the old master.
@@ -147,7 +159,6 @@ class Lane {
   // The outcome of a FireAndForget command's reply; learns the new owner of a slot from MOVED.
   RedisStore::FireResult OnFired(int slot, const Connection& conn, const redisReply* r, Failure f);
   Connection& NodeFor(int slot);
-  Connection& Node(const NodeAddress& address);
   void AskSlots(std::shared_ptr<std::vector<NodeAddress>> candidates, size_t i);
   // A MOVED reply: `slot` is `node`'s now, and the rest of the map may have changed too.
   void Moved(int slot, const NodeAddress& node);
@@ -163,6 +174,8 @@ class Lane {
   SlotMap slots_;
   bool refreshing_ = false;
   boost::asio::steady_timer refresh_timer_{ioc_};
+  std::unique_ptr<SentinelWatch> sentinels_;  // redis-sentinel:// only
+  std::vector<Call*> parked_;                 // waiting for DispatchParked; each holds a ref
 
   // Calls: submitted by any thread under mu_, started on the lane's thread in batches, so that
   // one wake-up of the thread carries every decision issued meanwhile.

@@ -11,12 +11,14 @@ struct Scheme {
   std::string_view prefix;
   bool cluster;
   bool tls;
+  bool sentinel = false;
 };
 constexpr Scheme kSchemes[] = {
     {"redis://", false, false},
     {"redis-cluster://", true, false},
     {"rediss://", false, true},
     {"rediss-cluster://", true, true},
+    {"redis-sentinel://", false, false, true},
 };
 
 // "[user:]password@" at the front of `rest`, removed from it.
@@ -32,6 +34,33 @@ void TakeCredentials(std::string_view& rest, Url& out) {
     out.password = std::string(cred.substr(colon + 1));
   }
   rest = rest.substr(at + 1);
+}
+
+// "[[user:]password@]MASTER@" at the front of `rest`, removed from it (redis-sentinel://). The
+// name ends at the last '@': a password may hold one, a name may not (nor a space: the
+// sentinels' +switch-master messages separate their fields with spaces).
+core::Result<bool> TakeMasterName(std::string_view& rest, Url& out) {
+  const size_t at = rest.rfind('@');
+  if (at == std::string_view::npos) {
+    return core::Error{
+        "store.url: expected redis-sentinel://[user:password@]MASTER@host:port[,host:port...], "
+        "got no master name"};
+  }
+  std::string_view front = rest.substr(0, at);
+  rest = rest.substr(at + 1);
+  const size_t cred = front.rfind('@');
+  out.master_name = std::string(cred == std::string_view::npos ? front : front.substr(cred + 1));
+  if (cred != std::string_view::npos) {
+    front = front.substr(0, cred + 1);
+    TakeCredentials(front, out);
+  }
+  if (out.master_name.empty()) return core::Error{"store.url: empty master name"};
+  for (unsigned char c : out.master_name) {
+    if (c <= ' ' || c == 127) {
+      return core::Error{"store.url: bad master name '" + out.master_name + "'"};
+    }
+  }
+  return true;
 }
 
 // "/db" at the end of `rest`, removed from it. An empty db is 0.
@@ -65,7 +94,8 @@ core::Result<bool> TakeNodes(std::string_view rest, Url& out) {
     rest = rest.substr(comma + 1);
   }
   if (out.nodes.empty()) return core::Error{"store.url: no host"};
-  if (!out.cluster && out.nodes.size() > 1) return core::Error{"store.url: one host for redis://"};
+  if (!out.cluster && !out.sentinel && out.nodes.size() > 1)
+    return core::Error{"store.url: one host for redis://"};
   return true;
 }
 
@@ -86,14 +116,19 @@ core::Result<Url> ParseUrl(std::string_view url) {
   }
   if (!scheme) {
     return core::Error{
-        "store.url: must start with redis://, rediss://, redis-cluster:// or rediss-cluster://, "
-        "got '" +
+        "store.url: must start with redis://, rediss://, redis-cluster://, rediss-cluster:// or "
+        "redis-sentinel://, got '" +
         std::string(url) + "'"};
   }
   out.cluster = scheme->cluster;
   out.tls = scheme->tls;
+  out.sentinel = scheme->sentinel;
   rest = url.substr(scheme->prefix.size());
-  TakeCredentials(rest, out);
+  if (out.sentinel) {
+    if (auto name = TakeMasterName(rest, out); !name) return core::Error{name.error()};
+  } else {
+    TakeCredentials(rest, out);
+  }
   if (auto db = TakeDatabase(rest, out); !db) return core::Error{db.error()};
   if (auto nodes = TakeNodes(rest, out); !nodes) return core::Error{nodes.error()};
   return out;

@@ -1,4 +1,4 @@
-// The store's URL: redis://, rediss://, redis-cluster:// and rediss-cluster://.
+// The store's URL: redis://, rediss://, redis-cluster://, rediss-cluster:// and redis-sentinel://.
 #pragma once
 
 #include <string>
@@ -22,8 +22,10 @@ struct NodeAddress {
 // What a URL says (RedisStoreOptions::url).
 struct Url {
   bool cluster = false;            // redis-cluster:// and rediss-cluster://
+  bool sentinel = false;           // redis-sentinel://
   bool tls = false;                // rediss:// and rediss-cluster://
-  std::vector<NodeAddress> nodes;  // the server; for a cluster, the seeds of the slot map
+  std::vector<NodeAddress> nodes;  // the server; a cluster's seeds of the slot map; the sentinels
+  std::string master_name;         // redis-sentinel://: the master the sentinels know by this name
   std::string user;                // empty: AUTH with the password alone
   std::string password;            // empty: no AUTH
   int db = 0;                      // SELECTed when not 0; always 0 on a cluster
@@ -35,9 +37,12 @@ struct Url {
 // "store.url: expected host:port, got '...'".
 core::Result<NodeAddress> ParseHostPort(std::string_view s);
 
-// redis://[[user:]password@]host:port[/db], rediss://... the same over TLS, and
-// redis-cluster://[[user:]password@]host:port[,host:port...] (rediss-cluster:// over TLS).
-// The credentials end at the last '@'; the user, if any, at the first ':' before it.
+// redis://[[user:]password@]host:port[/db], rediss://... the same over TLS,
+// redis-cluster://[[user:]password@]host:port[,host:port...] (rediss-cluster:// over TLS), and
+// redis-sentinel://[[user:]password@]MASTER@host:port[,host:port...][/db]: the sentinels, which
+// name the master known as MASTER (the credentials and database are the master's; the
+// sentinels are asked without AUTH). The credentials end at the last '@' (with Sentinel, the
+// last '@' before the master's name); the user, if any, at the first ':' before it.
 core::Result<Url> ParseUrl(std::string_view url);
 
 }  // namespace tollgate::store::redis

@@ -243,7 +243,12 @@ class Upstream:
 class Gateway:
     """A running `tollgate serve` with its config file in the fixture's temp dir."""
 
-    def __init__(self, fixture, config, name="tollgate", wrapper=()):
+    # The built-in endpoints most tests call on the gateway listener (the binary's default is
+    # ["health"]: /v1/rate-limit, /v1/usage and /metrics are the admin listener's). None: the
+    # binary's default.
+    PUBLIC_ENDPOINTS = ["health", "rate_limit", "usage"]
+
+    def __init__(self, fixture, config, name="tollgate", wrapper=(), public_endpoints=PUBLIC_ENDPOINTS):
         self.fixture = fixture
         self.config_path = os.path.join(fixture.tmpdir, name + ".yaml")
         self.process = None
@@ -257,6 +262,8 @@ class Gateway:
             server["listen"] = "127.0.0.1:%d" % self.port
             server["admin_listen"] = "127.0.0.1:%d" % self.admin_port
             server.setdefault("threads", 2)
+            if public_endpoints is not None:
+                server.setdefault("public_endpoints", list(public_endpoints))
             self.config["server"] = server
             self.write_config(self.config)
             # `wrapper`: a command that execs the binary in place (e.g. prlimit), so the PID
@@ -275,7 +282,8 @@ class Gateway:
             if not self.process.alive():
                 return False
             try:
-                if http_request(self.port, "GET", "/healthz", timeout=2).status == 200:
+                # The admin listener answers /healthz whatever server.public_endpoints says.
+                if http_request(self.admin_port, "GET", "/healthz", timeout=2).status == 200:
                     return True
             except OSError:
                 pass
@@ -315,7 +323,7 @@ class Gateway:
         return http_request(self.admin_port, method, path, **kw)
 
     def metrics(self):
-        r = http_request(self.port, "GET", "/metrics")
+        r = http_request(self.admin_port, "GET", "/metrics")
         assert r.status == 200, r
         return parse_metrics(r.body.decode())
 

@@ -447,7 +447,7 @@ class IdentityTests(GatewayTestCase):
         gw = self.start(config())
         r = gw.get("/echo")
         self.assertEqual(r.status, 401, r)
-        self.assertTrue(r.header("Content-Type", "").startswith("application/json"), r)
+        self.assertEqual(r.header("Content-Type"), "application/problem+json", r)
         self.assertEqual(r.json()["code"], "missing_api_key")
         self.assertEqual(r.header("WWW-Authenticate"), "Bearer")
         r = gw.get("/echo", key="sk-not-a-key")
@@ -602,6 +602,42 @@ class IdentityTests(GatewayTestCase):
                 pass
         self.assertTrue(ok, "connections freed by closing were not given back")
 
+    def test_request_ids_and_the_resolved_client_in_the_access_log(self):
+        gw = self.start(config(plans={"free": {"limits": [burst(100)]}},
+                               identity={"trusted_proxies": ["127.0.0.1/32"]}))
+        cases = [  # (X-Request-Id sent or None, expected: the same, or a new one)
+            ("req-abc_123.x:y/z+=@", "same"),
+            (None, "new"),
+            ("", "new"),
+            ("x" * 129, "new"),
+            ("has space", "new"),
+            ("semi;colon", "new"),
+            ("\u00e9t\u00e9", "new"),
+        ]
+        for i, (sent, expect) in enumerate(cases):
+            with self.subTest(sent=sent):
+                headers = {"X-Forwarded-For": "198.51.100.%d" % (i + 1)}
+                if sent is not None:
+                    headers["X-Request-Id"] = sent
+                r = gw.get("/echo/n%d" % i, key=FREE_KEY, headers=headers)
+                self.assertEqual(r.status, 200, r)
+                got = r.json()["headers"].get("X-Request-Id")
+                if expect == "same":
+                    self.assertEqual(got, sent)
+                else:
+                    self.assertRegex(got or "", r"^[0-9a-f]{32}$")
+                lines = gw.access_log_lines(lambda e: e.get("path") == "/echo/n%d" % i, 1)
+                entry = [json.loads(x) for x in lines if b'"/echo/n%d"' % i in x][0]
+                self.assertEqual(entry["request_id"], got)  # the id the upstream saw
+                self.assertEqual(entry["client"], "198.51.100.%d" % (i + 1))  # resolved
+                self.assertEqual(entry["peer"], "127.0.0.1")
+        # Event lines on stderr carry their time.
+        events = [json.loads(x) for x in gw.process.read_stderr().decode().splitlines()
+                  if x.startswith("{")]
+        self.assertTrue(events)
+        for e in events:
+            self.assertRegex(e["ts"], r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
+
     def test_access_log_is_json_with_key_id_and_never_the_key(self):
         gw = self.start(config())
         self.assertEqual(gw.get("/echo", key=FREE_KEY).status, 200)
@@ -723,7 +759,7 @@ class ModeTests(GatewayTestCase):
         self.assertEqual(r.status, 400, r)
         body = r.json()
         self.assertEqual(body["code"], "invalid_config", body)
-        self.assertIn("plans.free.limits[0].capacity", body["message"])
+        self.assertIn("plans.free.limits[0].capacity", body["detail"])
         # Not YAML at all.
         gw.write_config("plans: [unclosed\n")
         r = gw.admin("POST", "/admin/reload")
@@ -1191,13 +1227,59 @@ class ProxyTests(GatewayTestCase):
         paths = [json.loads(line)["path"] for line in lines]
         self.assertEqual([p for p in paths if p != "/healthz"], ["/echo/x"], lines)
 
+    def test_every_error_of_ours_is_a_problem_with_its_code(self):
+        # RFC 9457 problem details, the one format of every error tollgate writes itself.
+        port, held = harness.reserve_port()  # bound, never listening: connections are refused
+        self.held_sockets.append(held)
+        gw = self.start(config(server={"threads": 2, "max_body_bytes": 1024,
+                                       "max_header_bytes": 4096},
+                               routes=[{"path": "/v1/export", "method": "GET",
+                                        "cost": {"query": "pages", "per": 50, "min": 1}}]),
+                        upstream="http://127.0.0.1:%d" % port)
+        raw = lambda payload: harness.raw_exchange(gw.port, payload)[0]
+        cases = [
+            ("401 missing key", lambda: gw.get("/echo"), 401, "missing_api_key"),
+            ("401 unknown key", lambda: gw.get("/echo", key="sk-nope"), 401, "invalid_api_key"),
+            ("400 target", lambda: gw.get("/a%2Fb", key=FREE_KEY), 400,
+             "invalid_request_target"),
+            ("400 cost", lambda: gw.get("/v1/export?pages=x", key=FREE_KEY), 400,
+             "invalid_cost"),
+            ("400 host", lambda: raw(b"GET /echo HTTP/1.1\r\nHost: a b\r\n\r\n"), 400,
+             "invalid_host"),
+            ("413 body", lambda: raw(b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 5000"
+                                     b"\r\n\r\n"), 413, "body_too_large"),
+            ("431 head", lambda: raw(b"GET /echo HTTP/1.1\r\nHost: x\r\nX: " + b"a" * 8000 +
+                                     b"\r\n\r\n"), 431, "header_too_large"),
+            ("502 upstream", lambda: gw.get("/echo", key=FREE_KEY), 502, "upstream_unavailable"),
+            ("404 admin", lambda: gw.admin("GET", "/admin/nope"), 404, "not_found"),
+            ("404 admin key", lambda: gw.admin("GET", "/admin/keys/nope"), 404, "unknown_key"),
+            ("400 usage period", lambda: gw.admin("GET", "/admin/usage?period=nope"), 400,
+             "invalid_period"),
+        ]
+        for label, send, status, code in cases:
+            with self.subTest(label):
+                r = send()
+                if isinstance(r, bytes):
+                    head, _, body = r.partition(b"\r\n\r\n")
+                    self.assertIn(b" %d " % status, head.split(b"\r\n")[0], r)
+                    self.assertIn(b"\r\nContent-Type: application/problem+json\r\n", head + b"\r\n", r)
+                    doc = json.loads(body)
+                else:
+                    self.assertEqual(r.status, status, r)
+                    self.assertEqual(r.header("Content-Type"), "application/problem+json", r)
+                    doc = r.json()
+                self.assertEqual(doc["status"], status, doc)
+                self.assertEqual(doc["code"], code, doc)
+                self.assertEqual(doc["type"], "about:blank", doc)
+                self.assertTrue(doc["title"] and doc["detail"], doc)
+
     def test_upstream_down_gives_502(self):
         port, held = harness.reserve_port()  # bound, never listening: connections are refused
         self.held_sockets.append(held)
         gw = self.start(config(), upstream="http://127.0.0.1:%d" % port)
         r = gw.get("/echo", key=FREE_KEY)
         self.assertEqual(r.status, 502, r)
-        self.assertTrue(r.header("Content-Type", "").startswith("application/json"), r)
+        self.assertEqual(r.header("Content-Type"), "application/problem+json", r)
         self.assertEqual(r.json()["code"], "upstream_unavailable")
         self.assertTrue(gw.healthy())
         m = gw.metrics()
@@ -1249,6 +1331,84 @@ class ProxyTests(GatewayTestCase):
         self.assertEqual(result["response"].json()["path"], "/slow?ms=1500")
         self.assertTrue(refused, "still accepting connections while draining")
         self.assertEqual(gw.process.wait(timeout=15), 0)
+
+    def test_sigterm_turns_readyz_503_and_serves_for_the_shutdown_delay(self):
+        gw = self.start(config(plans={"free": {"limits": [burst(1000)]}},
+                               server={"threads": 2, "shutdown_delay_ms": 1500}))
+        for port in (gw.port, gw.admin_port):
+            r = harness.http_request(port, "GET", "/readyz")
+            self.assertEqual((r.status, r.json()), (200, {"status": "ready"}), r)
+        os.kill(gw.pid, signal.SIGTERM)
+        start = time.monotonic()
+        for port in (gw.port, gw.admin_port):
+            r = harness.http_request(port, "GET", "/readyz")
+            self.assertEqual((r.status, r.json()), (503, {"status": "stopping"}), r)
+            self.assertEqual(harness.http_request(port, "GET", "/healthz").status, 200)
+        # Still serving (new connections too) during the delay, closing keep-alive connections.
+        served = 0
+        while time.monotonic() - start < 1.0:
+            r = gw.get("/echo", key=FREE_KEY)
+            self.assertEqual(r.status, 200, r)
+            self.assertEqual(r.header("Connection"), "close", r)
+            served += 1
+            time.sleep(0.05)
+        self.assertGreater(served, 5)
+        # Then the drain: connections refused, exit 0.
+        refused = False
+        for _ in deadline_loop(3.0, step=0.05):
+            try:
+                harness.http_request(gw.port, "GET", "/healthz", timeout=1)
+            except ConnectionRefusedError:
+                refused = True
+                break
+            except OSError:
+                pass
+        self.assertTrue(refused, "still accepting after the shutdown delay")
+        self.assertGreaterEqual(time.monotonic() - start, 1.4)
+        self.assertEqual(gw.process.wait(timeout=15), 0)
+
+    def test_readyz_waits_for_redis(self):
+        from test_redis import RedisServer
+        redis = RedisServer(self)
+        redis.process.stop()
+        gw = self.start(config(store={"type": "redis", "url": redis.url}))
+        r = gw.admin("GET", "/readyz")
+        self.assertEqual((r.status, r.json()), (503, {"status": "store_unavailable"}), r)
+        self.assertEqual(gw.admin("GET", "/healthz").status, 200)  # alive, not ready
+        redis.start()
+        ready = None
+        for _ in deadline_loop(5, step=0.1):
+            ready = gw.admin("GET", "/readyz")
+            if ready.status == 200:
+                break
+        self.assertEqual(ready.status, 200, ready)
+
+    def test_built_in_endpoints_are_the_admin_listeners_unless_made_public(self):
+        # The binary's default (public_endpoints=None): only /healthz and /readyz answer on the
+        # gateway listener; /metrics, /v1/rate-limit and /v1/usage are the upstream's paths there.
+        gw = harness.Gateway(self, dict(config(), upstream={"url": harness.Upstream(self).url}),
+                             public_endpoints=None)
+        for path in ("/metrics", "/v1/rate-limit", "/v1/usage"):
+            with self.subTest(path=path):
+                r = gw.get(path, key=FREE_KEY)
+                self.assertEqual(r.status, 200, r)
+                self.assertEqual(r.json()["path"], path, r)  # the upstream's echo
+        self.assertEqual(gw.get("/healthz").status, 200)
+        admin = lambda path: harness.http_request(gw.admin_port, "GET", path, headers={
+            "Authorization": "Bearer " + FREE_KEY})
+        self.assertIn(b"tollgate_requests_total", admin("/metrics").body)
+        self.assertEqual(admin("/v1/rate-limit").json()["key_id"], "k-free")
+        self.assertEqual(admin("/v1/usage").json()["key_id"], "k-free")
+        r = admin("/echo")  # the admin listener forwards nothing
+        self.assertEqual((r.status, r.json()["code"]), (404, "not_found"), r)
+        # Made public by configuration.
+        gw2 = harness.Gateway(self, dict(config(), upstream={"url": harness.Upstream(self).url}),
+                              name="public", public_endpoints=["metrics", "rate_limit"])
+        self.assertIn(b"tollgate_requests_total", gw2.get("/metrics").body)
+        self.assertEqual(gw2.get("/v1/rate-limit", key=FREE_KEY).json()["key_id"], "k-free")
+        self.assertEqual(gw2.get("/v1/usage", key=FREE_KEY).json()["path"], "/v1/usage")
+        # /healthz is not in that list: on the gateway listener it is the upstream's path.
+        self.assertEqual(gw2.get("/healthz", key=FREE_KEY).json()["path"], "/healthz")
 
 
 def main():

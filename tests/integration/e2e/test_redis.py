@@ -24,6 +24,7 @@ What they prove (DESIGN.md, "Redis" and "Fail mode"):
 """
 import collections
 import http.client
+import json
 import os
 import re
 import shutil
@@ -95,9 +96,10 @@ class RedisServer:
     port), no persistence, its files in the test's temp dir. Started through the fixture, so
     the harness stops it by PID; continued (SIGCONT) before that if it was paused."""
 
-    def __init__(self, fixture, extra_args=()):
+    def __init__(self, fixture, extra_args=(), password=None):
         self.fixture = fixture
-        self.extra_args = list(extra_args)
+        self.password = password
+        self.extra_args = list(extra_args) + (["--requirepass", password] if password else [])
         # reserve_port holds the port with SO_REUSEADDR and never listens: redis-server (which
         # sets SO_REUSEADDR) can bind it, and nobody else gets it between restarts.
         self.port, held = harness.reserve_port()
@@ -131,7 +133,8 @@ class RedisServer:
 
     def cli(self, *args, timeout=5):
         """One redis-cli command; its raw output (stdout is not a tty), stripped."""
-        r = subprocess.run([REDIS_CLI, "-h", "127.0.0.1", "-p", str(self.port)] + list(args),
+        auth = ["-a", self.password, "--no-auth-warning"] if self.password else []
+        r = subprocess.run([REDIS_CLI, "-h", "127.0.0.1", "-p", str(self.port)] + auth + list(args),
                            capture_output=True, timeout=timeout)
         out = r.stdout.decode(errors="replace").strip()
         if r.returncode != 0 or out.startswith("ERR") or "Could not connect" in out:
@@ -582,6 +585,75 @@ class OutageTests(RedisTestCase):
         self.redis.start()
         self.wait_back(gw)
         self.assertLimitingWorks(gw, ONE_KEY)
+
+
+class SecretTests(GatewayTestCase):
+    """A Redis password kept out of the config file: `${ENV}` and `file:` in store.url. Nothing
+    the binary prints names the secret."""
+
+    PASSWORD = "s3cret-0f-the-redis"
+
+    def setUp(self):
+        super().setUp()
+        self.redis = RedisServer(self, password=self.PASSWORD)
+        self.upstream = harness.Upstream(self)
+        self.env = {}
+        self.addCleanup(lambda: [os.environ.pop(k, None) for k in self.env])
+
+    def setenv(self, name, value):
+        self.env[name] = value
+        os.environ[name] = value  # inherited by the processes the test starts
+
+    def cfg(self, url):
+        c = config(self.redis, {"p": {"limits": [burst(3)]}},
+                   [{"key": ONE_KEY, "id": "one", "plan": "p"}])
+        c["store"]["url"] = url
+        c["upstream"] = {"url": self.upstream.url}
+        return c
+
+    def check_config(self, cfg):
+        path = os.path.join(self.tmpdir, "check.yaml")
+        with open(path, "w") as f:
+            json.dump(cfg, f)
+        r = subprocess.run([harness.BINARY, "check-config", path], capture_output=True,
+                           timeout=30)
+        self.assertNotIn(self.PASSWORD.encode(), r.stdout + r.stderr)
+        return r
+
+    def test_the_password_from_the_environment_or_a_file(self):
+        self.setenv("TG_TEST_REDIS_PASSWORD", self.PASSWORD)
+        secret_file = os.path.join(self.tmpdir, "redis-url")
+        with open(secret_file, "w") as f:
+            f.write("redis://:%s@127.0.0.1:%d\n" % (self.PASSWORD, self.redis.port))
+        for label, url in (
+                ("env", "redis://:${TG_TEST_REDIS_PASSWORD}@127.0.0.1:%d" % self.redis.port),
+                ("file", "file:" + secret_file)):
+            with self.subTest(label):
+                cfg = self.cfg(url)
+                cfg["store"]["prefix"] = label  # a budget of its own
+                self.assertEqual(self.check_config(cfg).returncode, 0)
+                gw = harness.Gateway(self, cfg, name=label)
+                statuses = [gw.get("/x", key=ONE_KEY).status for _ in range(4)]
+                self.assertEqual(statuses, [200, 200, 200, 429])
+                self.assertGreater(int(self.redis.cli("DBSIZE")), 0)
+                gw.process.stop()
+                err = gw.process.read_stderr() + gw.process.read_stdout()
+                self.assertNotIn(self.PASSWORD.encode(), err)
+
+    def test_a_missing_variable_or_file_is_refused_naming_it_not_a_value(self):
+        self.setenv("TG_TEST_SET", self.PASSWORD)
+        cases = [
+            ("redis://:${TG_TEST_UNSET_VAR}@127.0.0.1:1",
+             b"store.url: the environment variable TG_TEST_UNSET_VAR is not set"),
+            ("redis://:${TG_TEST_SET@127.0.0.1:1", b"store.url: '${' without its '}'"),
+            ("redis://:${1BAD}@127.0.0.1:1", b"does not name an environment variable"),
+            ("file:/nonexistent/redis-url", b"store.url: cannot read the file of"),
+        ]
+        for url, error in cases:
+            with self.subTest(url):
+                r = self.check_config(self.cfg(url))
+                self.assertEqual(r.returncode, 1, r)
+                self.assertIn(error, r.stderr)
 
 
 class KeyspaceTests(RedisTestCase):

@@ -219,7 +219,7 @@ class RouteLimitConfigTests(GatewayTestCase):
             gw.write_config(config(routes=routes))
             r = gw.admin("POST", "/admin/reload")
             self.assertEqual(r.status, 400, r)
-            self.assertIn(field, r.json()["message"])
+            self.assertIn(field, r.json()["detail"])
         # The old routes still limit.
         got = [gw.request("POST", "/v1/messages", headers={"X-API-Key": FREE_KEY},
                           body=b"").status for _ in range(2)]
