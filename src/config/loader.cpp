@@ -286,7 +286,7 @@ Config Parse(const YAML::Node& root, const std::string& base_dir) {
   if (!root || root.IsNull()) Fail("", "the configuration is empty");
   OnlyKeys(root, "",
            {"server", "upstream", "store", "mode", "identity", "plans", "keys", "keys_file",
-            "routes", "anonymous", "headers", "decision", "rls"});
+            "routes", "anonymous", "headers", "decision", "rls", "deny"});
   if (const YAML::Node s = root["server"]) ParseServer(s, c.server);
   if (const YAML::Node u = root["upstream"]) ParseUpstream(u, c.upstream);
   ParseStore(root["store"], c.store);
@@ -300,6 +300,12 @@ Config Parse(const YAML::Node& root, const std::string& base_dir) {
   if (const YAML::Node d = root["decision"]) ParseDecision(d, c.decision);
   if (const YAML::Node r = root["rls"]) ParseRls(r, base_dir, c.rls);
   if (const YAML::Node h = root["headers"]) ParseHeaders(h, c.headers);
+  if (const YAML::Node d = root["deny"]) {
+    OnlyKeys(d, "deny", {"keys", "accounts", "addresses"});
+    if (d["keys"]) c.deny.keys = StrList(d["keys"], "deny.keys");
+    if (d["accounts"]) c.deny.accounts = StrList(d["accounts"], "deny.accounts");
+    if (d["addresses"]) c.deny.addresses = StrList(d["addresses"], "deny.addresses");
+  }
   return c;
 }
 

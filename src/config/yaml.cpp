@@ -35,37 +35,36 @@ void RequireMap(const YAML::Node& n, const std::string& path) {
 }
 
 std::string Secret(const YAML::Node& n, const std::string& path) {
-  const std::string s = Str(n, path);
-  if (s.rfind("file:", 0) == 0) {
-    const std::string file = s.substr(5);
-    std::ifstream in(file);
-    if (file.empty() || !in) Fail(path, "cannot read the file of '" + s + "'");
-    std::stringstream text;
-    text << in.rdbuf();
-    std::string value = text.str();
-    while (!value.empty() && (value.back() == '\n' || value.back() == '\r')) value.pop_back();
-    if (value.empty()) Fail(path, "the file of '" + s + "' is empty");
-    return value;
-  }
-  std::string out;
-  for (size_t i = 0; i < s.size();) {
-    if (s.compare(i, 2, "${") != 0) {
-      out += s[i++];
+  const std::string text = Str(n, path);
+  std::string s;  // every ${NAME} replaced
+  for (size_t i = 0; i < text.size();) {
+    if (text.compare(i, 2, "${") != 0) {
+      s += text[i++];
       continue;
     }
-    const size_t end = s.find('}', i);
+    const size_t end = text.find('}', i);
     if (end == std::string::npos) Fail(path, "'${' without its '}'");
-    const std::string name = s.substr(i + 2, end - i - 2);
+    const std::string name = text.substr(i + 2, end - i - 2);
     const bool valid = !name.empty() && !std::isdigit(static_cast<unsigned char>(name[0])) &&
                        std::all_of(name.begin(), name.end(),
                                    [](unsigned char c) { return std::isalnum(c) || c == '_'; });
     if (!valid) Fail(path, "'${" + name + "}' does not name an environment variable");
     const char* value = std::getenv(name.c_str());
     if (!value) Fail(path, "the environment variable " + name + " is not set");
-    out += value;
+    s += value;
     i = end + 1;
   }
-  return out;
+  if (s.rfind("file:", 0) != 0) return s;
+  // file:PATH (PATH may come from the environment: file:${CREDENTIALS_DIRECTORY}/redis-url).
+  const std::string file = s.substr(5);
+  std::ifstream in(file);
+  if (file.empty() || !in) Fail(path, "cannot read the file of '" + text + "'");
+  std::stringstream content;
+  content << in.rdbuf();
+  std::string value = content.str();
+  while (!value.empty() && (value.back() == '\n' || value.back() == '\r')) value.pop_back();
+  if (value.empty()) Fail(path, "the file of '" + text + "' is empty");
+  return value;
 }
 
 void OnlyKeys(const YAML::Node& n, const std::string& path, std::set<std::string> allowed) {

@@ -41,9 +41,9 @@ void OnlyKeys(const YAML::Node& n, const std::string& path, std::set<std::string
 
 std::string Str(const YAML::Node& n, const std::string& path);
 
-// A string that may hold a secret (a URL with a password): `file:/path` is the file's content
-// (its last line break dropped), and every `${NAME}` is the environment variable NAME. Errors
-// name the file or the variable, never a value.
+// A string that may hold a secret (a URL with a password): every `${NAME}` is the environment
+// variable NAME, and then `file:PATH` is the file's content (its last line break dropped).
+// Errors name the file or the variable, never a value.
 std::string Secret(const YAML::Node& n, const std::string& path);
 
 // A name that reaches HTTP fields (key ids, accounts, plan and limit names): a CR/LF in one

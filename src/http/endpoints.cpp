@@ -90,6 +90,17 @@ std::string RateLimitStatusBody(const policy::Key& key, const policy::Plan& plan
   return json::serialize(body);
 }
 
+std::string DenyListBody(std::span<const policy::DenyList::Entry> configured,
+                         std::span<const policy::DenyList::Entry> added) {
+  auto list = [](std::span<const policy::DenyList::Entry> entries) {
+    json::array out;
+    for (const auto& e : entries)
+      out.push_back(json::object{{"kind", policy::DenyList::NameOf(e.kind)}, {"value", e.value}});
+    return out;
+  };
+  return json::serialize(json::object{{"config", list(configured)}, {"admin", list(added)}});
+}
+
 std::string KeyUsageBody(const policy::Key& key, std::span<const UsagePeriod> periods) {
   json::object body{{"key_id", key.id}, {"account", key.account}};
   for (const UsagePeriod& p : periods) {

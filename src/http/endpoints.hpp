@@ -34,4 +34,8 @@ struct UsagePeriod {
 };
 std::string KeyUsageBody(const policy::Key& key, std::span<const UsagePeriod> periods);
 
+// GET /admin/deny: {"config": [{"kind", "value"}...], "admin": [...]}.
+std::string DenyListBody(std::span<const policy::DenyList::Entry> configured,
+                         std::span<const policy::DenyList::Entry> added);
+
 }  // namespace tollgate::http

@@ -312,6 +312,7 @@ std::optional<Step> Worker::BuiltIn(Exchange& ex, Scratch& scratch, Listener lis
       return Reply(ex, scratch, bhttp::status::ok, AdminKeyBody(*k));
     }
     if (method == "GET" && path == "/admin/usage") return Step::kAdminUsage;
+    if (path == "/admin/deny" || path == "/admin/deny/remove") return AdminDeny(ex, scratch);
     if (method == "POST") {
       if (auto it = gw.admin_endpoints.find(path); it != gw.admin_endpoints.end()) {
         ex.admin_hook = &it->second;
@@ -322,6 +323,32 @@ std::optional<Step> Worker::BuiltIn(Exchange& ex, Scratch& scratch, Listener lis
                         "unknown admin endpoint");
   }
   return std::nullopt;
+}
+
+// GET /admin/deny lists the deny list (the configuration's and the admin API's);
+// POST /admin/deny?kind=key|account|address&value=V adds to it, POST /admin/deny/remove removes.
+Step Worker::AdminDeny(Exchange& ex, Scratch& scratch) {
+  if (ex.method == "GET" && ex.path == "/admin/deny") {
+    std::shared_ptr<const policy::DenyList> runtime;
+    {
+      std::lock_guard lock(gw.deny_mu);
+      runtime = gw.runtime_deny;
+    }
+    return Reply(ex, scratch, bhttp::status::ok,
+                 DenyListBody(ex.policy->deny().entries(), runtime->entries()));
+  }
+  if (ex.method != "POST")
+    return ReplyProblem(ex, scratch, bhttp::status::method_not_allowed, "method_not_allowed",
+                        "GET /admin/deny, POST /admin/deny or /admin/deny/remove");
+  const auto kind = policy::DenyList::KindOf(util::QueryValue(ex.query, "kind").value_or(""));
+  const std::string value = util::QueryValue(ex.query, "value").value_or("");
+  if (!kind)
+    return ReplyProblem(ex, scratch, bhttp::status::bad_request, "invalid_deny",
+                        "kind must be key, account or address");
+  if (auto error = gw.ChangeDeny(ex.path == "/admin/deny", *kind, value))
+    return ReplyProblem(ex, scratch, bhttp::status::bad_request, "invalid_deny", error->message);
+  return Reply(ex, scratch, bhttp::status::ok,
+               ex.path == "/admin/deny" ? "{\"status\":\"added\"}" : "{\"status\":\"removed\"}");
 }
 
 void Worker::JoinForwardedFor(Exchange& ex, Scratch& scratch, const RequestHead& head) {
@@ -366,6 +393,12 @@ Step Worker::Identify(Exchange& ex, Scratch& scratch, const RequestHead& head) {
   }
   const bool keyed = engine::LimitedByKey(route, !ex.presented.empty()) || about_the_key;
   if (keyed && !ex.presented.empty()) ex.key = FindByKey(pol, ex.presented);
+  if (gw.Denied(pol, ex.key, ex.client)) {
+    gw.blocked.fetch_add(1, std::memory_order_relaxed);
+    ex.log.decision = "blocked";
+    if (ex.key) ex.log.key_id = ex.key->id;
+    return ReplyProblem(ex, scratch, bhttp::status::forbidden, "blocked", "this client is blocked");
+  }
   const bool costs_nothing = ex.status_endpoint || usage_endpoint;
   const engine::Admission admission = engine::Admit(
       pol, route, keyed, ex.key, ex.client, ex.query,

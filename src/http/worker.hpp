@@ -185,6 +185,22 @@ struct Gateway::Impl {
   int ticks = 0;
   // Why /readyz answers 503 ("stopping", "store_unavailable"), or "" when ready.
   std::string_view Readiness() const;
+
+  // The deny list the admin API adds to at run time (the configuration's is the policy's).
+  // With Redis, it lives in the hash <prefix>:deny, read every second (SyncDeny()), so every
+  // replica sharing the store applies an entry within a second.
+  std::mutex deny_mu;
+  std::shared_ptr<const policy::DenyList> runtime_deny = std::make_shared<policy::DenyList>();
+  std::atomic<bool> has_runtime_deny{false};
+  std::atomic<uint64_t>& blocked = metrics.Counter("tollgate_blocked_total");
+  bool Denied(const policy::Policy& pol, const policy::Key* key, std::string_view client);
+  // Adds (`add`) or removes an entry; an error for a kind or address that is not one.
+  std::optional<core::Error> ChangeDeny(bool add, policy::DenyList::Kind kind,
+                                        std::string_view value);
+  void SetRuntimeDeny(std::shared_ptr<const policy::DenyList> list);
+  void SyncDeny();
+  std::string DenyKey() const { return store_prefix + ":deny"; }
+  std::string store_prefix;
   std::function<void()> on_drain;                                    // Gateway::OnDrain
   std::function<void()> on_reload;                                   // Gateway::OnReload
   std::map<std::string, AdminHandler, std::less<>> admin_endpoints;  // Gateway::AddAdminEndpoint
@@ -433,6 +449,7 @@ struct Worker {
   Step Pass(Exchange& ex, Scratch& scratch);  // allowed: forwarded, or the decision service's 200
   Step Reply(Exchange& ex, Scratch& scratch, bhttp::status status, std::string_view body,
              std::string_view headers = {}, std::string_view type = "application/json");
+  Step AdminDeny(Exchange& ex, Scratch& scratch);
   // An error of ours: an RFC 9457 problem (contract::ProblemBody) with its stable code.
   Step ReplyProblem(Exchange& ex, Scratch& scratch, bhttp::status status, std::string_view code,
                     std::string_view detail, std::string_view headers = {});

@@ -27,6 +27,8 @@ constexpr Family kFamilies[] = {
     {"tollgate_limiter_unavailable_total", "counter",
      "Requests answered 503 because the store failed (fail-closed)."},
     {"tollgate_invalid_keys_total", "counter", "Requests with a missing or unknown API key."},
+    {"tollgate_blocked_total", "counter",
+     "Requests refused with 403 blocked: a key, account or address on the deny list."},
     {"tollgate_upstream_errors_total", "counter",
      "Upstream failures, by kind (connect, timeout, protocol)."},
     {"tollgate_config_reloads_total", "counter", "Configuration reloads, by result (ok, error)."},

@@ -101,6 +101,9 @@ core::Result<std::shared_ptr<const Policy>> Policy::Build(config::Config config)
   if (auto error = p->BuildRoutes(config)) return *std::move(error);
   if (auto error = p->CheckStoreCanSpanScopes(config.store)) return *std::move(error);
   if (auto error = p->BuildTrustedProxies(config)) return *std::move(error);
+  auto deny = DenyList::Build(config.deny);
+  if (!deny) return core::Error{deny.error()};
+  p->deny_ = std::move(deny).value();
   p->config_ = std::move(config);
   return std::shared_ptr<const Policy>(std::move(p));
 }
@@ -278,6 +281,61 @@ std::optional<core::Error> Policy::BuildRoutes(const config::Config& config) {
     routes_.push_back(std::move(r));
   }
   return std::nullopt;
+}
+
+std::optional<DenyList::Kind> DenyList::KindOf(std::string_view name) {
+  if (name == "key") return Kind::kKey;
+  if (name == "account") return Kind::kAccount;
+  if (name == "address") return Kind::kAddress;
+  return std::nullopt;
+}
+
+std::string_view DenyList::NameOf(Kind kind) {
+  return kind == Kind::kKey ? "key" : kind == Kind::kAccount ? "account" : "address";
+}
+
+std::optional<core::Error> DenyList::Add(Kind kind, std::string_view value) {
+  if (value.empty()) return core::Error{"an empty " + std::string(NameOf(kind))};
+  if (kind == Kind::kAddress) {
+    auto cidr = ParseCidr(value);
+    if (!cidr) return core::Error{cidr.error()};
+    networks_.push_back(*cidr);
+  } else {
+    auto& list = kind == Kind::kKey ? keys_ : accounts_;
+    list.insert(std::upper_bound(list.begin(), list.end(), value), std::string(value));
+  }
+  entries_.push_back({kind, std::string(value)});
+  return std::nullopt;
+}
+
+core::Result<DenyList> DenyList::Build(const config::DenyConfig& config) {
+  DenyList d;
+  const std::pair<Kind, const std::vector<std::string>*> lists[] = {
+      {Kind::kKey, &config.keys},
+      {Kind::kAccount, &config.accounts},
+      {Kind::kAddress, &config.addresses}};
+  for (const auto& [kind, values] : lists) {
+    for (size_t i = 0; i < values->size(); ++i) {
+      if (auto error = d.Add(kind, (*values)[i])) {
+        return core::Error{"deny." + std::string(NameOf(kind)) +
+                           (kind == Kind::kAddress ? "es[" : "s[") + std::to_string(i) +
+                           "]: " + error->message};
+      }
+    }
+  }
+  return d;
+}
+
+bool DenyList::Denies(const Key* key, std::string_view client) const {
+  if (entries_.empty()) return false;
+  if (key && (std::binary_search(keys_.begin(), keys_.end(), key->id) ||
+              std::binary_search(accounts_.begin(), accounts_.end(), key->account)))
+    return true;
+  if (networks_.empty() || client.empty()) return false;
+  auto address = ParseAddress(client.substr(0, client.find('/')));
+  if (!address) return false;
+  return std::any_of(networks_.begin(), networks_.end(),
+                     [&](const Cidr& n) { return n.Contains(*address); });
 }
 
 std::optional<core::Error> Policy::BuildTrustedProxies(const config::Config& config) {

@@ -255,6 +255,14 @@ struct HeadersConfig {
   bool x_ratelimit = true;  // X-RateLimit-Limit / -Remaining / -Reset
 };
 
+// Refused outright, before any limit, with 403 `blocked`: keys by id, accounts, and client
+// addresses or networks (IPv4 or IPv6 CIDR). Reloadable; the admin API adds to it at run time.
+struct DenyConfig {
+  std::vector<std::string> keys;
+  std::vector<std::string> accounts;
+  std::vector<std::string> addresses;
+};
+
 struct Config {
   ServerConfig server;
   UpstreamConfig upstream;
@@ -269,6 +277,7 @@ struct Config {
   HeadersConfig headers;
   DecisionConfig decision;
   RlsConfig rls;
+  DenyConfig deny;
 };
 
 // Routes that can never match: each is covered by an earlier route (first match wins), as

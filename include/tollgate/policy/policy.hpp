@@ -110,6 +110,33 @@ struct Cidr {
 std::optional<std::array<uint8_t, 16>> ParseAddress(std::string_view text);
 core::Result<Cidr> ParseCidr(std::string_view text);
 
+// Keys (by id), accounts, and client addresses or networks refused outright (403 `blocked`).
+// Thread-compatible; immutable once built.
+class DenyList {
+ public:
+  enum class Kind { kKey, kAccount, kAddress };
+  struct Entry {
+    Kind kind;
+    std::string value;
+  };
+  // Errors name the entry: "deny.addresses[2]: not an IP address: 'x'".
+  static core::Result<DenyList> Build(const config::DenyConfig& config);
+  // Adds one entry (the admin API); an address that is no IP or CIDR is an error.
+  std::optional<core::Error> Add(Kind kind, std::string_view value);
+  // Whether a request of `key` (null: none) from `client` (as Policy::ClientAddress gives it: an
+  // address, or an IPv6 /64 group, which a network matches when it holds the group) is refused.
+  bool Denies(const Key* key, std::string_view client) const;
+  bool empty() const { return entries_.empty(); }
+  const std::vector<Entry>& entries() const { return entries_; }
+  static std::optional<Kind> KindOf(std::string_view name);  // "key", "account", "address"
+  static std::string_view NameOf(Kind kind);
+
+ private:
+  std::vector<Entry> entries_;
+  std::vector<std::string> keys_, accounts_;  // sorted
+  std::vector<Cidr> networks_;
+};
+
 // The compiled, immutable policy of one configuration. Thread-safe (immutable); a reload
 // builds a new one and swaps it in.
 class Policy {
@@ -156,6 +183,7 @@ class Policy {
   const std::vector<Plan>& plans() const { return plans_; }
   const Plan& strictest() const { return plans_[strictest_]; }
   const config::Config& config() const { return config_; }
+  const DenyList& deny() const { return deny_; }
 
  private:
   Policy() = default;
@@ -179,6 +207,7 @@ class Policy {
   std::vector<Route> routes_;
   Route default_route_;
   std::vector<Cidr> trusted_;
+  DenyList deny_;
 };
 
 }  // namespace tollgate::policy

@@ -602,6 +602,57 @@ class IdentityTests(GatewayTestCase):
                 pass
         self.assertTrue(ok, "connections freed by closing were not given back")
 
+    def test_the_deny_list_blocks_keys_accounts_and_addresses_with_403(self):
+        keys = [{"key": FREE_KEY, "id": "k-free", "account": "acme", "plan": "free"},
+                {"key": "sk-other-0123456789ab", "id": "k-other", "account": "fraud-co",
+                 "plan": "free"},
+                {"key": "sk-third-0123456789ab", "id": "k-third", "account": "fine",
+                 "plan": "free"}]
+        gw = self.start(config(plans={"free": {"limits": [burst(100)]}}, keys=keys,
+                               identity={"trusted_proxies": ["127.0.0.1/32"]},
+                               routes=[{"path": "/public/*", "identity": "ip"}],
+                               anonymous={"limits": [burst(100, name="ip")]},
+                               deny={"accounts": ["fraud-co"],
+                                     "addresses": ["203.0.113.0/24", "2001:db8:bad::/48"]}))
+        def get(path, key=None, xff="198.51.100.1"):
+            return gw.get(path, key=key, headers={"X-Forwarded-For": xff})
+        cases = [  # (label, request, blocked)
+            ("account in config", lambda: get("/echo", "sk-other-0123456789ab"), True),
+            ("network in config", lambda: get("/echo", FREE_KEY, "203.0.113.9"), True),
+            ("anonymous route, network", lambda: get("/public/x", None, "203.0.113.200"), True),
+            ("IPv6 network", lambda: get("/public/x", None, "2001:db8:bad:1::5"), True),
+            ("IPv6 next door", lambda: get("/public/x", None, "2001:db8:bae::5"), False),
+            ("other address", lambda: get("/public/x", None, "203.0.114.1"), False),
+            ("other key", lambda: get("/echo", FREE_KEY), False),
+        ]
+        for label, send, blocked in cases:
+            with self.subTest(label):
+                r = send()
+                if blocked:
+                    self.assertEqual((r.status, r.json()["code"]), (403, "blocked"), r)
+                    self.assertEqual(r.header("Content-Type"), "application/problem+json")
+                else:
+                    self.assertEqual(r.status, 200, r)
+        upstream_seen = self.upstream.stats()["received"]
+        # At run time, through the admin API: a key by id, removed again.
+        add = lambda kind, value, path="/admin/deny": gw.admin(
+            "POST", "%s?kind=%s&value=%s" % (path, kind, value))
+        self.assertEqual(add("key", "k-third").status, 200)
+        self.assertEqual(get("/echo", "sk-third-0123456789ab").status, 403)
+        listed = gw.admin("GET", "/admin/deny").json()
+        self.assertIn({"kind": "key", "value": "k-third"}, listed["admin"])
+        self.assertIn({"kind": "account", "value": "fraud-co"}, listed["config"])
+        self.assertEqual(add("key", "k-third", "/admin/deny/remove").status, 200)
+        self.assertEqual(get("/echo", "sk-third-0123456789ab").status, 200)
+        for kind, value in (("nope", "x"), ("address", "not-an-ip"), ("address", "1.2.3.4/99"),
+                            ("key", "")):
+            r = add(kind, value)
+            self.assertEqual((r.status, r.json()["code"]), (400, "invalid_deny"), (kind, value))
+        self.assertEqual(gw.metrics().get("tollgate_blocked_total"), 5)
+        self.assertEqual(self.upstream.stats()["received"], upstream_seen + 1)  # blocked: none
+        events = gw.process.read_stderr().decode()
+        self.assertIn('"msg":"admin: deny list entry added","kind":"key","value":"k-third"', events)
+
     def test_request_ids_and_the_resolved_client_in_the_access_log(self):
         gw = self.start(config(plans={"free": {"limits": [burst(100)]}},
                                identity={"trusted_proxies": ["127.0.0.1/32"]}))
@@ -890,7 +941,10 @@ class ProxyTests(GatewayTestCase):
                 self.assertEqual(status_of(r), 200, r)
                 head, _, body = r.partition(b"\r\n\r\n")
                 self.assertIn(b"\r\nRateLimit-Policy: ", head)
-                out.append((head, json.loads(body)))
+                echo = json.loads(body)
+                # A request id of its own for each (generated: the client sent none).
+                self.assertRegex(echo["headers"].pop("X-Request-Id"), r"^[0-9a-f]{32}$")
+                out.append((head, echo))
             return out
 
         head = b"GET /echo?a=1 HTTP/1.1\r\nHost: x\r\nX-API-Key: " + key + b"\r\nX-Custom:  v 1 \r\n\r\n"

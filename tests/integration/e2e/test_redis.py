@@ -587,6 +587,30 @@ class OutageTests(RedisTestCase):
         self.assertLimitingWorks(gw, ONE_KEY)
 
 
+class DenyShareTests(RedisTestCase):
+    def test_a_deny_entry_reaches_every_replica_within_a_second(self):
+        cfg = config(self.redis, {"p": {"limits": [burst(100)]}},
+                     [{"key": ONE_KEY, "id": "one", "account": "a1", "plan": "p"}])
+        a, b = self.gateway(cfg, name="a"), self.gateway(cfg, name="b")
+        self.assertEqual(b.get("/x", key=ONE_KEY).status, 200)
+        r = a.admin("POST", "/admin/deny?kind=account&value=a1")
+        self.assertEqual(r.status, 200, r)
+        added = time.monotonic()
+        status = None
+        for _ in deadline_loop(3, step=0.05):
+            status = b.get("/x", key=ONE_KEY).status
+            if status == 403:
+                break
+        self.assertEqual(status, 403)
+        self.assertLess(time.monotonic() - added, 1.5)
+        self.assertEqual(a.admin("POST", "/admin/deny/remove?kind=account&value=a1").status, 200)
+        for _ in deadline_loop(3, step=0.05):
+            status = b.get("/x", key=ONE_KEY).status
+            if status == 200:
+                break
+        self.assertEqual(status, 200)
+
+
 class SecretTests(GatewayTestCase):
     """A Redis password kept out of the config file: `${ENV}` and `file:` in store.url. Nothing
     the binary prints names the secret."""
