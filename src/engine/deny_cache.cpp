@@ -108,6 +108,16 @@ void DenyCache::Record(const std::string& scope, std::span<const store::Check> c
   entries_[scope] = std::move(e);
 }
 
+void DenyCache::Forget(std::string_view scope) {
+  std::lock_guard lock(mu_);
+  entries_.erase(std::string(scope));
+}
+
+void DenyCache::Clear() {
+  std::lock_guard lock(mu_);
+  entries_.clear();
+}
+
 void DenyCache::Apply(const store::Batch& batch, std::span<core::Decision> decisions,
                       Completion done) {
   const int64_t now_us = clock_.SteadyMicros();

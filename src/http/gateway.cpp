@@ -268,70 +268,6 @@ void Gateway::Impl::Tick() {
   if (memory && ticks % 100 == 0) memory->Sweep(util::SystemClock::Instance().Now());
 }
 
-bool Gateway::Impl::Denied(const policy::Policy& pol, const policy::Key* key,
-                           std::string_view client) {
-  if (pol.deny().Denies(key, client)) return true;
-  if (!has_runtime_deny.load(std::memory_order_relaxed)) return false;
-  std::shared_ptr<const policy::DenyList> list;
-  {
-    std::lock_guard lock(deny_mu);
-    list = runtime_deny;
-  }
-  return list->Denies(key, client);
-}
-
-void Gateway::Impl::SetRuntimeDeny(std::shared_ptr<const policy::DenyList> list) {
-  const bool any = !list->empty();
-  {
-    std::lock_guard lock(deny_mu);
-    runtime_deny = std::move(list);
-  }
-  has_runtime_deny.store(any, std::memory_order_relaxed);
-}
-
-std::optional<core::Error> Gateway::Impl::ChangeDeny(bool add, policy::DenyList::Kind kind,
-                                                     std::string_view value) {
-  auto next = std::make_shared<policy::DenyList>();
-  {
-    std::lock_guard lock(deny_mu);
-    for (const auto& e : runtime_deny->entries()) {
-      if (!(e.kind == kind && e.value == value)) (void)next->Add(e.kind, e.value);
-    }
-  }
-  if (add) {
-    if (auto error = next->Add(kind, value)) return error;
-  }
-  const std::string field = std::string(policy::DenyList::NameOf(kind)) + ":" + std::string(value);
-  if (redis) {  // the other replicas read it within a second (SyncDeny)
-    std::vector<std::string> command{add ? "HSET" : "HDEL", DenyKey(), field};
-    if (add) command.push_back("1");
-    redis->Command(std::move(command), 1, [](auto) {});
-  }
-  SetRuntimeDeny(std::move(next));
-  log.Error("{\"level\":\"info\",\"msg\":\"admin: deny list " +
-            std::string(add ? "entry added" : "entry removed") + "\",\"kind\":\"" +
-            std::string(policy::DenyList::NameOf(kind)) + "\",\"value\":\"" +
-            contract::JsonEscape(value) + "\"}");
-  return std::nullopt;
-}
-
-void Gateway::Impl::SyncDeny() {
-  if (!redis) return;
-  redis->Command({"HGETALL", DenyKey()}, 1, [this](core::Result<store::RedisValue> r) {
-    const auto* items = r ? std::get_if<std::vector<store::RedisValue>>(&r->v) : nullptr;
-    if (!items) return;  // Redis unreachable: the list held stays
-    auto next = std::make_shared<policy::DenyList>();
-    for (size_t i = 0; i + 1 < items->size(); i += 2) {
-      const auto* field = std::get_if<std::string>(&(*items)[i].v);
-      if (!field) continue;
-      const size_t colon = field->find(':');
-      const auto kind = policy::DenyList::KindOf(std::string_view(*field).substr(0, colon));
-      if (kind && colon != std::string::npos) (void)next->Add(*kind, field->substr(colon + 1));
-    }
-    SetRuntimeDeny(std::move(next));
-  });
-}
-
 void Gateway::Impl::CloseListeners() {
   draining.store(true);
   for (auto& w : workers) {
@@ -400,6 +336,9 @@ core::Result<bool> Gateway::Impl::Reload() {
 Gateway::Gateway(std::string config_path, config::Config config)
     : impl_(std::make_unique<Impl>(std::move(config_path), config)) {
   Impl& g = *impl_;
+  g.admin_endpoints["/admin/reset"] = [&g](std::string body, AdminReply reply) {
+    g.Reset(std::move(body), std::move(reply));
+  };
   size_t threads = g.server.threads > 0 ? static_cast<size_t>(g.server.threads)
                                         : std::max(1u, std::thread::hardware_concurrency());
   const Endpoint listen = SplitHostPort(g.server.listen, "server.listen");

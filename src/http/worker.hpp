@@ -199,7 +199,11 @@ struct Gateway::Impl {
                                         std::string_view value);
   void SetRuntimeDeny(std::shared_ptr<const policy::DenyList> list);
   void SyncDeny();
+  void Reset(std::string body, AdminReply reply);  // POST /admin/reset (admin.cpp)
   std::string DenyKey() const { return store_prefix + ":deny"; }
+  // POST /admin/reset counts here; a replica that sees it move clears its deny cache.
+  std::string ResetEpochKey() const { return store_prefix + ":reset-epoch"; }
+  std::string reset_epoch;  // as last read; under deny_mu
   std::string store_prefix;
   std::function<void()> on_drain;                                    // Gateway::OnDrain
   std::function<void()> on_reload;                                   // Gateway::OnReload

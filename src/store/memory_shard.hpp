@@ -219,6 +219,22 @@ class alignas(64) MemoryStore::Shard {
     ++count_;
   }
 
+  // Forgets the state of `d`, a slot's or a log's. Returns whether there was one. REQUIRES: mu
+  // held.
+  bool Forget(Digest d, bool log) {
+    if (log) {
+      auto it = logs_.find(d.h1);
+      if (it == logs_.end()) return false;
+      limits_.Release(it->second.limit_id);
+      logs_.erase(it);
+      return true;
+    }
+    Slot* s = Find(d);
+    if (!s) return false;
+    Erase(static_cast<size_t>(s - slots_));
+    return true;
+  }
+
   LogEntry* FindLog(Digest d) {
     auto it = logs_.find(d.h1);
     return it == logs_.end() ? nullptr : &it->second;

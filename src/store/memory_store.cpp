@@ -153,6 +153,17 @@ MemoryStore::MemoryStore(MemoryStoreOptions options, const util::Clock& clock) :
 
 MemoryStore::~MemoryStore() = default;
 
+size_t MemoryStore::Forget(const Batch& batch) {
+  size_t forgotten = 0;
+  for (const Check& c : batch.checks) {
+    const ScopeHash scope = HashScope(c.scope.empty() ? batch.scope : c.scope);
+    Shard& shard = *shards_[ShardIndex(scope, shards_.size())];
+    std::lock_guard lock(shard.mu);
+    forgotten += shard.Forget(DigestOf(scope, c.name, c.limit->algorithm()), c.limit->UsesLog());
+  }
+  return forgotten;
+}
+
 void MemoryStore::Apply(const Batch& batch, std::span<core::Decision> decisions, Completion done) {
   done(ApplyNow(batch, decisions));
 }

@@ -8,6 +8,7 @@
 #include "store/redis/cluster.hpp"
 #include "store/redis/lane.hpp"
 #include "store/redis/resp.hpp"
+#include "store/redis/script_protocol.hpp"
 #include "store/redis/tls.hpp"
 #include "store/redis/url.hpp"
 
@@ -116,5 +117,15 @@ void RedisStore::EncodeCommand(std::string& out, std::initializer_list<std::stri
 }
 
 std::string_view RedisStore::Script() { return internal::kRedisScript; }
+
+std::vector<std::string> RedisStore::KeysOf(std::string_view prefix, const Batch& batch) {
+  std::vector<std::string> keys;
+  for (const Check& c : batch.checks) {
+    const std::string_view scope = c.scope.empty() ? batch.scope : c.scope;
+    keys.push_back(std::string(prefix) + ":{" + std::string(scope) + "}:" + std::string(c.name) +
+                   ":" + redis::AlgorithmSuffix(c.limit->algorithm()));
+  }
+  return keys;
+}
 
 }  // namespace tollgate::store

@@ -46,6 +46,11 @@ class DenyCache final : public store::Store {
              Completion done) override;
   std::string_view Name() const override { return inner_.Name(); }
 
+  // Drops what the cache knows of `scope`, or of every scope (Clear): its counters were reset in
+  // the store, which breaks the cache's premise that other replicas only take tokens away.
+  void Forget(std::string_view scope);
+  void Clear();
+
   const DenyCacheStats& stats() const { return stats_; }
   void ExportMetrics(metrics::Registry& registry) const;
 

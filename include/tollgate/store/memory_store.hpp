@@ -64,6 +64,10 @@ class MemoryStore final : public Store {
   void Apply(const Batch& batch, std::span<core::Decision> decisions, Completion done) override;
   std::string_view Name() const override { return "memory"; }
 
+  // Forgets the state of `batch`'s checks (each in its own scope, or the batch's): the next
+  // decision finds them fresh (POST /admin/reset). Returns how many were held.
+  size_t Forget(const Batch& batch);
+
   // Synchronous form of Apply(): the memory store never fails.
   ApplyResult ApplyNow(const Batch& batch, std::span<core::Decision> decisions);
 

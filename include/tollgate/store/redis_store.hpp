@@ -129,6 +129,10 @@ class RedisStore final : public Store {
   static int KeySlot(std::string_view key);
   static void EncodeCommand(std::string& out, std::initializer_list<std::string_view> args);
 
+  // The keys of `batch`'s checks under `prefix` (<prefix>:{<scope>}:<check>:<algorithm>): what
+  // DEL takes to forget them (POST /admin/reset).
+  static std::vector<std::string> KeysOf(std::string_view prefix, const Batch& batch);
+
   // The Lua script every decision runs (exposed for benchmarks and docs).
   static std::string_view Script();
 

@@ -653,6 +653,37 @@ class IdentityTests(GatewayTestCase):
         events = gw.process.read_stderr().decode()
         self.assertIn('"msg":"admin: deny list entry added","kind":"key","value":"k-third"', events)
 
+    def test_admin_reset_gives_one_key_or_address_its_budget_back(self):
+        keys = [{"key": FREE_KEY, "id": "k-free", "account": "acme", "plan": "free"},
+                {"key": "sk-other-0123456789ab", "id": "k-other", "account": "b", "plan": "free"}]
+        gw = self.start(config(plans={"free": {"limits": [burst(2)]}}, keys=keys,
+                               identity={"trusted_proxies": ["127.0.0.1/32"]},
+                               routes=[{"path": "/public/*", "identity": "ip"}],
+                               anonymous={"limits": [burst(1, name="ip")]}))
+        spend = lambda key: [gw.get("/echo", key=key).status for _ in range(3)]
+        ip = lambda: gw.get("/public/x", headers={"X-Forwarded-For": "198.51.100.7"}).status
+        self.assertEqual(spend(FREE_KEY), [200, 200, 429])
+        self.assertEqual(spend("sk-other-0123456789ab"), [200, 200, 429])
+        self.assertEqual([ip(), ip()], [200, 429])
+        reset = lambda doc: gw.admin("POST", "/admin/reset", body=json.dumps(doc).encode(),
+                                     headers={"Content-Type": "application/json"})
+        r = reset({"key_id": "k-free"})
+        self.assertEqual((r.status, r.json()["status"]), (200, "reset"), r)
+        self.assertEqual(spend(FREE_KEY), [200, 200, 429])  # its budget back
+        self.assertEqual(gw.get("/echo", key="sk-other-0123456789ab").status, 429)  # not others
+        self.assertEqual(reset({"address": "198.51.100.7"}).status, 200)
+        self.assertEqual([ip(), ip()], [200, 429])
+        for doc, status, code in (({"key_id": "nope"}, 404, "unknown_key"),
+                                  ({"address": "not-an-ip"}, 400, "invalid_reset"),
+                                  ({}, 400, "invalid_reset"),
+                                  ({"key_id": "k-free", "address": "1.2.3.4"}, 400,
+                                   "invalid_reset"),
+                                  ([1], 400, "invalid_reset")):
+            r = reset(doc)
+            self.assertEqual((r.status, r.json()["code"]), (status, code), (doc, r))
+        self.assertIn('"msg":"admin: counters reset","scope":"key:k-free"',
+                      gw.process.read_stderr().decode())
+
     def test_request_ids_and_the_resolved_client_in_the_access_log(self):
         gw = self.start(config(plans={"free": {"limits": [burst(100)]}},
                                identity={"trusted_proxies": ["127.0.0.1/32"]}))

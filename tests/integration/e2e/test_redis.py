@@ -611,6 +611,27 @@ class DenyShareTests(RedisTestCase):
         self.assertEqual(status, 200)
 
 
+class ResetTests(RedisTestCase):
+    def test_admin_reset_forgets_a_keys_counters_in_redis(self):
+        cfg = config(self.redis, {"p": {"limits": [burst(2)]}},
+                     [{"key": ONE_KEY, "id": "one", "plan": "p"}])
+        a, b = self.gateway(cfg, name="a"), self.gateway(cfg, name="b")
+        self.assertEqual([a.get("/x", key=ONE_KEY).status for _ in range(3)], [200, 200, 429])
+        self.assertEqual(b.get("/x", key=ONE_KEY).status, 429)  # one budget, in Redis
+        r = a.admin("POST", "/admin/reset", body=b'{"key_id": "one"}',
+                    headers={"Content-Type": "application/json"})
+        self.assertEqual(r.status, 200, r)
+        # Every replica sees the fresh budget within a second: b's deny cache, which knew the
+        # bucket empty, is cleared when b reads the reset epoch.
+        status = None
+        for _ in deadline_loop(2, step=0.05):
+            status = b.get("/x", key=ONE_KEY).status
+            if status == 200:
+                break
+        self.assertEqual(status, 200)
+        self.assertEqual([b.get("/x", key=ONE_KEY).status for _ in range(2)], [200, 429])
+
+
 class SecretTests(GatewayTestCase):
     """A Redis password kept out of the config file: `${ENV}` and `file:` in store.url. Nothing
     the binary prints names the secret."""

@@ -1,0 +1,148 @@
+// The admin listener's actions: the deny list (GET/POST /admin/deny, /admin/deny/remove) and
+// POST /admin/reset. Each change is written to the event log.
+#include <boost/json/parse.hpp>
+#include <boost/json/serialize.hpp>
+
+#include <tollgate/engine/checks.hpp>
+#include <tollgate/util/clock.hpp>
+
+#include "worker.hpp"
+
+namespace tollgate::http {
+namespace json = boost::json;
+
+bool Gateway::Impl::Denied(const policy::Policy& pol, const policy::Key* key,
+                           std::string_view client) {
+  if (pol.deny().Denies(key, client)) return true;
+  if (!has_runtime_deny.load(std::memory_order_relaxed)) return false;
+  std::shared_ptr<const policy::DenyList> list;
+  {
+    std::lock_guard lock(deny_mu);
+    list = runtime_deny;
+  }
+  return list->Denies(key, client);
+}
+
+void Gateway::Impl::SetRuntimeDeny(std::shared_ptr<const policy::DenyList> list) {
+  const bool any = !list->empty();
+  {
+    std::lock_guard lock(deny_mu);
+    runtime_deny = std::move(list);
+  }
+  has_runtime_deny.store(any, std::memory_order_relaxed);
+}
+
+std::optional<core::Error> Gateway::Impl::ChangeDeny(bool add, policy::DenyList::Kind kind,
+                                                     std::string_view value) {
+  auto next = std::make_shared<policy::DenyList>();
+  {
+    std::lock_guard lock(deny_mu);
+    for (const auto& e : runtime_deny->entries()) {
+      if (!(e.kind == kind && e.value == value)) (void)next->Add(e.kind, e.value);
+    }
+  }
+  if (add) {
+    if (auto error = next->Add(kind, value)) return error;
+  }
+  const std::string field = std::string(policy::DenyList::NameOf(kind)) + ":" + std::string(value);
+  if (redis) {  // the other replicas read it within a second (SyncDeny)
+    std::vector<std::string> command{add ? "HSET" : "HDEL", DenyKey(), field};
+    if (add) command.push_back("1");
+    redis->Command(std::move(command), 1, [](auto) {});
+  }
+  SetRuntimeDeny(std::move(next));
+  log.Error("{\"level\":\"info\",\"msg\":\"admin: deny list " +
+            std::string(add ? "entry added" : "entry removed") + "\",\"kind\":\"" +
+            std::string(policy::DenyList::NameOf(kind)) + "\",\"value\":\"" +
+            contract::JsonEscape(value) + "\"}");
+  return std::nullopt;
+}
+
+void Gateway::Impl::SyncDeny() {
+  if (!redis) return;
+  redis->Command({"GET", ResetEpochKey()}, 1, [this](core::Result<store::RedisValue> r) {
+    if (!r) return;  // Redis unreachable
+    const auto* value = std::get_if<std::string>(&r->v);
+    const std::string epoch = value ? *value : "0";  // nil: no reset yet
+    std::lock_guard lock(deny_mu);
+    // The first reading clears too: a reset may have come before it (a cleared cache only
+    // costs store calls).
+    if (epoch != reset_epoch && deny_cache) deny_cache->Clear();
+    reset_epoch = epoch;
+  });
+  redis->Command({"HGETALL", DenyKey()}, 1, [this](core::Result<store::RedisValue> r) {
+    const auto* items = r ? std::get_if<std::vector<store::RedisValue>>(&r->v) : nullptr;
+    if (!items) return;  // Redis unreachable: the list held stays
+    auto next = std::make_shared<policy::DenyList>();
+    for (size_t i = 0; i + 1 < items->size(); i += 2) {
+      const auto* field = std::get_if<std::string>(&(*items)[i].v);
+      if (!field) continue;
+      const size_t colon = field->find(':');
+      const auto kind = policy::DenyList::KindOf(std::string_view(*field).substr(0, colon));
+      if (kind && colon != std::string::npos) (void)next->Add(*kind, field->substr(colon + 1));
+    }
+    SetRuntimeDeny(std::move(next));
+  });
+}
+
+// POST /admin/reset with {"key_id": ID} or {"address": IP}: forgets the counters of that key's
+// (or address's) plan limits, in its scopes, so that its next request finds them fresh.
+void Gateway::Impl::Reset(std::string body, AdminReply reply) {
+  auto problem = [&reply](int status, std::string_view code, std::string_view detail) {
+    reply(status, contract::ProblemBody(status, code, detail));
+  };
+  boost::system::error_code ec;
+  const json::value doc = json::parse(body, ec);
+  const json::object* o = ec ? nullptr : doc.if_object();
+  const json::value* id = o ? o->if_contains("key_id") : nullptr;
+  const json::value* address = o ? o->if_contains("address") : nullptr;
+  if (!o || (id == nullptr) == (address == nullptr) || (id && !id->is_string()) ||
+      (address && !address->is_string())) {
+    return problem(400, "invalid_reset", R"(the body is {"key_id": "..."} or {"address": "..."})");
+  }
+  const std::shared_ptr<const policy::Policy> pol = CurrentPolicy();
+  const policy::Key* key = nullptr;
+  std::string client;
+  if (id) {
+    key = pol->FindById(std::string_view(id->as_string()));
+    if (!key) return problem(404, "unknown_key", "no key with this id");
+  } else {
+    const std::string_view text = address->as_string();
+    if (!policy::ParseAddress(text)) return problem(400, "invalid_reset", "not an IP address");
+    client = pol->ClientAddress(text, "");
+  }
+  const policy::Plan& plan = key ? *key->plan : pol->anonymous();
+  engine::Scopes scopes;
+  engine::AssignScope(scopes.primary, plan, key, client);
+  scopes.Fill(key, client);
+  std::array<store::Check, engine::kMaxChecks> checks;
+  const size_t n =
+      engine::ChecksFor(plan, key, 0, util::SystemClock::Instance().Now(), checks, &scopes);
+  const store::Batch batch{.scope = scopes.primary, .checks = {checks.data(), n}};
+  const std::string done = "{\"status\":\"reset\",\"scope\":\"" +
+                           contract::JsonEscape(scopes.primary) +
+                           "\",\"limits\":" + std::to_string(n) + "}";
+  log.Error("{\"level\":\"info\",\"msg\":\"admin: counters reset\",\"scope\":\"" +
+            contract::JsonEscape(scopes.primary) + "\"}");
+  if (memory) {
+    memory->Forget(batch);
+    return reply(200, done);
+  }
+  if (deny_cache) deny_cache->Forget(scopes.primary);
+  // The other replicas' deny caches forget everything within a second (SyncDeny).
+  redis->Command({"INCR", ResetEpochKey()}, 1, [](auto) {});
+  std::vector<std::string> command = store::RedisStore::KeysOf(store_prefix, batch);
+  if (command.empty()) return reply(200, done);
+  command.insert(command.begin(), "DEL");
+  redis->Command(std::move(command), 1,
+                 [reply = std::move(reply), done](core::Result<store::RedisValue> r) {
+                   if (!r || std::holds_alternative<store::RedisValue::Error>(r->v)) {
+                     reply(503, contract::ProblemBody(503, "store_unavailable",
+                                                      r ? "Redis refused the reset" : r.error()));
+                     return;
+                   }
+                   reply(200, done);
+                 });
+}
+
+}  // namespace tollgate::http
