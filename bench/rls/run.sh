@@ -3,7 +3,11 @@
 # that is not ours: h2load (Debian's nghttp2-client) sending gRPC over h2c, one request frame
 # encoded by bench/rls/grpc_bench.py from the field numbers of src/rls/proto/rls.proto.
 #
-#   bench/rls/run.sh BINARY [BINARY2]        e.g. bench/rls/run.sh /tmp/before/tollgate-sync build/tollgate
+#   bench/rls/run.sh BINARY [BINARY2]            memory store, e.g. /tmp/before/tollgate-sync build/tollgate
+#   STORE=redis bench/rls/run.sh BINARY [BINARY2] the same on a throwaway Redis
+#   ENVOY_CONFIG=1 bench/rls/run.sh BINARY       descriptors from an envoyproxy/ratelimit config
+#                                                (needs a binary that knows rls.envoy_config)
+# Needs: apt-get install -y nghttp2-client (h2load, nghttp); redis-server for STORE=redis.
 #
 # For each round, each binary in turn: a fresh tollgate (temp config: memory store, one key of a
 # plan with a limit of 1e9/s, rls domain `bench` with key_entry api_key) pinned to CPU 0; one
@@ -11,7 +15,8 @@
 # calls; then per SHAPE (clients x streams per client) h2load for DURATION s pinned to CPU 1.
 # Printed per round: calls/s, p50/p99/p99.9 (from h2load --log-file), and errors: h2load's
 # failed/errored/timeout, non-200 statuses, and gRPC answers that were not OK (tollgate's
-# tollgate_rls_ok_total must grow by h2load's succeeded count). Then the medians.
+# tollgate_rls_ok_total must grow by h2load's succeeded count). Then the medians (each column on
+# its own), per binary and shape. Files (configs, h2load output, JSON per round): OUT_DIR.
 #
 # Environment: STORE=memory|redis (redis: a throwaway redis-server on a free port, pinned to
 # CPU 1 beside h2load; REDIS_TIMEOUT_MS sets store.timeout_ms, default tollgate's own),
@@ -22,10 +27,12 @@
 # QUIET_WAIT=300: before each round, wait up to that many seconds for both CPUs to be under 10%
 # busy (a shared machine); each row then says how much of each CPU went to processes not ours,
 # and a measurement where that exceeds OTHER_MAX=10 % is discarded and run again (RETRIES=5).
+# `calib`: ms of a fixed Python loop on CPU 0 just before: a host that got slower (a VM's
+# neighbours; no steal time shown) makes it grow, and the figures of that round drop with it.
 # Everything listens on and talks to 127.0.0.1 only; every process started here is stopped by
 # its PID on exit.
 set -euo pipefail
-(($# >= 1 && $# <= 2)) || { sed -n '2,8p' "$0" >&2; exit 2; }
+(($# >= 1 && $# <= 2)) || { sed -n '2,11p' "$0" >&2; exit 2; }
 here=$(cd "$(dirname "$0")" && pwd)
 py() { python3 "$here/grpc_bench.py" "$@"; }
 store=${STORE:-memory} rounds=${ROUNDS:-3} duration=${DURATION:-5} warmup=${WARMUP:-5000}
@@ -123,13 +130,14 @@ sanity() {  # DIR: one call by nghttp; the trailers must say grpc-status 0, the 
   [[ $code == OK ]] || { echo "sanity: overall_code $code, not OK" >&2; exit 1; }
 }
 
-quiet() {  # waits up to QUIET_WAIT s (default 300) for both CPUs to be under 10% busy
-  local waited=0 busy
-  while busy=$(py busy) && ((busy >= 10 && waited < ${QUIET_WAIT:-300})); do
-    ((waited == 0)) && echo "# waiting for a quiet machine (a CPU is ${busy}% busy)" >&2
-    waited=$((waited + 1))
+quiet() {  # waits up to QUIET_WAIT s (300) for both CPUs under 10% busy for 3 s in a row
+  local waited=0 calm=0 busy
+  while ((calm < 3 && waited < ${QUIET_WAIT:-300})); do
+    busy=$(py busy)
+    if ((busy < 10)); then calm=$((calm + 1)); else calm=0; fi
+    ((waited++ > 0 || calm > 0)) || echo "# waiting for a quiet machine (a CPU is ${busy}% busy)" >&2
   done
-  ((busy < 10)) || echo "# still ${busy}% busy after ${waited}s: measuring anyway" >&2
+  ((calm >= 3)) || echo "# still busy after ${waited}s: measuring anyway" >&2
 }
 
 h2() {  # ARGS...: h2load pinned to CPU 1, as a PID of its own
@@ -158,17 +166,19 @@ for ((r = 1; r <= rounds; r++)); do
       c=${shape%x*} m=${shape#*x}
       base=$dir/c${c}m$m
       for ((try = 1; ; try++)); do  # again (up to RETRIES) if someone else took a CPU
+        calib=$(taskset -c 0 python3 "$here/grpc_bench.py" calib)
         py metrics "$admin" "$tg" "$redis_pid" > "$base.before.json"
         times > "$base.times0"
         h2 -c "$c" -m "$m" -D "$duration" --log-file "$base.log" > "$base.txt"
         times > "$base.times1"
         py metrics "$admin" "$tg" "$redis_pid" > "$base.after.json"
-        py stats "$base".{log,txt,before.json,after.json,times0,times1} > "$base.json"
+        CALIB_MS=$calib py stats "$base".{log,txt,before.json,after.json,times0,times1} > "$base.json"
         [[ ${KEEP_LOGS:-0} == 1 ]] || rm -f "$base.log"
         line="round $r  $(basename "$bin")  -c $c -m $m  $(py row "$base.json")"
-        py clean "$base.json" || ((try >= ${RETRIES:-5})) || {
-          echo "$line  DISCARDED: the machine was busy" | tee -a "$out/summary.txt"; quiet; continue; }
-        break
+        py clean "$base.json" && break
+        ((try < ${RETRIES:-5})) || { line+="  KEPT although busy: out of RETRIES"; break; }
+        echo "$line  DISCARDED: the machine was busy" | tee -a "$out/summary.txt"
+        quiet
       done
       cat "$base.json" >> "$out/bin$i-$shape.jsonl"
       echo "$line" | tee -a "$out/summary.txt"

@@ -92,6 +92,8 @@ void Call::Start() {
                            .fail_mode = engine::FailMode::kOpen},
                           {g.decisions.data(), g.n}, [this, &g](engine::Verdict v) {
                             g.verdict = v;
+                            if (v.kind == engine::Verdict::Kind::kDegraded)
+                              server_.stats.degraded.fetch_add(1, std::memory_order_relaxed);
                             Release();
                           });
   }
@@ -416,6 +418,9 @@ void RlsServer::ExportMetrics(metrics::Registry& registry) const {
   registry.CounterFrom("tollgate_rls_invalid_total",
                        "Envoy RLS calls answered INVALID_ARGUMENT (nothing consumed).",
                        ReadOf(st.invalid));
+  registry.CounterFrom("tollgate_rls_degraded_total",
+                       "Envoy RLS decisions the store could not make, answered OK (fail open).",
+                       ReadOf(st.degraded));
   registry.CounterFrom("tollgate_rls_shadow_mode_total",
                        "Envoy RLS calls over a limit answered OK by rls.shadow_mode.",
                        ReadOf(st.shadow_ok));

@@ -53,6 +53,7 @@ struct RlsStats {
   std::atomic<uint64_t> unknown_key{0};
   std::atomic<uint64_t> invalid{0};        // calls answered INVALID_ARGUMENT
   std::atomic<uint64_t> shadow_ok{0};      // calls OVER_LIMIT turned OK by rls.shadow_mode
+  std::atomic<uint64_t> degraded{0};       // decisions the store failed: answered OK
   std::atomic<uint64_t> reloads_ok{0};     // envoy_config loads after the first
   std::atomic<uint64_t> reloads_error{0};  // refused (the previous files keep serving)
 };
