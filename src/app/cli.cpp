@@ -48,6 +48,18 @@ int RunCli(int argc, char** argv, const Commands& commands) {
   export_usage->add_option("--format", usage.format, "csv (default) or json")
       ->check(CLI::IsMember({"csv", "json"}));
 
+  ExplainArgs explain;
+  CLI::App* explain_cmd = app.add_subcommand(
+      "explain",
+      "Explain what a request of a key (or an address) would meet, consuming "
+      "nothing: asks the running gateway's admin listener (GET /admin/explain).");
+  explain_cmd->add_option("-c,--config", explain.config, "The configuration file")->required();
+  auto* by_key = explain_cmd->add_option("--key-id", explain.key_id, "The key's id");
+  explain_cmd->add_option("--address", explain.address, "A client address (anonymous routes)")
+      ->excludes(by_key);
+  explain_cmd->add_option("--method", explain.method, "The request's method (GET)");
+  explain_cmd->add_option("--path", explain.path, "The request's path and query (/)");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -56,13 +68,14 @@ int RunCli(int argc, char** argv, const Commands& commands) {
     return code == 0 ? kExitOk : kExitUsage;
   }
   if (app.get_subcommands().empty()) {
-    std::cerr << "A subcommand is required (serve, check-config or usage)\n"
+    std::cerr << "A subcommand is required (serve, check-config, usage or explain)\n"
                  "Run with --help for more information.\n";
     return kExitUsage;
   }
   try {
     if (serve->parsed()) return commands.serve(config);
     if (check->parsed()) return commands.check_config(file);
+    if (explain_cmd->parsed()) return commands.explain(explain);
     return commands.usage(usage);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "tollgate: %s\n", e.what());

@@ -15,11 +15,16 @@ struct UsageArgs {
   std::string config, period, account, format = "csv";
 };
 
+struct ExplainArgs {
+  std::string config, key_id, address, method = "GET", path = "/";
+};
+
 // What each subcommand runs; each returns its exit code and may throw std::exception (exit 1).
 struct Commands {
   std::function<int(const std::string& config)> serve;
   std::function<int(const std::string& file)> check_config;
   std::function<int(const UsageArgs& args)> usage;
+  std::function<int(const ExplainArgs& args)> explain;
 };
 
 // "tollgate 0.1.0 (git v0.1.0-12-gabcdef123456)".

@@ -77,6 +77,21 @@ std::pair<int, std::string> HttpGet(const std::string& host_port, const std::str
   return {std::atoi(out.c_str() + 9), out.substr(body + 4)};
 }
 
+// A query-string value, percent-encoded.
+std::string Escape(const std::string& s) {
+  std::string out;
+  for (unsigned char c : s) {
+    if (std::isalnum(c) || c == '-' || c == '_' || c == '.') {
+      out += static_cast<char>(c);
+    } else {
+      char buf[4];
+      std::snprintf(buf, sizeof buf, "%%%02X", c);
+      out += buf;
+    }
+  }
+  return out;
+}
+
 // tollgate usage: the usage of a period, from the running gateway's admin listener (which reads
 // Redis when the store is Redis, so the counts outlive gateway restarts).
 int Usage(const tollgate::app::UsageArgs& args) {
@@ -89,28 +104,36 @@ int Usage(const tollgate::app::UsageArgs& args) {
     std::fprintf(stderr, "%s: %s\n", config_path.c_str(), config.error().c_str());
     return tollgate::app::kExitError;
   }
-  auto escape = [](const std::string& s) {
-    std::string out;
-    for (unsigned char c : s) {
-      if (std::isalnum(c) || c == '-' || c == '_' || c == '.') {
-        out += static_cast<char>(c);
-      } else {
-        char buf[4];
-        std::snprintf(buf, sizeof buf, "%%%02X", c);
-        out += buf;
-      }
-    }
-    return out;
-  };
   const auto [status, body] =
-      HttpGet(config->server.admin_listen, "/admin/usage?period=" + escape(period) +
-                                               "&account=" + escape(account) + "&format=" + format);
+      HttpGet(config->server.admin_listen, "/admin/usage?period=" + Escape(period) +
+                                               "&account=" + Escape(account) + "&format=" + format);
   if (status != 200) {
     std::fprintf(stderr, "tollgate usage: %d %s\n", status, body.c_str());
     return tollgate::app::kExitError;
   }
   std::fwrite(body.data(), 1, body.size(), stdout);
   return 0;
+}
+
+// tollgate explain: GET /admin/explain of the running gateway named by the configuration.
+int Explain(const tollgate::app::ExplainArgs& args) {
+  auto config = tollgate::config::LoadConfigFile(args.config);
+  if (!config) {
+    std::fprintf(stderr, "%s: %s\n", args.config.c_str(), config.error().c_str());
+    return tollgate::app::kExitError;
+  }
+  if (args.key_id.empty() == args.address.empty()) {
+    std::fputs("tollgate explain: give --key-id or --address\n", stderr);
+    return tollgate::app::kExitUsage;
+  }
+  const std::string who =
+      args.key_id.empty() ? "address=" + Escape(args.address) : "key_id=" + Escape(args.key_id);
+  const auto [status, body] = HttpGet(
+      config->server.admin_listen,
+      "/admin/explain?" + who + "&method=" + Escape(args.method) + "&path=" + Escape(args.path));
+  std::fwrite(body.data(), 1, body.size(), status == 200 ? stdout : stderr);
+  std::fputc('\n', status == 200 ? stdout : stderr);
+  return status == 200 ? tollgate::app::kExitOk : tollgate::app::kExitError;
 }
 
 std::string DescribeLimit(const tollgate::core::LimitSpec& s) {
@@ -245,6 +268,7 @@ int Serve(const std::string& path) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  return tollgate::app::RunCli(argc, argv,
-                               {.serve = Serve, .check_config = CheckConfig, .usage = Usage});
+  return tollgate::app::RunCli(
+      argc, argv,
+      {.serve = Serve, .check_config = CheckConfig, .usage = Usage, .explain = Explain});
 }

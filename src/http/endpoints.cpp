@@ -27,6 +27,8 @@ json::object CountsJson(const usage::UsageCounts& c) {
 
 json::value OrNull(const std::optional<int64_t>& v) { return v ? json::value(*v) : nullptr; }
 
+}  // namespace
+
 // One limit's state, as GET /v1/rate-limit lists it.
 json::object PolicyJson(const store::Check& check, const core::Decision& d, core::Instant now) {
   const auto alg = check.limit->algorithm();
@@ -46,8 +48,6 @@ json::object PolicyJson(const store::Check& check, const core::Decision& d, core
   }
   return item;
 }
-
-}  // namespace
 
 std::string AdminKeyBody(const policy::Key& k) {
   json::array overrides;

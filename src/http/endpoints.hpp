@@ -7,6 +7,8 @@
 #include <string_view>
 #include <vector>
 
+#include <boost/json/object.hpp>
+
 #include <tollgate/core/decision.hpp>
 #include <tollgate/engine/engine.hpp>
 #include <tollgate/policy/policy.hpp>
@@ -33,6 +35,10 @@ struct UsagePeriod {
   std::vector<usage::UsageRecord> records;
 };
 std::string KeyUsageBody(const policy::Key& key, std::span<const UsagePeriod> periods);
+
+// One limit's state, as GET /v1/rate-limit and GET /admin/explain list it.
+boost::json::object PolicyJson(const store::Check& check, const core::Decision& d,
+                               core::Instant now);
 
 // GET /admin/deny: {"config": [{"kind", "value"}...], "admin": [...]}.
 std::string DenyListBody(std::span<const policy::DenyList::Entry> configured,

@@ -57,7 +57,7 @@ net::awaitable<Step> Worker::ServeAdminHook(Conn& stream, beast::flat_buffer& bu
                                             Scratch& scratch) {
   constexpr size_t kMaxBody = 64 * 1024;
   std::string& body = scratch.body;
-  body.clear();
+  body.assign(ex.method == "GET" ? ex.query : std::string_view());  // a GET's input: its query
   if (RequestParser* p = ex.body_parser) {
     auto chunk = std::make_unique_for_overwrite<char[]>(kMaxBody);
     while (!p->is_done()) {
@@ -313,11 +313,10 @@ std::optional<Step> Worker::BuiltIn(Exchange& ex, Scratch& scratch, Listener lis
     }
     if (method == "GET" && path == "/admin/usage") return Step::kAdminUsage;
     if (path == "/admin/deny" || path == "/admin/deny/remove") return AdminDeny(ex, scratch);
-    if (method == "POST") {
-      if (auto it = gw.admin_endpoints.find(path); it != gw.admin_endpoints.end()) {
-        ex.admin_hook = &it->second;
-        return Step::kAdminHook;
-      }
+    if (auto it = gw.admin_endpoints.find(std::string(method) + " " + std::string(path));
+        it != gw.admin_endpoints.end()) {
+      ex.admin_hook = &it->second;
+      return Step::kAdminHook;
     }
     return ReplyProblem(ex, scratch, bhttp::status::not_found, "not_found",
                         "unknown admin endpoint");

@@ -336,8 +336,11 @@ core::Result<bool> Gateway::Impl::Reload() {
 Gateway::Gateway(std::string config_path, config::Config config)
     : impl_(std::make_unique<Impl>(std::move(config_path), config)) {
   Impl& g = *impl_;
-  g.admin_endpoints["/admin/reset"] = [&g](std::string body, AdminReply reply) {
+  g.admin_endpoints["POST /admin/reset"] = [&g](std::string body, AdminReply reply) {
     g.Reset(std::move(body), std::move(reply));
+  };
+  g.admin_endpoints["GET /admin/explain"] = [&g](std::string query, AdminReply reply) {
+    g.Explain(std::move(query), std::move(reply));
   };
   size_t threads = g.server.threads > 0 ? static_cast<size_t>(g.server.threads)
                                         : std::max(1u, std::thread::hardware_concurrency());
@@ -407,7 +410,7 @@ metrics::Registry& Gateway::metrics() { return impl_->metrics; }
 void Gateway::OnDrain(std::function<void()> hook) { impl_->on_drain = std::move(hook); }
 void Gateway::OnReload(std::function<void()> hook) { impl_->on_reload = std::move(hook); }
 void Gateway::AddAdminEndpoint(std::string path, AdminHandler handler) {
-  impl_->admin_endpoints[std::move(path)] = std::move(handler);
+  impl_->admin_endpoints["POST " + path] = std::move(handler);
 }
 
 int Gateway::Run() {

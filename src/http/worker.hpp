@@ -195,19 +195,20 @@ struct Gateway::Impl {
   std::atomic<uint64_t>& blocked = metrics.Counter("tollgate_blocked_total");
   bool Denied(const policy::Policy& pol, const policy::Key* key, std::string_view client);
   // Adds (`add`) or removes an entry; an error for a kind or address that is not one.
-  std::optional<core::Error> ChangeDeny(bool add, policy::DenyList::Kind kind,
-                                        std::string_view value);
+  std::optional<core::Error> ChangeDeny(bool add, policy::DenyList::Kind kind, std::string_view v);
   void SetRuntimeDeny(std::shared_ptr<const policy::DenyList> list);
   void SyncDeny();
-  void Reset(std::string body, AdminReply reply);  // POST /admin/reset (admin.cpp)
+  void Reset(std::string body, AdminReply reply);     // POST /admin/reset (admin.cpp)
+  void Explain(std::string query, AdminReply reply);  // GET /admin/explain (explain.cpp)
   std::string DenyKey() const { return store_prefix + ":deny"; }
   // POST /admin/reset counts here; a replica that sees it move clears its deny cache.
   std::string ResetEpochKey() const { return store_prefix + ":reset-epoch"; }
   std::string reset_epoch;  // as last read; under deny_mu
   std::string store_prefix;
-  std::function<void()> on_drain;                                    // Gateway::OnDrain
-  std::function<void()> on_reload;                                   // Gateway::OnReload
-  std::map<std::string, AdminHandler, std::less<>> admin_endpoints;  // Gateway::AddAdminEndpoint
+  std::function<void()> on_drain;   // Gateway::OnDrain
+  std::function<void()> on_reload;  // Gateway::OnReload
+  // "POST /json", "POST /admin/reset", "GET /admin/explain" (a GET's gets its query as body).
+  std::map<std::string, AdminHandler, std::less<>> admin_endpoints;
 
   // Smoothing: room for held requests, reserved before a decision that may delay (so that the
   // bounds are exact), given back after the hold or at once when there is none.

@@ -684,6 +684,41 @@ class IdentityTests(GatewayTestCase):
         self.assertIn('"msg":"admin: counters reset","scope":"key:k-free"',
                       gw.process.read_stderr().decode())
 
+    def test_explain_says_why_consuming_nothing(self):
+        gw = self.start(config(plans={"free": {"limits": [burst(3), daily()]}},
+                               routes=[{"path": "/v1/export", "method": "GET",
+                                        "cost": {"query": "pages", "per": 50, "min": 1}},
+                                       {"path": "/public/*", "identity": "ip"}],
+                               anonymous={"limits": [burst(2, name="ip")]}))
+        self.assertEqual([gw.get("/echo", key=FREE_KEY).status for _ in range(2)], [200, 200])
+        explain = lambda q: gw.admin("GET", "/admin/explain?" + q)
+        cheap = explain("key_id=k-free&method=GET&path=/echo").json()
+        self.assertEqual(cheap["identity"]["plan"], "free")
+        self.assertEqual(cheap["identity"]["mode"], "enforce")
+        self.assertEqual((cheap["cost"], cheap["would"]), (1, "pass"))
+        burst_state = [x for x in cheap["limits"] if x["name"] == "burst"][0]
+        self.assertEqual((burst_state["remaining"], burst_state["would_reject"]), (1, False))
+        self.assertEqual(burst_state["scope"], "key:k-free")
+        costly = explain("key_id=k-free&method=GET&path=%2Fv1%2Fexport%3Fpages%3D120").json()
+        self.assertEqual((costly["cost"], costly["would"]), (3, "reject"))
+        burst_state = [x for x in costly["limits"] if x["name"] == "burst"][0]
+        self.assertTrue(burst_state["would_reject"])
+        self.assertGreater(burst_state["frees_in_seconds"], 0)
+        # Nothing was consumed: the third request still passes.
+        self.assertEqual(gw.get("/echo", key=FREE_KEY).status, 200)
+        anon = explain("address=203.0.113.9&path=/public/x").json()
+        self.assertEqual((anon["limited_by"], anon["route"]["identity"]), ("address", "ip"))
+        self.assertEqual(anon["limits"][0]["scope"], "ip:203.0.113.9")
+        for q, status, code in (("key_id=nope", 404, "unknown_key"), ("", 400, "invalid_explain"),
+                                ("key_id=k-free&address=1.2.3.4", 400, "invalid_explain"),
+                                ("address=zzz", 400, "invalid_explain")):
+            r = explain(q)
+            self.assertEqual((r.status, r.json()["code"]), (status, code), (q, r))
+        cli = subprocess.run([harness.BINARY, "explain", "--config", gw.config_path, "--key-id",
+                              "k-free", "--path", "/echo"], capture_output=True, timeout=30)
+        self.assertEqual(cli.returncode, 0, cli)
+        self.assertEqual(json.loads(cli.stdout)["identity"]["key_id"], "k-free")
+
     def test_request_ids_and_the_resolved_client_in_the_access_log(self):
         gw = self.start(config(plans={"free": {"limits": [burst(100)]}},
                                identity={"trusted_proxies": ["127.0.0.1/32"]}))
@@ -1425,6 +1460,9 @@ class ProxyTests(GatewayTestCase):
             self.assertEqual((r.status, r.json()), (200, {"status": "ready"}), r)
         os.kill(gw.pid, signal.SIGTERM)
         start = time.monotonic()
+        for _ in deadline_loop(1.0, step=0.01):  # the signal is handled on the main thread
+            if harness.http_request(gw.admin_port, "GET", "/readyz").status == 503:
+                break
         for port in (gw.port, gw.admin_port):
             r = harness.http_request(port, "GET", "/readyz")
             self.assertEqual((r.status, r.json()), (503, {"status": "stopping"}), r)
