@@ -39,11 +39,12 @@ TargetConfig ParseTarget(const YAML::Node& n, const std::string& path) {
 }
 
 void ParseServer(const YAML::Node& s, ServerConfig& server) {
-  OnlyKeys(s, "server",
-           {"listen", "admin_listen", "threads", "max_connections", "max_connections_per_address",
-            "admin_max_connections", "max_header_bytes", "max_body_bytes", "header_timeout_ms",
-            "idle_timeout_ms", "drain_timeout_ms", "access_log", "request_target",
-            "max_held_requests", "max_held_per_identity", "shutdown_delay_ms", "public_endpoints"});
+  OnlyKeys(
+      s, "server",
+      {"listen", "admin_listen", "threads", "max_connections", "max_connections_per_address",
+       "admin_max_connections", "max_header_bytes", "max_body_bytes", "header_timeout_ms",
+       "idle_timeout_ms", "drain_timeout_ms", "access_log", "request_target", "max_held_requests",
+       "max_held_per_identity", "shutdown_delay_ms", "public_endpoints", "top_offenders"});
   if (s["listen"]) server.listen = Str(s["listen"], "server.listen");
   if (s["admin_listen"]) server.admin_listen = Str(s["admin_listen"], "server.admin_listen");
   Set(s, "threads", "server", server.threads, 0, 256);
@@ -78,6 +79,7 @@ void ParseServer(const YAML::Node& s, ServerConfig& server) {
   Set(s, "max_held_requests", "server", server.max_held_requests, 0, 1'000'000);
   Set(s, "max_held_per_identity", "server", server.max_held_per_identity, 0, 1'000'000);
   if (s["access_log"]) server.access_log = Bool(s["access_log"], "server.access_log");
+  if (s["top_offenders"]) server.top_offenders = Bool(s["top_offenders"], "server.top_offenders");
 }
 
 void ParseUpstream(const YAML::Node& u, UpstreamConfig& upstream) {

@@ -1,11 +1,15 @@
-// The admin listener's actions: the deny list (GET/POST /admin/deny, /admin/deny/remove) and
-// POST /admin/reset. Each change is written to the event log.
+// The admin listener's actions: the deny list (GET/POST /admin/deny, /admin/deny/remove),
+// POST /admin/reset and GET /admin/top. Each change is written to the event log.
+#include <charconv>
+
 #include <boost/json/parse.hpp>
 #include <boost/json/serialize.hpp>
 
 #include <tollgate/engine/checks.hpp>
 #include <tollgate/util/clock.hpp>
+#include <tollgate/util/query.hpp>
 
+#include "endpoints.hpp"
 #include "worker.hpp"
 
 namespace tollgate::http {
@@ -143,6 +147,60 @@ void Gateway::Impl::Reset(std::string body, AdminReply reply) {
                    }
                    reply(200, done);
                  });
+}
+
+// GET /admin/deny lists the deny list (the configuration's and the admin API's);
+// POST /admin/deny?kind=key|account|address&value=V adds to it, POST /admin/deny/remove removes.
+Step Worker::AdminDeny(Exchange& ex, Scratch& scratch) {
+  if (ex.method == "GET" && ex.path == "/admin/deny") {
+    std::shared_ptr<const policy::DenyList> runtime;
+    {
+      std::lock_guard lock(gw.deny_mu);
+      runtime = gw.runtime_deny;
+    }
+    return Reply(ex, scratch, bhttp::status::ok,
+                 DenyListBody(ex.policy->deny().entries(), runtime->entries()));
+  }
+  if (ex.method != "POST")
+    return ReplyProblem(ex, scratch, bhttp::status::method_not_allowed, "method_not_allowed",
+                        "GET /admin/deny, POST /admin/deny or /admin/deny/remove");
+  const auto kind = policy::DenyList::KindOf(util::QueryValue(ex.query, "kind").value_or(""));
+  const std::string value = util::QueryValue(ex.query, "value").value_or("");
+  if (!kind)
+    return ReplyProblem(ex, scratch, bhttp::status::bad_request, "invalid_deny",
+                        "kind must be key, account or address");
+  if (auto error = gw.ChangeDeny(ex.path == "/admin/deny", *kind, value))
+    return ReplyProblem(ex, scratch, bhttp::status::bad_request, "invalid_deny", error->message);
+  return Reply(ex, scratch, bhttp::status::ok,
+               ex.path == "/admin/deny" ? "{\"status\":\"added\"}" : "{\"status\":\"removed\"}");
+}
+
+// GET /admin/top?by=rejected|admitted&of=key|address&window=60&n=20: the heaviest callers of
+// the last `window` seconds (at most 300), merged over the workers' sketches.
+Step Worker::AdminTop(Exchange& ex, Scratch& scratch) {
+  const std::string by = util::QueryValue(ex.query, "by").value_or("rejected");
+  const std::string of = util::QueryValue(ex.query, "of").value_or("key");
+  std::string window = util::QueryValue(ex.query, "window").value_or("60");
+  if (!window.empty() && window.back() == 's') window.pop_back();
+  int64_t window_s = 0, n = 0;
+  const std::string count = util::QueryValue(ex.query, "n").value_or("20");
+  const bool numbers =
+      std::from_chars(window.data(), window.data() + window.size(), window_s).ec == std::errc() &&
+      std::from_chars(count.data(), count.data() + count.size(), n).ec == std::errc();
+  if ((by != "rejected" && by != "admitted") || (of != "key" && of != "address") || !numbers ||
+      window_s < 1 || window_s > TopOffenders::kMinutes * 60 || n < 1 || n > 1000) {
+    return ReplyProblem(ex, scratch, bhttp::status::bad_request, "invalid_top",
+                        "by=rejected|admitted, of=key|address, window=1..300 (seconds), n=1..1000");
+  }
+  const auto sketch =
+      by == "rejected"
+          ? (of == "key" ? TopOffenders::kRejectedKeys : TopOffenders::kRejectedAddresses)
+          : (of == "key" ? TopOffenders::kAdmittedKeys : TopOffenders::kAdmittedAddresses);
+  metrics::SpaceSaving merged(TopOffenders::kCapacity);
+  const int64_t now_s = util::SystemClock::Instance().Now().unix_micros() / 1'000'000;
+  for (auto& w : gw.workers) w->top.MergeInto(sketch, window_s, now_s, merged);
+  return Reply(ex, scratch, bhttp::status::ok,
+               TopBody(by, of, window_s, merged, static_cast<size_t>(n)));
 }
 
 }  // namespace tollgate::http

@@ -101,6 +101,21 @@ std::string DenyListBody(std::span<const policy::DenyList::Entry> configured,
   return json::serialize(json::object{{"config", list(configured)}, {"admin", list(added)}});
 }
 
+std::string TopBody(std::string_view by, std::string_view of, int64_t window_s,
+                    const metrics::SpaceSaving& sketch, size_t n) {
+  json::array items;
+  for (const auto& item : sketch.Top(n)) {
+    items.push_back(json::object{{of, item.key}, {"count", item.count}, {"error", item.error}});
+  }
+  return json::serialize(json::object{
+      {"by", by},
+      {"of", of},
+      {"window_seconds", window_s},
+      {"total", sketch.total()},
+      {"error_bound", sketch.total() / sketch.capacity()},  // count - error <= true <= count
+      {"items", std::move(items)}});
+}
+
 std::string KeyUsageBody(const policy::Key& key, std::span<const UsagePeriod> periods) {
   json::object body{{"key_id", key.id}, {"account", key.account}};
   for (const UsagePeriod& p : periods) {

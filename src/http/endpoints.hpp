@@ -11,6 +11,7 @@
 
 #include <tollgate/core/decision.hpp>
 #include <tollgate/engine/engine.hpp>
+#include <tollgate/metrics/space_saving.hpp>
 #include <tollgate/policy/policy.hpp>
 #include <tollgate/store/store.hpp>
 #include <tollgate/usage/meter.hpp>
@@ -39,6 +40,11 @@ std::string KeyUsageBody(const policy::Key& key, std::span<const UsagePeriod> pe
 // One limit's state, as GET /v1/rate-limit and GET /admin/explain list it.
 boost::json::object PolicyJson(const store::Check& check, const core::Decision& d,
                                core::Instant now);
+
+// GET /admin/top: {"by", "of", "window_seconds", "total", "error_bound", "items": [{"key"|
+// "address", "count", "error"}]}.
+std::string TopBody(std::string_view by, std::string_view of, int64_t window_s,
+                    const metrics::SpaceSaving& sketch, size_t n);
 
 // GET /admin/deny: {"config": [{"kind", "value"}...], "admin": [...]}.
 std::string DenyListBody(std::span<const policy::DenyList::Entry> configured,

@@ -1,5 +1,6 @@
 // One request's steps (see Worker::Begin): the canonical target, identity and checks, the
 // decision's answer (contract/), the built-in endpoints, and the access log line.
+#include <charconv>
 #include <random>
 
 #include <tollgate/core/calendar.hpp>
@@ -155,6 +156,13 @@ void Worker::Finish(Exchange& ex, Scratch& scratch, int status) {
   gw.requests_by_class[static_cast<size_t>(std::clamp(status / 100, 2, 5) - 2)]->fetch_add(
       1, std::memory_order_relaxed);
   const RequestLog& rlog = ex.log;
+  const bool rejected = rlog.decision == "rejected";
+  if (gw.server.top_offenders &&
+      (rejected || rlog.decision == "allowed" || rlog.decision == "shadow_rejected" ||
+       rlog.decision == "degraded")) {
+    top.Record(rejected, rlog.key_id, ex.client.empty() ? ex.peer : std::string_view(ex.client),
+               ex.now.unix_micros() / 1'000'000);
+  }
   if (ex.key && rlog.metered) {
     gw.meter->Record(ex.key->account, ex.key->id, OutcomeOf(status, rlog.decision == "rejected"),
                      rlog.cost, util::SystemClock::Instance().Now());
@@ -313,6 +321,7 @@ std::optional<Step> Worker::BuiltIn(Exchange& ex, Scratch& scratch, Listener lis
     }
     if (method == "GET" && path == "/admin/usage") return Step::kAdminUsage;
     if (path == "/admin/deny" || path == "/admin/deny/remove") return AdminDeny(ex, scratch);
+    if (method == "GET" && path == "/admin/top") return AdminTop(ex, scratch);
     if (auto it = gw.admin_endpoints.find(std::string(method) + " " + std::string(path));
         it != gw.admin_endpoints.end()) {
       ex.admin_hook = &it->second;
@@ -322,32 +331,6 @@ std::optional<Step> Worker::BuiltIn(Exchange& ex, Scratch& scratch, Listener lis
                         "unknown admin endpoint");
   }
   return std::nullopt;
-}
-
-// GET /admin/deny lists the deny list (the configuration's and the admin API's);
-// POST /admin/deny?kind=key|account|address&value=V adds to it, POST /admin/deny/remove removes.
-Step Worker::AdminDeny(Exchange& ex, Scratch& scratch) {
-  if (ex.method == "GET" && ex.path == "/admin/deny") {
-    std::shared_ptr<const policy::DenyList> runtime;
-    {
-      std::lock_guard lock(gw.deny_mu);
-      runtime = gw.runtime_deny;
-    }
-    return Reply(ex, scratch, bhttp::status::ok,
-                 DenyListBody(ex.policy->deny().entries(), runtime->entries()));
-  }
-  if (ex.method != "POST")
-    return ReplyProblem(ex, scratch, bhttp::status::method_not_allowed, "method_not_allowed",
-                        "GET /admin/deny, POST /admin/deny or /admin/deny/remove");
-  const auto kind = policy::DenyList::KindOf(util::QueryValue(ex.query, "kind").value_or(""));
-  const std::string value = util::QueryValue(ex.query, "value").value_or("");
-  if (!kind)
-    return ReplyProblem(ex, scratch, bhttp::status::bad_request, "invalid_deny",
-                        "kind must be key, account or address");
-  if (auto error = gw.ChangeDeny(ex.path == "/admin/deny", *kind, value))
-    return ReplyProblem(ex, scratch, bhttp::status::bad_request, "invalid_deny", error->message);
-  return Reply(ex, scratch, bhttp::status::ok,
-               ex.path == "/admin/deny" ? "{\"status\":\"added\"}" : "{\"status\":\"removed\"}");
 }
 
 void Worker::JoinForwardedFor(Exchange& ex, Scratch& scratch, const RequestHead& head) {

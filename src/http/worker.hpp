@@ -44,6 +44,7 @@
 
 #include "access_log.hpp"
 #include "conn.hpp"
+#include "top.hpp"
 #include "upstream_head.hpp"
 
 namespace tollgate::http {
@@ -186,22 +187,19 @@ struct Gateway::Impl {
   // Why /readyz answers 503 ("stopping", "store_unavailable"), or "" when ready.
   std::string_view Readiness() const;
 
-  // The deny list the admin API adds to at run time (the configuration's is the policy's).
-  // With Redis, it lives in the hash <prefix>:deny, read every second (SyncDeny()), so every
-  // replica sharing the store applies an entry within a second.
+  // The admin API's deny list (admin.cpp); with Redis in <prefix>:deny, read every second.
   std::mutex deny_mu;
   std::shared_ptr<const policy::DenyList> runtime_deny = std::make_shared<policy::DenyList>();
   std::atomic<bool> has_runtime_deny{false};
   std::atomic<uint64_t>& blocked = metrics.Counter("tollgate_blocked_total");
   bool Denied(const policy::Policy& pol, const policy::Key* key, std::string_view client);
-  // Adds (`add`) or removes an entry; an error for a kind or address that is not one.
   std::optional<core::Error> ChangeDeny(bool add, policy::DenyList::Kind kind, std::string_view v);
   void SetRuntimeDeny(std::shared_ptr<const policy::DenyList> list);
   void SyncDeny();
   void Reset(std::string body, AdminReply reply);     // POST /admin/reset (admin.cpp)
   void Explain(std::string query, AdminReply reply);  // GET /admin/explain (explain.cpp)
   std::string DenyKey() const { return store_prefix + ":deny"; }
-  // POST /admin/reset counts here; a replica that sees it move clears its deny cache.
+  // Resets count here; a replica that sees it move clears its deny cache.
   std::string ResetEpochKey() const { return store_prefix + ":reset-epoch"; }
   std::string reset_epoch;  // as last read; under deny_mu
   std::string store_prefix;
@@ -296,6 +294,7 @@ struct Worker {
   size_t index;
   Conn* conns = nullptr;  // this thread's connections (before ioc: they may outlive its run)
   size_t redis_lane = 0;  // with a Redis store: this thread's lane of it
+  TopOffenders top;       // GET /admin/top
   // Only this thread touches its sockets: the reactor needs no lock around their operations.
   net::io_context ioc{BOOST_ASIO_CONCURRENCY_HINT_UNSAFE_IO};
   std::optional<tcp::acceptor> acceptor;
@@ -455,6 +454,7 @@ struct Worker {
   Step Reply(Exchange& ex, Scratch& scratch, bhttp::status status, std::string_view body,
              std::string_view headers = {}, std::string_view type = "application/json");
   Step AdminDeny(Exchange& ex, Scratch& scratch);
+  Step AdminTop(Exchange& ex, Scratch& scratch);
   // An error of ours: an RFC 9457 problem (contract::ProblemBody) with its stable code.
   Step ReplyProblem(Exchange& ex, Scratch& scratch, bhttp::status status, std::string_view code,
                     std::string_view detail, std::string_view headers = {});

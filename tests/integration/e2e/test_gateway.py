@@ -719,6 +719,28 @@ class IdentityTests(GatewayTestCase):
         self.assertEqual(cli.returncode, 0, cli)
         self.assertEqual(json.loads(cli.stdout)["identity"]["key_id"], "k-free")
 
+    def test_top_offenders_by_key_and_by_address(self):
+        keys = [{"key": "sk-heavy-0123456789ab", "id": "heavy", "plan": "free"},
+                {"key": "sk-light-0123456789ab", "id": "light", "plan": "free"}]
+        gw = self.start(config(plans={"free": {"limits": [burst(2)]}}, keys=keys,
+                               identity={"trusted_proxies": ["127.0.0.1/32"]}))
+        for key, n, xff in (("sk-heavy-0123456789ab", 12, "198.51.100.1"),
+                            ("sk-light-0123456789ab", 4, "198.51.100.2")):
+            for _ in range(n):
+                gw.get("/echo", key=key, headers={"X-Forwarded-For": xff})
+        top = lambda q: gw.admin("GET", "/admin/top?" + q)
+        rejected = top("by=rejected&of=key&window=60s&n=5").json()
+        self.assertEqual([(i["key"], i["count"], i["error"]) for i in rejected["items"]],
+                         [("heavy", 10, 0), ("light", 2, 0)])
+        self.assertEqual((rejected["total"], rejected["error_bound"]), (12, 0))
+        admitted = top("by=admitted&of=address").json()
+        self.assertEqual(sorted((i["address"], i["count"]) for i in admitted["items"]),
+                         [("198.51.100.1", 2), ("198.51.100.2", 2)])
+        self.assertEqual(len(top("by=rejected&of=key&n=1").json()["items"]), 1)
+        for q in ("by=nope", "of=account", "window=0", "window=301", "n=0", "window=x"):
+            r = top(q)
+            self.assertEqual((r.status, r.json()["code"]), (400, "invalid_top"), (q, r))
+
     def test_request_ids_and_the_resolved_client_in_the_access_log(self):
         gw = self.start(config(plans={"free": {"limits": [burst(100)]}},
                                identity={"trusted_proxies": ["127.0.0.1/32"]}))
