@@ -7,6 +7,8 @@
 #include <string>
 #include <string_view>
 
+#include <tollgate/util/clock.hpp>
+
 namespace tollgate::http {
 
 // Thread-safe line writer for the JSON access log and bounded-rate error log.
@@ -27,8 +29,7 @@ class Log {
   std::mutex mu_;
 };
 
-// Appends the time now as 2026-11-29T21:59:56.123Z.
-void AppendIsoNow(std::string& out);
+using util::AppendIsoNow;
 
 // Views into the policy the request holds (and string literals): the log line, if any, is
 // written before the request lets go of it.

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include <tollgate/config/envoy_rls.hpp>
+#include <tollgate/contract/contract.hpp>
 #include <tollgate/engine/checks.hpp>
 #include <tollgate/engine/engine.hpp>
 #include <tollgate/metrics/metrics.hpp>
@@ -109,6 +110,9 @@ std::unique_ptr<Call> EnvoyCall(const ServerContext& server,
 // The cost of a descriptor: its own hits_addend (field 3, 0 reads) when set, else the call's
 // (0 means 1); capped at 2^31-1.
 int64_t CostOf(const pb::RateLimitRequest& request, const pb::RateLimitDescriptor& descriptor);
+
+// Appends `headers` to the response's response_headers_to_add (Envoy adds them to its answer).
+void AddResponseHeaders(const contract::HeaderList& headers, pb::RateLimitResponse& response);
 
 // current_limit for a tollgate limit: "N per unit" in the largest unit that fits.
 void DescribeLimit(const core::Limit& limit, core::Instant now,

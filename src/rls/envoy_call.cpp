@@ -260,11 +260,7 @@ class Envoy final : public Call {
     const core::Decision& dec = g.decisions[d.index];
     const engine::Verdict v = engine::Combine({&check, 1}, {&dec, 1});
     (void)contract::Respond(v, {&check, 1}, {&dec, 1}, true, answer, headers, body);
-    for (auto& [k, val] : headers.Pairs()) {
-      auto* h = response_.add_response_headers_to_add();
-      h->set_key(k);
-      h->set_value(val);
-    }
+    AddResponseHeaders(headers, response_);
   }
 
   std::shared_ptr<const EnvoySnapshot> snapshot_;

@@ -102,11 +102,7 @@ class Mapped final : public Call {
         status->mutable_duration_until_reset()->set_seconds(until.CeilSeconds());
       }
     }
-    for (auto& [k, val] : chosen.Pairs()) {
-      auto* h = response_.add_response_headers_to_add();
-      h->set_key(k);
-      h->set_value(val);
-    }
+    AddResponseHeaders(chosen, response_);
   }
 
   const RlsDomain& domain_;

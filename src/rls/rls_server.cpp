@@ -5,7 +5,6 @@
 #include <dirent.h>
 #include <condition_variable>
 #include <cstdio>
-#include <ctime>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -15,6 +14,7 @@
 
 #include <tollgate/contract/contract.hpp>
 #include <tollgate/metrics/metrics.hpp>
+#include <tollgate/util/clock.hpp>
 
 #include "rls.grpc.pb.h"
 #include "rls/call.hpp"
@@ -37,6 +37,14 @@ int64_t CostOf(const pb::RateLimitRequest& request, const pb::RateLimitDescripto
   if (descriptor.has_hits_addend())
     return static_cast<int64_t>(std::min<uint64_t>(descriptor.hits_addend().value(), INT32_MAX));
   return request.hits_addend() == 0 ? 1 : std::min<int64_t>(request.hits_addend(), INT32_MAX);
+}
+
+void AddResponseHeaders(const contract::HeaderList& headers, pb::RateLimitResponse& response) {
+  for (auto& [k, val] : headers.Pairs()) {
+    auto* h = response.add_response_headers_to_add();
+    h->set_key(k);
+    h->set_value(val);
+  }
 }
 
 // "N per unit" for Envoy's current_limit: the largest unit in which the policy is a whole
@@ -164,15 +172,10 @@ std::string Fingerprint(const std::string& path) {
 
 // An event line on stderr, a JSON object with its time first (as the gateway's).
 void LogLine(const std::string& line) {
-  const auto now = std::chrono::system_clock::now();
-  const std::time_t t = std::chrono::system_clock::to_time_t(now);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char ts[40];
-  std::strftime(ts, sizeof ts, "%Y-%m-%dT%H:%M:%S", &tm);
-  const auto ms =
-      std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count() % 1000;
-  std::fprintf(stderr, "{\"ts\":\"%s.%03dZ\",%s\n", ts, static_cast<int>(ms), line.c_str() + 1);
+  std::string stamped = "{\"ts\":\"";
+  util::AppendIsoNow(stamped);
+  stamped.append("\",").append(line, 1);
+  std::fprintf(stderr, "%s\n", stamped.c_str());
 }
 
 }  // namespace

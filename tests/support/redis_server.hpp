@@ -50,6 +50,20 @@ inline int FreeClusterPort() {
   return 0;
 }
 
+// redis-cli against 127.0.0.1:`port`; its trimmed output.
+inline std::string CliAt(int port, const std::string& command) {
+  const std::string cmd =
+      "redis-cli -h 127.0.0.1 -p " + std::to_string(port) + " " + command + " 2>/dev/null";
+  std::string out;
+  if (FILE* p = ::popen(cmd.c_str(), "r")) {
+    char buf[256];
+    while (std::fgets(buf, sizeof buf, p)) out += buf;
+    ::pclose(p);
+  }
+  while (!out.empty() && (out.back() == '\n' || out.back() == '\r')) out.pop_back();
+  return out;
+}
+
 // Not thread-safe. The destructor kills the server by PID and removes its folder.
 class RedisServer {
  public:
@@ -108,18 +122,7 @@ class RedisServer {
   void Resume() { ::kill(pid_, SIGCONT); }
 
   // Runs redis-cli against this server and returns its trimmed output.
-  std::string Cli(const std::string& command) const {
-    const std::string cmd =
-        "redis-cli -h 127.0.0.1 -p " + std::to_string(port_) + " " + command + " 2>/dev/null";
-    std::string out;
-    if (FILE* p = ::popen(cmd.c_str(), "r")) {
-      char buf[256];
-      while (std::fgets(buf, sizeof buf, p)) out += buf;
-      ::pclose(p);
-    }
-    while (!out.empty() && (out.back() == '\n' || out.back() == '\r')) out.pop_back();
-    return out;
-  }
+  std::string Cli(const std::string& command) const { return CliAt(port_, command); }
 
  private:
   std::vector<std::string> extra_;

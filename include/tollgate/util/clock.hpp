@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <string>
 
 #include <tollgate/core/time.hpp>
 
@@ -38,5 +39,8 @@ class SystemClock final : public Clock {
     return clock;
   }
 };
+
+// Appends the wall-clock time now as 2026-11-29T21:59:56.123Z (UTC; the log lines' `ts`).
+void AppendIsoNow(std::string& out);
 
 }  // namespace tollgate::util

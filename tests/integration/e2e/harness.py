@@ -354,6 +354,18 @@ class Gateway:
         return lines
 
 
+def missing_grpc_client():
+    """Why the grpc-js clients of node/ cannot run (node or a package missing), or None."""
+    if not shutil.which("node"):
+        return "node is not installed: run scripts/install-node-deps.sh (`make deps`)"
+    node_dir = os.path.join(os.path.dirname(os.path.abspath(__file__)), "node")
+    for pkg in ("@grpc/grpc-js", "@grpc/proto-loader"):
+        if not os.path.isfile(os.path.join(node_dir, "node_modules", pkg, "package.json")):
+            return ("%s is missing from tests/integration/e2e/node/node_modules: run "
+                    "scripts/install-node-deps.sh (`make deps`)" % pkg)
+    return None
+
+
 class GatewayTestCase(unittest.TestCase):
     """Each test gets a fresh temp dir, its own processes and ports; all stopped afterwards,
     and their logs printed when the test failed."""

@@ -22,7 +22,6 @@ Every process is started by the test in its temp dir on free loopback ports, and
 import http.client
 import json
 import os
-import shutil
 import signal
 import threading
 import socket
@@ -505,12 +504,9 @@ class RlsTests(DecisionTestCase):
 
     def setUp(self):
         super().setUp()
-        if not shutil.which("node"):
-            self.fail("node is not installed: run scripts/install-node-deps.sh (`make deps`)")
-        for pkg in ("@grpc/grpc-js", "@grpc/proto-loader"):
-            if not os.path.isfile(os.path.join(NODE_DIR, "node_modules", pkg, "package.json")):
-                self.fail("%s is missing from tests/integration/e2e/node/node_modules: run "
-                          "scripts/install-node-deps.sh (`make deps`)" % pkg)
+        missing = harness.missing_grpc_client()
+        if missing:
+            self.fail(missing)
 
     def rls(self, calls):
         """Sends the calls one after the other on one gRPC channel; returns the responses."""

@@ -15,7 +15,6 @@ Every process is started by the test in its temp dir on free loopback ports, and
 """
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -56,11 +55,9 @@ def seconds_to_midnight():
 class EnvoyRlsTestCase(GatewayTestCase):
     def setUp(self):
         super().setUp()
-        if not shutil.which("node"):
-            self.fail("node is not installed: run scripts/install-node-deps.sh (`make deps`)")
-        for pkg in ("@grpc/grpc-js", "@grpc/proto-loader"):
-            if not os.path.isfile(os.path.join(NODE_DIR, "node_modules", pkg, "package.json")):
-                self.fail("%s is missing: run scripts/install-node-deps.sh (`make deps`)" % pkg)
+        missing = harness.missing_grpc_client()
+        if missing:
+            self.fail(missing)
         self.config_dir = os.path.join(self.tmpdir, "ratelimit", "config")
         os.makedirs(self.config_dir)
 

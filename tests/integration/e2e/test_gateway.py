@@ -770,6 +770,14 @@ class IdentityTests(GatewayTestCase):
                 self.assertEqual(entry["request_id"], got)  # the id the upstream saw
                 self.assertEqual(entry["client"], "198.51.100.%d" % (i + 1))  # resolved
                 self.assertEqual(entry["peer"], "127.0.0.1")
+        # A spelling an upstream may read as X-Request-Id ('_' for '-') never reaches it: the
+        # id it gets is ours.
+        r = gw.get("/echo/spelt", key=FREE_KEY, headers={"X_Request_Id": "evil",
+                                                         "X-Request_Id": "evil2"})
+        seen = r.json()["headers"]
+        self.assertNotIn("X_Request_Id", seen)
+        self.assertNotIn("X-Request_Id", seen)
+        self.assertRegex(seen.get("X-Request-Id", ""), r"^[0-9a-f]{32}$")
         # Event lines on stderr carry their time.
         events = [json.loads(x) for x in gw.process.read_stderr().decode().splitlines()
                   if x.startswith("{")]

@@ -22,20 +22,6 @@
 
 namespace tollgate::testing {
 
-// redis-cli against 127.0.0.1:`port`; its trimmed output.
-inline std::string CliAt(int port, const std::string& command) {
-  const std::string cmd =
-      "redis-cli -h 127.0.0.1 -p " + std::to_string(port) + " " + command + " 2>/dev/null";
-  std::string out;
-  if (FILE* p = ::popen(cmd.c_str(), "r")) {
-    char buf[256];
-    while (std::fgets(buf, sizeof buf, p)) out += buf;
-    ::pclose(p);
-  }
-  while (!out.empty() && (out.back() == '\n' || out.back() == '\r')) out.pop_back();
-  return out;
-}
-
 // Not thread-safe. One redis-sentinel monitoring `master_name` at 127.0.0.1:`master_port`; the
 // destructor kills it by PID and removes its folder.
 class SentinelProcess {
