@@ -13,6 +13,7 @@ packages=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   clang-14 libclang-rt-14-dev clang-format clang-tidy
   libcli11-dev help2man dpkg-dev file man-db systemd
+  chromium  # the live page's browser test (tests/integration/e2e/test_admin_ui.py)
 )
 if [[ ${TOLLGATE_EXTRA_PACKAGES:-} ]]; then
   read -r -a extra <<<"$TOLLGATE_EXTRA_PACKAGES"

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs what tests/integration/e2e/test_decision.py needs to call tollgate's Envoy RLS listener
-# with a real gRPC client: Node.js and npm (Debian's packages, only when `node` or `npm` is
-# missing), then @grpc/grpc-js and @grpc/proto-loader into tests/integration/e2e/node/node_modules
-# (git-ignored) from the committed package-lock.json.
+# with a real gRPC client, and what test_admin_ui.py needs to drive Chromium: Node.js and npm
+# (Debian's packages, only when `node` or `npm` is missing), then @grpc/grpc-js,
+# @grpc/proto-loader and playwright-core (no browser download: it drives Debian's `chromium`)
+# into tests/integration/e2e/node/node_modules (git-ignored) from the committed package-lock.json.
 # Idempotent: does nothing when node_modules is there and not older than package-lock.json.
 set -euo pipefail
 
@@ -26,11 +27,12 @@ fi
 stamp="$dir/node_modules/.package-lock.json"
 if [[ -f $stamp && -f $dir/node_modules/@grpc/grpc-js/package.json &&
       -f $dir/node_modules/@grpc/proto-loader/package.json &&
+      -f $dir/node_modules/playwright-core/package.json &&
       ! $dir/package-lock.json -nt $stamp ]]; then
   exit 0
 fi
 echo "install-node-deps: npm ci in tests/integration/e2e/node" >&2
-# No install scripts: neither package needs one to work (protobufjs's postinstall only
-# checks its optional CLI).
+# No install scripts: no package needs one to work (protobufjs's postinstall only checks its
+# optional CLI; playwright-core has none and downloads no browser).
 (cd "$dir" && npm ci --no-audit --no-fund --ignore-scripts --loglevel=error)
 touch "$stamp"

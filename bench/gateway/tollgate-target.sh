@@ -15,10 +15,10 @@ keys=${BENCH_WRK_KEYS:-10000}
 limit=${BENCH_LIMIT_RPS:-10000000}
 {
   if [[ ${TOLLGATE_DECISION:-0} == 1 ]]; then
-    echo "server: {listen: 127.0.0.1:0, admin_listen: 127.0.0.1:0, threads: 1, access_log: false}"
+    echo "server: {listen: 127.0.0.1:0, admin_listen: 127.0.0.1:${TOLLGATE_ADMIN_PORT:-0}, threads: 1, access_log: false}"
     echo "decision: {listen: 127.0.0.1:${BENCH_PORT}, deny_status: 429}"
   else
-    echo "server: {listen: 127.0.0.1:${BENCH_PORT}, admin_listen: 127.0.0.1:0, threads: 1, access_log: false}"
+    echo "server: {listen: 127.0.0.1:${BENCH_PORT}, admin_listen: 127.0.0.1:${TOLLGATE_ADMIN_PORT:-0}, threads: 1, access_log: false}"
   fi
   if [[ -n ${BENCH_UPSTREAM_PORT:-} ]]; then
     echo "upstream: {url: http://127.0.0.1:${BENCH_UPSTREAM_PORT}, max_connections: 256}"

@@ -14,6 +14,29 @@ std::string VersionText() {
   return std::string("tollgate ") + TOLLGATE_VERSION + " (git " + kGitRevision + ")";
 }
 
+namespace {
+
+// tollgate replay's options (docs/operations.md, "Replay").
+CLI::App* AddReplay(CLI::App& app, ReplayArgs& args) {
+  CLI::App* cmd = app.add_subcommand(
+      "replay",
+      "Run a candidate configuration over a recorded access log (tollgate's own JSON lines) on "
+      "a clock taken from the log, with the real engine and an in-memory store; report requests, "
+      "would-be rejections and what changed, per plan, per route and for the top keys.");
+  cmd->add_option("-c,--config", args.config, "The candidate configuration file")->required();
+  cmd->add_option("--log", args.log, "The access log (JSON lines), or - for stdin")->required();
+  cmd->add_option("--format", args.format, "table (default), json or csv")
+      ->check(CLI::IsMember({"table", "json", "csv"}));
+  cmd->add_option("--top", args.top, "How many keys to list (20)");
+  cmd->add_option("--max-reject-share", args.max_reject_share,
+                  "Exit 3 when the share of requests the candidate would reject is above this "
+                  "(0 to 1), e.g. 0.001")
+      ->check(CLI::Range(0.0, 1.0));
+  return cmd;
+}
+
+}  // namespace
+
 int RunCli(int argc, char** argv, const Commands& commands) {
   CLI::App app{"tollgate: a rate-limiting gateway and decision service for HTTP APIs.", "tollgate"};
   app.set_version_flag("-V,--version", VersionText(), "Print the version and exit");
@@ -21,8 +44,9 @@ int RunCli(int argc, char** argv, const Commands& commands) {
   // unexpected argument rather than reported as a missing subcommand.
   app.require_subcommand(0, 1);
   app.footer(
-      "Exit codes: 0 success; 1 an invalid configuration or a failure while serving; 2 a "
-      "command line tollgate does not accept.\nConfiguration reference: "
+      "Exit codes: 0 success; 1 an invalid configuration or a failure while serving (or an "
+      "unreadable log); 2 a command line tollgate does not accept; 3 (replay) the would-be "
+      "rejection share is above --max-reject-share.\nConfiguration reference: "
       "docs/configuration.md (installed in /usr/share/doc/tollgate).");
 
   std::string config, file;
@@ -60,6 +84,9 @@ int RunCli(int argc, char** argv, const Commands& commands) {
   explain_cmd->add_option("--method", explain.method, "The request's method (GET)");
   explain_cmd->add_option("--path", explain.path, "The request's path and query (/)");
 
+  ReplayArgs replay;
+  CLI::App* replay_cmd = AddReplay(app, replay);
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -68,7 +95,7 @@ int RunCli(int argc, char** argv, const Commands& commands) {
     return code == 0 ? kExitOk : kExitUsage;
   }
   if (app.get_subcommands().empty()) {
-    std::cerr << "A subcommand is required (serve, check-config, usage or explain)\n"
+    std::cerr << "A subcommand is required (serve, check-config, usage, explain or replay)\n"
                  "Run with --help for more information.\n";
     return kExitUsage;
   }
@@ -76,6 +103,7 @@ int RunCli(int argc, char** argv, const Commands& commands) {
     if (serve->parsed()) return commands.serve(config);
     if (check->parsed()) return commands.check_config(file);
     if (explain_cmd->parsed()) return commands.explain(explain);
+    if (replay_cmd->parsed()) return commands.replay(replay);
     return commands.usage(usage);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "tollgate: %s\n", e.what());

@@ -1,4 +1,5 @@
-// tollgate: serve | check-config | usage (the command line: app/cli.cpp).
+// tollgate: serve | check-config | usage | explain | replay (the command line: app/cli.cpp).
+#include <fcntl.h>
 #include <netdb.h>
 #include <sys/socket.h>
 #include <sys/time.h>
@@ -24,6 +25,7 @@
 #include <tollgate/rls/rls_server.hpp>
 #endif
 #include <tollgate/policy/policy.hpp>
+#include <tollgate/replay/replay.hpp>
 #include <tollgate/util/host_port.hpp>
 
 #include "app/cli.hpp"
@@ -134,6 +136,51 @@ int Explain(const tollgate::app::ExplainArgs& args) {
   std::fwrite(body.data(), 1, body.size(), status == 200 ? stdout : stderr);
   std::fputc('\n', status == 200 ? stdout : stderr);
   return status == 200 ? tollgate::app::kExitOk : tollgate::app::kExitError;
+}
+
+// tollgate replay: the candidate configuration over a recorded access log (src/replay/).
+int Replay(const tollgate::app::ReplayArgs& args) {
+  auto config = tollgate::config::LoadConfigFile(args.config);
+  if (!config) {
+    std::fprintf(stderr, "%s: %s\n", args.config.c_str(), config.error().c_str());
+    return tollgate::app::kExitError;
+  }
+  auto policy = tollgate::policy::Policy::Build(*std::move(config));
+  if (!policy) {
+    std::fprintf(stderr, "%s: %s\n", args.config.c_str(), policy.error().c_str());
+    return tollgate::app::kExitError;
+  }
+  const int fd = args.log == "-" ? STDIN_FILENO : open(args.log.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    std::fprintf(stderr, "%s: %s\n", args.log.c_str(), std::strerror(errno));
+    return tollgate::app::kExitError;
+  }
+  tollgate::replay::Replayer replayer(*policy, {.top_keys = args.top});
+  std::string error;
+  const bool read = replayer.FeedFile(fd, error);
+  if (fd != STDIN_FILENO) close(fd);
+  if (!read) {
+    std::fprintf(stderr, "%s: %s\n", args.log.c_str(), error.c_str());
+    return tollgate::app::kExitError;
+  }
+  const tollgate::replay::Report report = replayer.Finish();
+  using tollgate::replay::Format;
+  const Format format = args.format == "json"  ? Format::kJson
+                        : args.format == "csv" ? Format::kCsv
+                                               : Format::kTable;
+  const std::string out = tollgate::replay::Render(report, format, args.max_reject_share);
+  std::fwrite(out.data(), 1, out.size(), stdout);
+  if (report.lines == 0)
+    std::fprintf(stderr, "tollgate replay: %s: the log is empty\n", args.log.c_str());
+  if (report.malformed > 0) {
+    std::fprintf(stderr, "tollgate replay: %llu malformed line(s), the first at line %llu\n",
+                 static_cast<unsigned long long>(report.malformed),
+                 static_cast<unsigned long long>(report.first_malformed.at(0).line));
+  }
+  if (args.max_reject_share && ExceedsShare(report, *args.max_reject_share)) {
+    return tollgate::app::kExitRejectShare;
+  }
+  return tollgate::app::kExitOk;
 }
 
 std::string DescribeLimit(const tollgate::core::LimitSpec& s) {
@@ -268,7 +315,10 @@ int Serve(const std::string& path) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  return tollgate::app::RunCli(
-      argc, argv,
-      {.serve = Serve, .check_config = CheckConfig, .usage = Usage, .explain = Explain});
+  return tollgate::app::RunCli(argc, argv,
+                               {.serve = Serve,
+                                .check_config = CheckConfig,
+                                .usage = Usage,
+                                .explain = Explain,
+                                .replay = Replay});
 }

@@ -100,6 +100,7 @@ void CheckFieldsFitAlgorithm(const YAML::Node& n, const std::string& path,
                       alg == Algorithm::kSlidingWindowCounter || alg == Algorithm::kFixedWindow;
   const bool quota = alg == Algorithm::kQuota;
   forbid("capacity", bucket);
+  forbid("lease", bucket);
   forbid("refill_per_second", bucket);
   forbid("refill_per_minute", bucket);
   forbid("refill_per_hour", bucket);
@@ -212,7 +213,8 @@ const std::set<std::string>& LimitFields() {
                                                      "allowance",
                                                      "ceiling",
                                                      "on_limit",
-                                                     "max_delay_ms"};
+                                                     "max_delay_ms",
+                                                     "lease"};
   return kLimitFields;
 }
 
@@ -220,6 +222,7 @@ void ReadLimitFields(const YAML::Node& n, const std::string& path, core::LimitSp
   ReadAlgorithm(n, path, spec);
   Set(n, "capacity", path, spec.capacity, 1, kMax);
   Set(n, "limit", path, spec.limit, 1, kMax);
+  Set(n, "lease", path, spec.lease, 0, kMax);
   ReadRefill(n, path, spec);
   ReadWindow(n, path, spec);
   ReadQuota(n, path, spec);

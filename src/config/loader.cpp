@@ -120,7 +120,7 @@ void ParseStore(const YAML::Node& s, StoreConfig& store) {
   if (s) {
     OnlyKeys(s, "store",
              {"type", "max_keys", "prefix", "url", "timeout_ms", "connect_timeout_ms", "deny_cache",
-              "tls"});
+              "replicas", "tls"});
     if (s["type"]) store.type = Str(s["type"], "store.type");
     if (store.type != "memory" && store.type != "redis") {
       Fail("store.type", "must be memory or redis, got '" + store.type + "'");
@@ -131,6 +131,7 @@ void ParseStore(const YAML::Node& s, StoreConfig& store) {
     Set(s, "timeout_ms", "store", store.timeout_ms, 1, 60'000);
     Set(s, "connect_timeout_ms", "store", store.connect_timeout_ms, 1, 60'000);
     if (s["deny_cache"]) store.deny_cache = Bool(s["deny_cache"], "store.deny_cache");
+    Set(s, "replicas", "store", store.replicas, 0, 10'000);
     if (store.prefix.empty()) Fail("store.prefix", "must not be empty");
     if (const YAML::Node t = s["tls"]) ParseStoreTls(t, store);
   }
@@ -323,11 +324,12 @@ core::Result<Config> ParseConfig(const std::string& yaml_text, const std::string
   }
 }
 
-core::Result<Config> LoadConfigFile(const std::string& path) {
+core::Result<Config> LoadConfigFile(const std::string& path, std::string* text) {
   std::ifstream in(path);
   if (!in) return core::Error{"cannot read config file '" + path + "'"};
   std::stringstream ss;
   ss << in.rdbuf();
+  if (text) *text = ss.str();
   const size_t slash = path.rfind('/');
   return ParseConfig(ss.str(), slash == std::string::npos ? "." : path.substr(0, slash));
 }

@@ -45,6 +45,18 @@ bool SegmentCovers(const PathPattern::Segment& earlier, const PathPattern::Segme
 
 }  // namespace
 
+std::string_view FailModeName(FailMode mode) {
+  switch (mode) {
+    case FailMode::kOpen:
+      return "open";
+    case FailMode::kClosed:
+      return "closed";
+    case FailMode::kLocal:
+      return "local";
+  }
+  return "open";
+}
+
 core::Result<PathPattern> PathPattern::Parse(std::string_view path) {
   if (path.empty() || path[0] != '/') return core::Error{"must start with /"};
   PathPattern p;
@@ -256,9 +268,10 @@ RouteConfig ParseRoute(const YAML::Node& r, const std::string& path) {
   if (r["method"]) rc.methods = ParseMethods(r["method"], Join(path, "method"));
   if (const YAML::Node cost = r["cost"]) rc.cost = ParseCost(cost, path);
   if (const YAML::Node f = r["fail_mode"]) {
-    rc.fail_mode = ParseEnum<FailMode>(f, Join(path, "fail_mode"),
-                                       {{"open", FailMode::kOpen}, {"closed", FailMode::kClosed}},
-                                       "open or closed");
+    rc.fail_mode = ParseEnum<FailMode>(
+        f, Join(path, "fail_mode"),
+        {{"open", FailMode::kOpen}, {"closed", FailMode::kClosed}, {"local", FailMode::kLocal}},
+        "open, closed or local");
   }
   if (const YAML::Node id = r["identity"]) {
     rc.identity = ParseEnum<RouteIdentity>(id, Join(path, "identity"),

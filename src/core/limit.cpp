@@ -57,8 +57,15 @@ std::string_view AlgorithmName(Algorithm algorithm) {
 Result<Limit> Limit::Create(const LimitSpec& s) {
   auto make = [](auto impl) { return Result<Limit>(Limit(std::move(impl))); };
   switch (s.algorithm) {
-    case Algorithm::kTokenBucket:
-      return Wrap(TokenBucket::Create(s.capacity, s.refill, s.max_delay), make);
+    case Algorithm::kTokenBucket: {
+      if (s.lease < 0 || s.lease > s.capacity) return Error{"lease: must be 0 to the capacity"};
+      if (s.lease > 0 && s.max_delay.micros() > 0) {
+        return Error{"lease: does not apply with on_limit: delay"};
+      }
+      auto limit = Wrap(TokenBucket::Create(s.capacity, s.refill, s.max_delay), make);
+      if (limit) limit->lease_ = s.lease;
+      return limit;
+    }
     case Algorithm::kSlidingWindowLog:
       return Wrap(SlidingLog::Create(s.limit, s.window), make);
     case Algorithm::kSlidingWindowCounter:

@@ -1,5 +1,8 @@
 #include <tollgate/engine/engine.hpp>
 
+#include <algorithm>
+#include <vector>
+
 namespace tollgate::engine {
 namespace {
 
@@ -51,7 +54,7 @@ Verdict Engine::Conclude(const Request& request, std::span<const core::Decision>
   Verdict v;
   if (result.error != store::StoreErrc::kOk) {
     v.store_error = result.error;
-    if (request.fail_mode == FailMode::kOpen) {
+    if (request.fail_mode != FailMode::kClosed) {
       v.kind = Verdict::Kind::kDegraded;
       stats_.degraded.fetch_add(1, std::memory_order_relaxed);
     } else {
@@ -73,8 +76,45 @@ void Engine::Decide(const Request& request, std::span<core::Decision> decisions,
                     std::function<void(Verdict)> done) {
   store_.Apply(request.batch, decisions,
                [this, request, decisions, done = std::move(done)](store::ApplyResult&& r) {
+                 if (r.error != store::StoreErrc::kOk && request.fail_mode == FailMode::kLocal &&
+                     local_ != nullptr) {
+                   return DecideLocally(request, decisions, r.error, done);
+                 }
                  done(Conclude(request, decisions, r));
                });
+}
+
+void Engine::DecideLocally(const Request& request, std::span<core::Decision> decisions,
+                           store::StoreErrc error, const std::function<void(Verdict)>& done) {
+  // Each replica spends its share: a cost of c counts as c x replicas against the whole limit,
+  // which is the same as c against limit / replicas (capacity, refill, window count, quota).
+  const int64_t replicas = std::max(1, replicas_ ? replicas_() : 1);
+  std::vector<store::Check> checks(request.batch.checks.begin(), request.batch.checks.end());
+  for (store::Check& c : checks) c.cost *= replicas;
+  store::Batch batch = request.batch;
+  batch.checks = checks;
+  local_->Apply(batch, decisions, [&](store::ApplyResult&& r) {
+    Verdict v;
+    if (r.error != store::StoreErrc::kOk) {  // a memory store does not fail: as kOpen
+      v.kind = Verdict::Kind::kDegraded;
+      stats_.degraded.fetch_add(1, std::memory_order_relaxed);
+    } else {
+      for (size_t i = 0; i < checks.size(); ++i) {
+        core::Decision& d = decisions[i];
+        d.limit /= replicas;
+        d.remaining /= replicas;
+        d.used /= replicas;
+      }
+      v = Combine(request.batch.checks, decisions.first(checks.size()));
+      v.now = r.now;
+      v.local = true;
+      (v.allowed() ? stats_.local_allowed : stats_.local_rejected)
+          .fetch_add(1, std::memory_order_relaxed);
+      if (v.shadow_rejections > 0) stats_.shadow_rejected.fetch_add(1, std::memory_order_relaxed);
+    }
+    v.store_error = error;
+    done(v);
+  });
 }
 
 }  // namespace tollgate::engine

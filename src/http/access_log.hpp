@@ -37,6 +37,7 @@ struct RequestLog {
   bool metered = false;  // counted in usage (a limited request of a known key)
   std::string_view key_id;
   std::string_view plan;
+  std::string_view route;  // the matched route's label (policy::Route); empty: never routed
   std::string_view decision = "none";
   int64_t cost = 0;
   int upstream_status = 0;

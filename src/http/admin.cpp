@@ -196,9 +196,8 @@ Step Worker::AdminTop(Exchange& ex, Scratch& scratch) {
       by == "rejected"
           ? (of == "key" ? TopOffenders::kRejectedKeys : TopOffenders::kRejectedAddresses)
           : (of == "key" ? TopOffenders::kAdmittedKeys : TopOffenders::kAdmittedAddresses);
-  metrics::SpaceSaving merged(TopOffenders::kCapacity);
   const int64_t now_s = util::SystemClock::Instance().Now().unix_micros() / 1'000'000;
-  for (auto& w : gw.workers) w->top.MergeInto(sketch, window_s, now_s, merged);
+  const metrics::SpaceSaving merged = MergeTop(gw.workers, sketch, window_s, now_s);
   return Reply(ex, scratch, bhttp::status::ok,
                TopBody(by, of, window_s, merged, static_cast<size_t>(n)));
 }

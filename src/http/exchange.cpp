@@ -9,6 +9,7 @@
 
 #include "endpoints.hpp"
 #include "fields.hpp"
+#include "ui_assets.hpp"
 #include "worker.hpp"
 
 #if defined(__GNUC__) && !defined(__clang__)
@@ -156,16 +157,16 @@ void Worker::Finish(Exchange& ex, Scratch& scratch, int status) {
   gw.requests_by_class[static_cast<size_t>(std::clamp(status / 100, 2, 5) - 2)]->fetch_add(
       1, std::memory_order_relaxed);
   const RequestLog& rlog = ex.log;
-  const bool rejected = rlog.decision == "rejected";
+  const bool rejected = rlog.decision == "rejected" || rlog.decision == "local_rejected";
   if (gw.server.top_offenders &&
       (rejected || rlog.decision == "allowed" || rlog.decision == "shadow_rejected" ||
-       rlog.decision == "degraded")) {
+       rlog.decision == "degraded" || rlog.decision == "local_allowed")) {
     top.Record(rejected, rlog.key_id, ex.client.empty() ? ex.peer : std::string_view(ex.client),
                ex.now.unix_micros() / 1'000'000);
   }
   if (ex.key && rlog.metered) {
-    gw.meter->Record(ex.key->account, ex.key->id, OutcomeOf(status, rlog.decision == "rejected"),
-                     rlog.cost, util::SystemClock::Instance().Now());
+    gw.meter->Record(ex.key->account, ex.key->id, OutcomeOf(status, rejected), rlog.cost,
+                     util::SystemClock::Instance().Now());
   }
   if (!gw.server.access_log) return;
   // Built in a buffer of the connection; JSON-escaped: paths and addresses are client bytes.
@@ -176,6 +177,8 @@ void Worker::Finish(Exchange& ex, Scratch& scratch, int status) {
   AppendJsonEscaped(line, ex.method);
   line.append("\",\"path\":\"");
   AppendJsonEscaped(line, ex.path);
+  line.append("\",\"query\":\"");
+  AppendJsonEscaped(line, ex.query);
   line.append("\",\"status\":");
   AppendDecimal(line, status);
   line.append(",\"client\":\"");
@@ -188,6 +191,8 @@ void Worker::Finish(Exchange& ex, Scratch& scratch, int status) {
   AppendJsonEscaped(line, rlog.key_id);
   line.append("\",\"plan\":\"");
   AppendJsonEscaped(line, rlog.plan);
+  line.append("\",\"route\":\"");
+  AppendJsonEscaped(line, rlog.route);
   line.append("\",\"decision\":\"").append(rlog.decision).append("\",\"cost\":");
   AppendDecimal(line, rlog.cost);
   line.append(",\"upstream_status\":");
@@ -322,6 +327,8 @@ std::optional<Step> Worker::BuiltIn(Exchange& ex, Scratch& scratch, Listener lis
     if (method == "GET" && path == "/admin/usage") return Step::kAdminUsage;
     if (path == "/admin/deny" || path == "/admin/deny/remove") return AdminDeny(ex, scratch);
     if (method == "GET" && path == "/admin/top") return AdminTop(ex, scratch);
+    if (const UiAsset* page = method == "GET" ? FindUiAsset(path) : nullptr)  // GET /admin/ui
+      return Reply(ex, scratch, bhttp::status::ok, page->body, kUiHeaders, page->content_type);
     if (auto it = gw.admin_endpoints.find(std::string(method) + " " + std::string(path));
         it != gw.admin_endpoints.end()) {
       ex.admin_hook = &it->second;
@@ -358,6 +365,7 @@ Step Worker::Identify(Exchange& ex, Scratch& scratch, const RequestHead& head) {
   const policy::Policy& pol = *ex.policy;
   const std::string_view method = ex.method, path = ex.path;
   const policy::Route& route = pol.Match(method, path);
+  ex.log.route = route.label;  // what tollgate replay re-derives routes and costs against
   ex.now = util::SystemClock::Instance().Now();
   const auto& pub = gw.server.public_endpoints;
   ex.status_endpoint = (ex.admin || pub.rate_limit) && method == "GET" && path == "/v1/rate-limit";
@@ -409,8 +417,7 @@ Step Worker::Identify(Exchange& ex, Scratch& scratch, const RequestHead& head) {
         .batch = {.scope = ex.scopes.primary,
                   .checks = {ex.checks.data(), ex.n_checks},
                   .mode = ex.status_endpoint ? store::Mode::kPeek : store::Mode::kConsume},
-        .fail_mode = route.fail_mode == config::FailMode::kClosed ? engine::FailMode::kClosed
-                                                                  : engine::FailMode::kOpen};
+        .fail_mode = engine::EngineFailMode(route.fail_mode)};
     if (!ex.status_endpoint) ReserveHold(ex);
     ex.decide_start = Clock::now();
     return Step::kDecide;
@@ -510,6 +517,19 @@ void Worker::CountDecision(Exchange& ex, const policy::Plan& plan, std::span<con
   if (v.shadow_rejections > 0) {
     ShadowRejectionCounter(ex.generation, plan).fetch_add(1, std::memory_order_relaxed);
     ex.log.decision = "shadow_rejected";
+  }
+  if (v.local) {  // the store failed; this replica's share of each limit decided
+    gw.metrics.Counter("tollgate_degraded_total").fetch_add(1, std::memory_order_relaxed);
+    gw.LogStoreFailure(v.store_error);
+    if (v.kind == engine::Verdict::Kind::kRejected) {
+      RejectionCounter(ex.generation, plan, v.code).fetch_add(1, std::memory_order_relaxed);
+    }
+    ex.log.decision = v.allowed() ? "local_allowed" : "local_rejected";
+    gw.metrics
+        .Counter("tollgate_local_decisions_total",
+                 v.allowed() ? "result=\"allowed\"" : "result=\"rejected\"")
+        .fetch_add(1, std::memory_order_relaxed);
+    return;
   }
   switch (v.kind) {
     case engine::Verdict::Kind::kAllowed:

@@ -89,10 +89,9 @@ void Gateway::Impl::Explain(std::string query, AdminReply reply) {
     e->answer["identity"] = json::object{{"address", client}, {"plan", "anonymous"}};
   }
   const policy::Route& route = pol.Match(method, target.path);
-  e->answer["route"] =
-      json::object{{"name", route.name},
-                   {"identity", IdentityKind(route.identity)},
-                   {"fail_mode", route.fail_mode == config::FailMode::kClosed ? "closed" : "open"}};
+  e->answer["route"] = json::object{{"name", route.name},
+                                    {"identity", IdentityKind(route.identity)},
+                                    {"fail_mode", config::FailModeName(route.fail_mode)}};
   e->answer["denied_by_deny_list"] = Denied(pol, key, client);
   const bool keyed = engine::LimitedByKey(route, key != nullptr);
   const engine::Admission a = engine::Admit(pol, route, keyed, keyed ? key : nullptr, client,

@@ -44,6 +44,7 @@
 #include <tollgate/metrics/metrics.hpp>
 #include <tollgate/policy/policy.hpp>
 #include <tollgate/policy/postgres_keys.hpp>
+#include <tollgate/store/leasing_store.hpp>
 #include <tollgate/store/memory_store.hpp>
 #include <tollgate/store/redis_store.hpp>
 #include <tollgate/usage/meter.hpp>
@@ -141,6 +142,15 @@ Gateway::Impl::Impl(std::string path, config::Config config)
       upstream(ParseUpstream(config.upstream.url)),
       decision(config.decision) {
   engine = std::make_unique<engine::Engine>(OpenStore(config.store));
+  if (redis) {
+    local = std::make_unique<store::MemoryStore>(
+        store::MemoryStoreOptions{.max_keys = config.store.max_keys});
+    const int configured = config.store.replicas;
+    engine->SetLocal(*local, [this, configured] {
+      return configured > 0 ? configured : replicas_seen.load(std::memory_order_relaxed);
+    });
+    if (configured == 0) instance_id = std::to_string(util::internal::RandomSeed());
+  }
   meter = std::make_unique<usage::UsageMeter>(*usage_backend, kUsageSlices);
 
   // The key source may report changes as soon as it starts: they wait for this lock until the
@@ -152,6 +162,7 @@ Gateway::Impl::Impl(std::string path, config::Config config)
   if (!built) throw std::runtime_error(built.error());
   policy = *built;
   startup.unlock();
+  live.ReadConfig(config_path);
   RegisterMetrics();
 }
 
@@ -168,9 +179,16 @@ store::Store& Gateway::Impl::OpenStore(const config::StoreConfig& sc) {
                                         .tls_key_file = sc.tls_key_file});
     if (!r) throw std::runtime_error(r.error());
     redis = std::move(r).value();
-    store = redis.get();
+    // Token leases (limits with `lease:`) below the deny cache, which sees exact answers.
+    leasing = std::make_unique<store::LeasingStore>(
+        *redis,
+        [this](const store::Unspent& u) {
+          redis->GiveBack(store_prefix, u.scope, u.name, u.tokens, u.unit, u.rate);
+        },
+        store::LeasingStore::Options{});
+    store = leasing.get();
     if (sc.deny_cache) {
-      deny_cache = std::make_unique<engine::DenyCache>(*redis);
+      deny_cache = std::make_unique<engine::DenyCache>(*store);
       store = deny_cache.get();
     }
     usage_backend = std::make_unique<usage::RedisUsageBackend>(*redis, sc.prefix);
@@ -217,6 +235,12 @@ void Gateway::Impl::RegisterMetrics() {
   if (memory) memory->ExportMetrics(metrics);
   if (redis) redis->ExportMetrics(metrics);
   if (deny_cache) deny_cache->ExportMetrics(metrics);
+  if (leasing) leasing->ExportMetrics(metrics);
+  if (local) {
+    metrics.Gauge("tollgate_replicas",
+                  "Replicas sharing the store, among which fail_mode: local divides each limit.",
+                  [this] { return static_cast<double>(replicas_seen.load()); });
+  }
   if (key_source) key_source->ExportMetrics(metrics);
 }
 
@@ -257,6 +281,7 @@ void Gateway::Impl::Tick() {
   ++ticks;
   if (ticks % 10 == 0) CheckStore();
   if (ticks % 10 == 5) SyncDeny();
+  if (ticks % 10 == 7) Heartbeat();
   // Usage goes to Redis within a second (replicas and restarts see it). The memory backend is
   // read only through the meter, which flushes first, so its counts move every 10 s: a row per
   // active key per flush showed in profiles with many keys.
@@ -265,7 +290,27 @@ void Gateway::Impl::Tick() {
   } else if (ticks % 10 == 0) {
     meter->Flush(ticks / 10 % kUsageSlices);
   }
-  if (memory && ticks % 100 == 0) memory->Sweep(util::SystemClock::Instance().Now());
+  if (ticks % 100 == 0) {
+    if (memory) memory->Sweep(util::SystemClock::Instance().Now());
+    if (local) local->Sweep(util::SystemClock::Instance().Now());
+  }
+  if (leasing) leasing->Sweep();
+}
+
+void Gateway::Impl::Heartbeat() {
+  if (!redis || instance_id.empty()) return;  // store.replicas is configured
+  // One script on Redis's clock: this replica's beat, those older than 5 s dropped, the count.
+  static constexpr char kScript[] =
+      "local t = redis.call('TIME') local ms = t[1] * 1000 + math.floor(t[2] / 1000) "
+      "redis.call('ZADD', KEYS[1], ms, ARGV[1]) "
+      "redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ms - 5000) "
+      "redis.call('PEXPIRE', KEYS[1], 60000) return redis.call('ZCARD', KEYS[1])";
+  redis->Command({"EVAL", kScript, "1", store_prefix + ":replicas", instance_id}, 3,
+                 [this](core::Result<store::RedisValue> r) {
+                   const auto* n = r ? std::get_if<long long>(&r->v) : nullptr;
+                   // Redis unreachable: the count last seen stays, for fail_mode: local.
+                   if (n && *n > 0) replicas_seen.store(static_cast<int>(*n));
+                 });
 }
 
 void Gateway::Impl::CloseListeners() {
@@ -303,7 +348,8 @@ core::Result<bool> Gateway::Impl::Reload() {
       if (hook) hook();
     }
   } after{on_reload};
-  auto config = config::LoadConfigFile(config_path);
+  std::string text;
+  auto config = config::LoadConfigFile(config_path, &text);
   core::Result<bool> installed = core::Error{config ? "" : config.error()};
   if (config) {
     if (key_source) {
@@ -317,7 +363,10 @@ core::Result<bool> Gateway::Impl::Reload() {
     if (installed.ok() || installed.error().empty()) {
       config::Config copy = *config;
       installed = Install(std::move(config).value());
-      if (installed) file_config = std::move(copy);
+      if (installed) {
+        file_config = std::move(copy);
+        live.SetConfig(text);
+      }
     }
   }
   if (!installed) {
@@ -329,7 +378,8 @@ core::Result<bool> Gateway::Impl::Reload() {
     return installed;
   }
   metrics.Counter("tollgate_config_reloads_total", "result=\"ok\"").fetch_add(1);
-  log.Error("{\"level\":\"info\",\"msg\":\"configuration reloaded\"}");
+  log.Error("{\"level\":\"info\",\"msg\":\"configuration reloaded\",\"config_version\":\"" +
+            live.Version() + "\"}");
   return true;
 }
 
@@ -341,6 +391,9 @@ Gateway::Gateway(std::string config_path, config::Config config)
   };
   g.admin_endpoints["GET /admin/explain"] = [&g](std::string query, AdminReply reply) {
     g.Explain(std::move(query), std::move(reply));
+  };
+  g.admin_endpoints["GET /admin/ui/data"] = [&g](std::string query, AdminReply reply) {
+    UiData(g, std::move(query), std::move(reply));
   };
   size_t threads = g.server.threads > 0 ? static_cast<size_t>(g.server.threads)
                                         : std::max(1u, std::thread::hardware_concurrency());
@@ -428,8 +481,8 @@ int Gateway::Run() {
     });
   }
   g.log.Error("{\"level\":\"info\",\"msg\":\"listening\",\"listen\":\"" + g.server.listen +
-              "\",\"admin\":\"" + g.server.admin_listen +
-              "\",\"threads\":" + std::to_string(g.workers.size()) + "}");
+              "\",\"admin\":\"" + g.server.admin_listen + "\",\"config_version\":\"" +
+              g.live.Version() + "\",\"threads\":" + std::to_string(g.workers.size()) + "}");
 
   net::io_context main_ioc{1};
   net::signal_set signals(main_ioc, SIGTERM, SIGINT, SIGHUP);

@@ -57,4 +57,14 @@ class TopOffenders {
   std::array<Minute, kMinutes> minutes_;
 };
 
+// The sketch `sketch` of every worker (each `w->top`) over the last `window_s` seconds, merged:
+// GET /admin/top and the live page.
+template <class Workers>
+metrics::SpaceSaving MergeTop(const Workers& workers, TopOffenders::Sketch sketch, int64_t window_s,
+                              int64_t now_s) {
+  metrics::SpaceSaving merged(TopOffenders::kCapacity);
+  for (auto& w : workers) w->top.MergeInto(sketch, window_s, now_s, merged);
+  return merged;
+}
+
 }  // namespace tollgate::http

@@ -23,7 +23,11 @@ constexpr Family kFamilies[] = {
     {"tollgate_shadow_rejections_total", "counter",
      "Requests a shadow-mode limit would have rejected, by plan."},
     {"tollgate_degraded_total", "counter",
-     "Requests allowed without a decision because the store failed (fail-open)."},
+     "Requests decided without the store because it failed: allowed (fail_mode open) or decided "
+     "on this replica's share of each limit (fail_mode local)."},
+    {"tollgate_local_decisions_total", "counter",
+     "Requests decided on this replica's share of each limit while the store failed "
+     "(fail_mode: local), by result (allowed, rejected)."},
     {"tollgate_limiter_unavailable_total", "counter",
      "Requests answered 503 because the store failed (fail-closed)."},
     {"tollgate_invalid_keys_total", "counter", "Requests with a missing or unknown API key."},
@@ -144,6 +148,41 @@ std::string Label(std::string_view name, std::string_view value) {
     }
   }
   out += '"';
+  return out;
+}
+
+std::optional<std::string> LabelValue(std::string_view labels, std::string_view name) {
+  size_t i = 0;
+  while (i < labels.size()) {
+    const size_t eq = labels.find("=\"", i);
+    if (eq == std::string_view::npos) return std::nullopt;
+    const std::string_view label = labels.substr(i, eq - i);
+    std::string value;
+    size_t j = eq + 2;
+    for (; j < labels.size() && labels[j] != '"'; ++j) {
+      if (labels[j] == '\\' && j + 1 < labels.size()) {
+        ++j;
+        value += labels[j] == 'n' ? '\n' : labels[j];
+      } else {
+        value += labels[j];
+      }
+    }
+    if (label == name) return value;
+    i = j + 1;  // past the closing quote
+    if (i < labels.size() && labels[i] == ',') ++i;
+  }
+  return std::nullopt;
+}
+
+std::vector<Registry::Sample> Registry::Samples(std::string_view name) const {
+  std::vector<Sample> out;
+  std::string prefix(name);
+  prefix += '\0';
+  std::lock_guard lock(mu_);
+  for (auto it = counters_.lower_bound(prefix);
+       it != counters_.end() && std::string_view(it->first).starts_with(prefix); ++it) {
+    out.push_back({it->first.substr(prefix.size()), it->second->load(std::memory_order_relaxed)});
+  }
   return out;
 }
 

@@ -257,11 +257,23 @@ std::optional<core::Error> Policy::CheckStoreCanSpanScopes(const config::StoreCo
   return std::nullopt;
 }
 
+namespace {
+
+std::string RouteLabel(const config::RouteConfig& rc) {
+  if (!rc.name.empty()) return rc.name;
+  std::string label;
+  for (const std::string& m : rc.methods) label.append(label.empty() ? "" : ",").append(m);
+  return (label.empty() ? label : label.append(" ")).append(rc.path);
+}
+
+}  // namespace
+
 std::optional<core::Error> Policy::BuildRoutes(const config::Config& config) {
   for (size_t i = 0; i < config.routes.size(); ++i) {
     const auto& rc = config.routes[i];
     Route r;
     r.name = rc.name;
+    r.label = RouteLabel(rc);
     r.pattern = rc.pattern;
     // Matched by whole segments (see Match): "/public/*" and "/v1/export*" are both the
     // segment prefix "/public" or "/v1/export"; an exact "/login/" is "/login".

@@ -116,6 +116,26 @@ void RedisStore::EncodeCommand(std::string& out, std::initializer_list<std::stri
   redis::AppendCommand(out, args);
 }
 
+void RedisStore::GiveBack(std::string_view prefix, std::string_view scope, std::string_view name,
+                          int64_t tokens, int64_t unit, int64_t rate) {
+  // The deficit now (as redis_script.lua's deficit_at), less the tokens; a full bucket is no key.
+  static constexpr char kScript[] =
+      "local s = redis.call('GET', KEYS[1]) if not s then return 0 end "
+      "local x, t = string.match(s, '^(-?%d+) (-?%d+)$') "
+      "local tm = redis.call('TIME') local now = tm[1] * 1000000 + tm[2] "
+      "local d = x + 0 local elapsed = now - t "
+      "if d > 0 and elapsed > 0 then "
+      "  if elapsed * ARGV[2] >= d then d = 0 else d = d - elapsed * ARGV[2] end end "
+      "d = d - ARGV[1] "
+      "if d <= 0 then redis.call('DEL', KEYS[1]) return 0 end "
+      "redis.call('SET', KEYS[1], string.format('%d %d', d, now), 'KEEPTTL') return d";
+  std::string key = std::string(prefix) + ":{" + std::string(scope) + "}:" + std::string(name) +
+                    ":" + redis::AlgorithmSuffix(core::Algorithm::kTokenBucket);
+  Command(
+      {"EVAL", kScript, "1", std::move(key), std::to_string(tokens * unit), std::to_string(rate)},
+      3, [](core::Result<RedisValue>) {});
+}
+
 std::string_view RedisStore::Script() { return internal::kRedisScript; }
 
 std::vector<std::string> RedisStore::KeysOf(std::string_view prefix, const Batch& batch) {

@@ -38,7 +38,7 @@ LAYERS = [
     ["usage"],
     ["engine"],
     ["contract"],               # the decision -> status, headers and problem body mapping
-    ["http", "rls", "embed"],   # the adapters: siblings, never including one another
+    ["http", "rls", "embed", "replay"],  # the adapters (and replay): siblings, never including one another
     ["app"],                    # main() and wiring
 ]
 LEVEL = {module: level for level, layer in enumerate(LAYERS) for module in layer}

@@ -85,6 +85,10 @@ struct StoreConfig {
   int timeout_ms = 5;              // redis: deadline per decision
   int connect_timeout_ms = 1'000;  // redis: to connect and authenticate
   bool deny_cache = true;          // redis: reject locally what the last answer proves hopeless
+  // redis: how many replicas share the store, for `fail_mode: local` (each enforces
+  // 1/replicas of every limit while the store is down). 0: learned from the replicas'
+  // heartbeats in the store (<prefix>:replicas) while it is up.
+  int replicas = 0;
   // rediss: PEM files; the CA that signed the server's certificate (empty: the system's CAs),
   // and a client certificate with its key when the server asks for one.
   std::string tls_ca_file;
@@ -197,7 +201,10 @@ struct KeyConfig {
 // the client address (the anonymous limits), the key when one is presented and else the
 // address (`key_or_ip`: a presented key that is unknown is still a 401), or nobody.
 enum class RouteIdentity { kKey, kIp, kKeyOrIp, kNone };
-enum class FailMode { kOpen, kClosed };
+// What a route does while the store cannot decide: allow (counted as degraded), answer 503, or
+// decide on this replica's own memory with each limit divided among the replicas.
+enum class FailMode { kOpen, kClosed, kLocal };
+std::string_view FailModeName(FailMode mode);
 
 struct CostConfig {
   int64_t fixed = 1;  // used when `query` is empty
@@ -290,7 +297,8 @@ std::vector<std::string> UnreachableRoutes(const std::vector<RouteConfig>& route
 
 // Parses YAML text. Errors name the field path ("plans.free.limits[0].capacity: must be > 0").
 core::Result<Config> ParseConfig(const std::string& yaml_text, const std::string& base_dir = ".");
-core::Result<Config> LoadConfigFile(const std::string& path);
+// `text`, when not null, receives the file as read (its hash is the gateway's config version).
+core::Result<Config> LoadConfigFile(const std::string& path, std::string* text = nullptr);
 
 // The window limit of a key's per-key columns, rate_limit_per_minute + rate_limit_burst, or an
 // error naming the field ("rate_limit_per_minute: must be >= 1, got 0"). Every key source

@@ -46,6 +46,9 @@ struct LimitSpec {
   std::optional<int64_t> allowance;
   std::optional<int64_t> ceiling;
   Duration max_delay;  // token buckets: smoothing (`on_limit: delay`); zero: reject
+  // Token buckets on a shared store: tokens a replica may take at once and spend locally
+  // (store::LeasingStore); zero: every request asks the store (exact).
+  int64_t lease = 0;
 };
 
 // A validated limit. Thread-safe (immutable).
@@ -85,12 +88,15 @@ class Limit {
   const std::variant<TokenBucket, SlidingLog, SlidingCounter, FixedWindow, Quota>& impl() const {
     return impl_;
   }
+  // LimitSpec::lease: 0 unless a token bucket leases.
+  int64_t lease() const { return lease_; }
 
  private:
   template <class T>
   explicit Limit(T impl) : impl_(std::move(impl)) {}
   // Order matches Algorithm.
   std::variant<TokenBucket, SlidingLog, SlidingCounter, FixedWindow, Quota> impl_;
+  int64_t lease_ = 0;
 };
 
 }  // namespace tollgate::core

@@ -6,6 +6,7 @@
 #include <string>
 
 #include <tollgate/core/time.hpp>
+#include <tollgate/engine/engine.hpp>
 #include <tollgate/policy/policy.hpp>
 #include <tollgate/store/store.hpp>
 
@@ -14,6 +15,19 @@ namespace tollgate::engine {
 // The most checks one request makes (a plan has at most 8 limits; room for the route's and
 // the identity's own). Every adapter's per-request arrays are this size.
 inline constexpr size_t kMaxChecks = 16;
+
+// The engine's fail mode for a route's `fail_mode`.
+inline FailMode EngineFailMode(config::FailMode mode) {
+  switch (mode) {
+    case config::FailMode::kClosed:
+      return FailMode::kClosed;
+    case config::FailMode::kLocal:
+      return FailMode::kLocal;
+    case config::FailMode::kOpen:
+      break;
+  }
+  return FailMode::kOpen;
+}
 
 // The store scopes of one request's checks. Reused from request to request: assigning keeps
 // the strings' capacity.

@@ -18,6 +18,10 @@ namespace tollgate::engine {
 enum class FailMode : uint8_t {
   kOpen,    // allow, count as degraded
   kClosed,  // reject with 503 limiter_unavailable
+  // decide on the local store (Engine::SetLocal) with each check's cost multiplied by the
+  // number of replicas: each replica admits 1/replicas of every limit; without a local store,
+  // as kOpen
+  kLocal,
 };
 
 // The combined answer for one request. Thread-compatible (a value type).
@@ -43,6 +47,9 @@ struct Verdict {
   core::Duration delay;
   core::Instant now;
   store::StoreErrc store_error = store::StoreErrc::kOk;
+  // The store failed and the local store decided (FailMode::kLocal): kind is kAllowed or
+  // kRejected, and the decisions are in the units of this replica's share of each limit.
+  bool local = false;
 
   bool allowed() const { return kind == Kind::kAllowed || kind == Kind::kDegraded; }
 };
@@ -57,6 +64,8 @@ struct EngineStats {
   std::atomic<uint64_t> shadow_rejected{0};  // requests a shadow check would have rejected
   std::atomic<uint64_t> degraded{0};         // store failed, allowed (fail-open)
   std::atomic<uint64_t> unavailable{0};      // store failed, rejected (fail-closed)
+  std::atomic<uint64_t> local_allowed{0};    // store failed, the local store allowed
+  std::atomic<uint64_t> local_rejected{0};   // store failed, the local store rejected
 };
 
 // Thread-safe: holds no per-request state; the store is thread-safe.
@@ -80,11 +89,25 @@ class Engine {
   Verdict Conclude(const Request& request, std::span<const core::Decision> decisions,
                    const store::ApplyResult& result);
 
+  // The store FailMode::kLocal decides on while the store fails (a MemoryStore; it answers at
+  // once), and how many replicas share the store (read at each such decision; at least 1).
+  // Call before the first Decide().
+  void SetLocal(store::Store& local, std::function<int()> replicas) {
+    local_ = &local;
+    replicas_ = std::move(replicas);
+  }
+
   const EngineStats& stats() const { return stats_; }
   store::Store& store() { return store_; }
 
  private:
+  // FailMode::kLocal after the store's `error`: the batch on the local store, costs scaled.
+  void DecideLocally(const Request& request, std::span<core::Decision> decisions,
+                     store::StoreErrc error, const std::function<void(Verdict)>& done);
+
   store::Store& store_;
+  store::Store* local_ = nullptr;
+  std::function<int()> replicas_;
   EngineStats stats_;
 };
 

@@ -8,8 +8,10 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace tollgate::metrics {
 
@@ -40,6 +42,14 @@ class Registry {
   // HELP text per metric family, declared once (see metrics.cpp for the list).
   std::string Render() const;
 
+  // The counters of family `name` created so far, each with its rendered label set (see
+  // Counter()), in label order: what the live page (GET /admin/ui/data) sums per plan.
+  struct Sample {
+    std::string labels;
+    uint64_t value = 0;
+  };
+  std::vector<Sample> Samples(std::string_view name) const;
+
  private:
   mutable std::mutex mu_;
   std::map<std::string, std::unique_ptr<std::atomic<uint64_t>>> counters_;
@@ -63,5 +73,8 @@ std::function<double()> ReadOf(const std::atomic<T>& value) {
 // One rendered label, `name="value"`, its value escaped as the text format requires (backslash,
 // double quote and line feed).
 std::string Label(std::string_view name, std::string_view value);
+// The value of label `name` in a rendered label set (`plan="free",result="allowed"`), unescaped;
+// nullopt when the set has no such label.
+std::optional<std::string> LabelValue(std::string_view labels, std::string_view name);
 
 }  // namespace tollgate::metrics

@@ -73,6 +73,10 @@ struct RouteLimit {
 
 struct Route {
   std::string name;
+  // How the access log and `tollgate replay` name it: `name`, else its methods and path as
+  // written ("GET,HEAD /v1/items/{id}", "/v1/export*"), and "(default)" for the default route
+  // (no route matched). Never empty.
+  std::string label = "(default)";
   std::vector<RouteLimit> limits;
   config::PathPattern pattern;
   std::string literal;  // the path of a pattern without {name} segments (the common case)

@@ -133,6 +133,14 @@ class RedisStore final : public Store {
   // DEL takes to forget them (POST /admin/reset).
   static std::vector<std::string> KeysOf(std::string_view prefix, const Batch& batch);
 
+  // Gives `tokens` back to the token bucket `name` of `scope` under `prefix`: a lease's unspent
+  // tokens (LeasingStore). The bucket's deficit falls by them, never below a full bucket; on
+  // Redis's clock. `unit`: the bucket's units per token; `rate`: its refill units per
+  // microsecond (core::Rate). Fire and forget: a failure leaves the tokens spent (exact: never
+  // more than the limit).
+  void GiveBack(std::string_view prefix, std::string_view scope, std::string_view name,
+                int64_t tokens, int64_t unit, int64_t rate);
+
   // The Lua script every decision runs (exposed for benchmarks and docs).
   static std::string_view Script();
 

@@ -346,7 +346,8 @@ class Gateway:
         lines = []
         for _ in deadline_loop(timeout, step=0.1):
             lines = []
-            for raw in self.process.read_stdout().splitlines():
+            # Whole lines only: the last one may be half written.
+            for raw in self.process.read_stdout().split(b"\n")[:-1]:
                 if raw.strip():
                     lines.append(raw)
             if sum(1 for line in lines if predicate(json.loads(line))) >= count:
@@ -363,6 +364,21 @@ def missing_grpc_client():
         if not os.path.isfile(os.path.join(node_dir, "node_modules", pkg, "package.json")):
             return ("%s is missing from tests/integration/e2e/node/node_modules: run "
                     "scripts/install-node-deps.sh (`make deps`)" % pkg)
+    return None
+
+
+def missing_browser():
+    """Why the headless-Chromium checks of node/ cannot run (the browser, node or
+    playwright-core missing), or None. CHROMIUM names the browser (default: `chromium`)."""
+    chromium = os.environ.get("CHROMIUM") or shutil.which("chromium")
+    if not chromium or not os.access(chromium, os.X_OK):
+        return "chromium is not installed: run scripts/install-deps.sh (`make deps`)"
+    if not shutil.which("node"):
+        return "node is not installed: run scripts/install-node-deps.sh (`make deps`)"
+    node_dir = os.path.join(os.path.dirname(os.path.abspath(__file__)), "node")
+    if not os.path.isfile(os.path.join(node_dir, "node_modules", "playwright-core", "package.json")):
+        return ("playwright-core is missing from tests/integration/e2e/node/node_modules: run "
+                "scripts/install-node-deps.sh (`make deps`)")
     return None
 
 

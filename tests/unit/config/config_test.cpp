@@ -178,7 +178,7 @@ anonymous:
   EXPECT_EQ(c->routes[0].cost.per, 50);
   EXPECT_EQ(c->routes[1].fail_mode, FailMode::kClosed);
   EXPECT_EQ(ErrorOf(std::string(kMinimal) + "routes: [{path: /x, fail_mode: maybe}]\n"),
-            "routes[0].fail_mode: must be open or closed, got 'maybe'");
+            "routes[0].fail_mode: must be open, closed or local, got 'maybe'");
 }
 
 const char* kFromKeyPlans = R"(

@@ -62,5 +62,32 @@ TEST(Registry, EveryTotalIsACounter) {
   }
 }
 
+TEST(LabelValue, ReadsBackWhatLabelRendered) {
+  const char* values[] = {"free", "", R"(a"b)", R"(a\b)", "a\nb", R"(\")", "x=\"y", "<img src=x>"};
+  for (const char* v : values) {
+    const std::string labels =
+        Label("check", "burst") + "," + Label("plan", v) + "," + Label("result", "allowed");
+    EXPECT_EQ(LabelValue(labels, "plan"), std::string(v)) << labels;
+    EXPECT_EQ(LabelValue(labels, "result"), "allowed") << labels;
+  }
+  EXPECT_EQ(LabelValue(R"(plan="free")", "code"), std::nullopt);
+  EXPECT_EQ(LabelValue(R"(xplan="free")", "plan"), std::nullopt);
+  EXPECT_EQ(LabelValue("", "plan"), std::nullopt);
+}
+
+TEST(Registry, SamplesListOneFamilyWithTheirLabels) {
+  Registry registry;
+  registry.Counter("tollgate_rejections_total", R"(plan="free",code="rate_limited")") += 3;
+  registry.Counter("tollgate_rejections_total", R"(plan="team",code="quota_exceeded")") += 1;
+  registry.Counter("tollgate_rejections_total_other", R"(plan="free")") += 9;
+  registry.Counter("tollgate_rejections") += 5;
+  const auto samples = registry.Samples("tollgate_rejections_total");
+  ASSERT_EQ(samples.size(), 2u);
+  EXPECT_EQ(samples[0].labels, R"(plan="free",code="rate_limited")");
+  EXPECT_EQ(samples[0].value, 3u);
+  EXPECT_EQ(samples[1].value, 1u);
+  EXPECT_TRUE(registry.Samples("tollgate_missing_total").empty());
+}
+
 }  // namespace
 }  // namespace tollgate::metrics

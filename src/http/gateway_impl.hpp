@@ -1,0 +1,246 @@
+// The gateway's process-wide state (Gateway::Impl) and the small types its rooms share. The
+// rooms: worker.hpp (a worker thread, a request's state), gateway.cpp (wiring, reload, drain),
+// admin.cpp, explain.cpp, admin_ui.cpp (the admin listener's actions).
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <memory_resource>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include <absl/container/flat_hash_map.h>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/beast/http.hpp>
+
+#include <tollgate/contract/contract.hpp>
+#include <tollgate/engine/checks.hpp>
+#include <tollgate/engine/deny_cache.hpp>
+#include <tollgate/engine/engine.hpp>
+#include <tollgate/http/gateway.hpp>
+#include <tollgate/http/request_head.hpp>
+#include <tollgate/metrics/metrics.hpp>
+#include <tollgate/policy/policy.hpp>
+#include <tollgate/policy/postgres_keys.hpp>
+#include <tollgate/store/leasing_store.hpp>
+#include <tollgate/store/memory_store.hpp>
+#include <tollgate/store/redis_store.hpp>
+#include <tollgate/usage/meter.hpp>
+#include <tollgate/usage/usage.hpp>
+#include <tollgate/util/hash.hpp>
+#include <tollgate/util/target.hpp>
+
+#include "access_log.hpp"
+#include "conn.hpp"
+#include "live_page.hpp"
+#include "top.hpp"
+#include "upstream_head.hpp"
+
+namespace tollgate::http {
+
+using contract::AppendJsonEscaped;
+using contract::AppendRateLimitHeaders;
+using contract::AppendRejectionBody;
+using contract::HeaderList;
+using contract::JsonEscape;
+using contract::ProblemBody;
+using contract::RejectionBody;
+using util::CanonicalizeTarget;
+using util::CanonicalTarget;
+
+namespace bhttp = boost::beast::http;
+using engine::kMaxChecks;
+using util::AppendDecimal;
+
+struct Endpoint {
+  std::string host;
+  std::string port;
+};
+
+struct UpstreamTarget {
+  Endpoint endpoint;
+  std::string authority;  // host[:port] as upstream.url writes it: the Host of requests without one
+  std::string base_path;  // prefixed to every forwarded target; empty or "/api"
+};
+
+// What a connection was accepted on.
+enum class Listener {
+  kGateway,   // the reverse proxy
+  kAdmin,     // reload, key lookup, usage export; loopback by default
+  kDecision,  // the decision service for nginx auth_request, Traefik ForwardAuth, ext_authz
+};
+
+// One more in `count` while it lives.
+class Counted {
+ public:
+  explicit Counted(std::atomic<size_t>& count) : count_(count) { count_.fetch_add(1); }
+  Counted(const Counted&) = delete;
+  Counted& operator=(const Counted&) = delete;
+  ~Counted() { count_.fetch_sub(1); }
+
+ private:
+  std::atomic<size_t>& count_;
+};
+
+// After an accept failed for want of descriptors or memory.
+constexpr milliseconds kAcceptBackoff{50};
+
+struct Worker;
+
+// A request's fields come from an arena of its connection, emptied between requests: Beast's
+// fields otherwise cost a malloc and a free per field.
+using RequestAllocator = std::pmr::polymorphic_allocator<char>;
+using RequestParser = bhttp::request_parser<bhttp::buffer_body, RequestAllocator>;
+
+struct Scratch;   // a connection's buffers, below
+struct Exchange;  // a request's state from one step to the next, below
+// What is left to do for a request after one step of it.
+enum class Step {
+  kReply,       // send scratch.out, a response of ours
+  kDecide,      // decide ex.request, then Conclude()
+  kAdminUsage,  // GET /admin/usage
+  kKeyUsage,    // GET /v1/usage
+  kAdminHook,   // POST to an endpoint of Gateway::AddAdminEndpoint
+  kForward,     // to the upstream
+};
+
+struct Gateway::Impl {
+  Impl(std::string path, config::Config config);
+
+  std::string config_path;
+  const config::ServerConfig server;  // not reloadable: needs a restart
+  const config::UpstreamConfig upstream_config;
+  const UpstreamTarget upstream;
+
+  std::mutex policy_mu;
+  std::shared_ptr<const policy::Policy> policy;
+  std::atomic<uint64_t> generation{1};
+
+  const config::DecisionConfig decision;
+  metrics::Registry metrics;
+  metrics::Histogram& limiter_latency = metrics.Hist("tollgate_limiter_latency_seconds");
+  metrics::Histogram& upstream_latency = metrics.Hist("tollgate_upstream_latency_seconds");
+  std::atomic<uint64_t>& invalid_keys = metrics.Counter("tollgate_invalid_keys_total");
+  Log log;
+
+  // The store: memory, or Redis behind the exact deny cache. Destroyed after the engine.
+  std::unique_ptr<store::MemoryStore> memory;
+  std::unique_ptr<store::RedisStore> redis;
+  std::unique_ptr<store::LeasingStore> leasing;  // redis: token leases
+  std::unique_ptr<engine::DenyCache> deny_cache;
+  std::unique_ptr<engine::Engine> engine;
+  std::unique_ptr<usage::UsageBackend> usage_backend;
+  // Usage goes to the backend a tenth of the keys per tick (100 ms), each key once a second
+  // (docs/benchmarks.md: one batch of all keys a second held Redis decisions up behind it).
+  static constexpr size_t kUsageSlices = 10;
+  // fail_mode: local: this replica's own store while Redis fails, and the replicas sharing
+  // Redis (store.replicas, else counted from heartbeats in <prefix>:replicas each second).
+  std::unique_ptr<store::MemoryStore> local;
+  std::atomic<int> replicas_seen{1};
+  std::string instance_id;
+  void Heartbeat();
+  std::unique_ptr<usage::UsageMeter> meter;
+  // Keys from PostgreSQL (keys.source: postgres); the policy is rebuilt when they change.
+  std::unique_ptr<policy::PostgresKeySource> key_source;
+  config::Config file_config;  // the configuration file as last loaded (keys from it or PG)
+  std::atomic<int64_t> last_store_log_s{0};
+  // tollgate_requests_total by class (2xx, 3xx, 4xx, 5xx), resolved once.
+  std::array<std::atomic<uint64_t>*, 4> requests_by_class{};
+
+  // Builds the policy from `config` with `keys` and swaps it in; the old one keeps serving on
+  // error. REQUIRES: reload_mu held.
+  core::Result<bool> Install(config::Config config);
+  std::mutex reload_mu;
+  // Store failures are logged at most once a second (every one is counted).
+  void LogStoreFailure(store::StoreErrc errc);
+
+  std::atomic<size_t> connections{0};  // gateway and decision listeners (server.max_connections)
+  std::atomic<size_t> admin_connections{0};  // the admin listener's own budget
+  // Open connections per client address (server.max_connections_per_address).
+  struct AddressCounts {
+    std::mutex mu;
+    absl::flat_hash_map<std::string, size_t> counts;
+  } by_address;
+  std::atomic<uint64_t>& upstream_busy = metrics.Counter("tollgate_upstream_busy_total");
+  std::atomic<uint64_t>& upstream_stale = metrics.Counter("tollgate_upstream_stale_total");
+  std::atomic<uint64_t>& upstream_retries = metrics.Counter("tollgate_upstream_retries_total");
+  std::atomic<uint64_t>& accept_errors = metrics.Counter("tollgate_accept_errors_total");
+  std::atomic<uint64_t>& untrusted_headers =
+      metrics.Counter("tollgate_decision_untrusted_headers_total");
+  std::atomic<size_t> in_flight{0};
+  std::atomic<bool> draining{false};  // the listeners are closed
+  std::atomic<bool> stopping{false};  // SIGTERM or SIGINT arrived: /readyz answers 503
+  // The memory store, always; Redis: its last PING was answered (CheckStore(), every second).
+  std::atomic<bool> store_ready{false};
+  void CloseListeners();
+  void CheckStore();
+  void Tick();  // every 100 ms on the main thread: usage flushes, the store's PING, the sweep
+  int ticks = 0;
+  // Why /readyz answers 503 ("stopping", "store_unavailable"), or "" when ready.
+  std::string_view Readiness() const;
+
+  // The admin API's deny list (admin.cpp); with Redis in <prefix>:deny, read every second.
+  std::mutex deny_mu;
+  std::shared_ptr<const policy::DenyList> runtime_deny = std::make_shared<policy::DenyList>();
+  std::atomic<bool> has_runtime_deny{false};
+  std::atomic<uint64_t>& blocked = metrics.Counter("tollgate_blocked_total");
+  bool Denied(const policy::Policy& pol, const policy::Key* key, std::string_view client);
+  std::optional<core::Error> ChangeDeny(bool add, policy::DenyList::Kind kind, std::string_view v);
+  void SetRuntimeDeny(std::shared_ptr<const policy::DenyList> list);
+  void SyncDeny();
+  void Reset(std::string body, AdminReply reply);     // POST /admin/reset (admin.cpp)
+  void Explain(std::string query, AdminReply reply);  // GET /admin/explain (explain.cpp)
+  std::string DenyKey() const { return store_prefix + ":deny"; }
+  // Resets count here; a replica that sees it move clears its deny cache.
+  std::string ResetEpochKey() const { return store_prefix + ":reset-epoch"; }
+  std::string reset_epoch;  // as last read; under deny_mu
+  std::string store_prefix;
+  std::function<void()> on_drain;   // Gateway::OnDrain
+  std::function<void()> on_reload;  // Gateway::OnReload
+  // "POST /json", "POST /admin/reset", "GET /admin/explain" (a GET's gets its query as body).
+  std::map<std::string, AdminHandler, std::less<>> admin_endpoints;
+  LivePage live;  // the config version and start time of GET /admin/ui/data (admin_ui.cpp)
+
+  // Smoothing: room for held requests, reserved before a decision that may delay (so that the
+  // bounds are exact), given back after the hold or at once when there is none.
+  struct Held {
+    std::mutex mu;
+    size_t total = 0;  // reservations
+    absl::flat_hash_map<std::string, size_t> by_identity;
+  } held;
+  std::atomic<size_t> holding{0};  // requests waiting out their delay now
+  metrics::Histogram& delay_seconds = metrics.Hist("tollgate_delay_seconds");
+  std::atomic<uint64_t>& held_refused = metrics.Counter("tollgate_held_refused_total");
+  bool ReserveHeld(std::string_view identity);
+  void ReleaseHeld(std::string_view identity);
+
+  std::vector<std::unique_ptr<Worker>> workers;
+
+  // The constructor's steps: the store (memory, or Redis behind the deny cache) and its usage
+  // backend; the PostgreSQL key source (REQUIRES: reload_mu held) and its first keys; the
+  // gauges of what they count.
+  store::Store& OpenStore(const config::StoreConfig& sc);
+  std::vector<config::KeyConfig> StartKeySource(const config::Config& config);
+  void RegisterMetrics();
+
+  // Reload: a bad configuration is refused and the old one keeps serving.
+  core::Result<bool> Reload();
+  ~Impl();
+  std::shared_ptr<const policy::Policy> CurrentPolicy() {
+    std::lock_guard lock(policy_mu);
+    return policy;
+  }
+};
+
+}  // namespace tollgate::http
