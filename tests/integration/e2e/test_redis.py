@@ -747,8 +747,9 @@ class KeyspaceTests(RedisTestCase):
         self.assertEqual(dict(statuses), {200: n})
         self.assertNoDegradation(gw)
         self.assertEqual(metric(gw, "tollgate_redis_calls_total"), n)
-        # Every limiter key expires; what stays is the usage meter: one hash per account and
-        # day plus that day's account index, with a retention TTL (billing records).
+        # Every limiter key expires; what stays is the usage meter (one hash per account and
+        # day plus that day's account index, with a retention TTL: billing records) and the
+        # replicas' heartbeats (fail_mode: local), which expire a minute after the last one.
         limiter_keys = lambda: self.redis.keys("it:{key:*")  # noqa: E731
         left = len(limiter_keys())
         wait_start = time.monotonic()
@@ -760,7 +761,7 @@ class KeyspaceTests(RedisTestCase):
         expired = int(self.redis.info("stats")["expired_keys"]) - expired_before
         self.assertGreaterEqual(expired, n)
         for k in self.redis.keys("*"):
-            self.assertRegex(k, r"^it:(usage:|\{usage:bulk\}:)\d{4}-\d{2}-\d{2}$")
+            self.assertRegex(k, r"^it:((usage:|\{usage:bulk\}:)\d{4}-\d{2}-\d{2}|replicas)$")
             self.assertGreater(int(self.redis.cli("TTL", k)), 0, k)
 
     def test_deny_cache_answers_a_flood_locally(self):
