@@ -16,6 +16,9 @@
 // store: it measures one dependent memory load over a table-sized buffer, the floor under
 // BM_RandomKeys on the machine at hand.
 //
+// The `Batched` variants hand the same scopes, in the same order, to ApplyNowMany() in groups
+// of `group` batches (one `now` each); items_per_second still counts batches.
+//
 //   build/bench/memory_store_bench --benchmark_filter=RandomKeys
 #include <algorithm>
 #include <array>
@@ -205,6 +208,50 @@ void RunRandomKeys(benchmark::State& state, Filled& filled, std::span<const Chec
   SetStoreCounters(state, filled);
 }
 
+// RunRandomKeys() with the batches handed to ApplyNowMany() in groups of state.range(0): the
+// same scopes in the same order, one `now` per batch. items_per_second counts batches.
+void RunRandomKeysBatched(benchmark::State& state, Filled& filled, std::span<const Check> checks) {
+  constexpr size_t kMaxGroup = 64;
+  MemoryStore& store = filled.store;
+  const std::vector<std::string>& scopes = Scopes();
+  const auto group = static_cast<size_t>(state.range(0));
+  size_t i =
+      kKeys / static_cast<size_t>(state.threads()) * static_cast<size_t>(state.thread_index());
+  Ticker ticker;
+  std::array<Batch, kMaxGroup> batches;
+  std::array<Decision, kMaxGroup * 2> out;
+  std::array<ApplyResult, kMaxGroup> results;
+  int64_t committed = 0;
+  for (auto _ : state) {
+    for (size_t b = 0; b < group; ++b) {
+      batches[b] = Batch{.scope = scopes[i], .checks = checks, .now = ticker.Next()};
+      if (++i == kKeys) i = 0;
+    }
+    store.ApplyNowMany(std::span(batches).first(group), out, results);
+    for (size_t b = 0; b < group; ++b) committed += results[b].committed ? 1 : 0;
+    benchmark::DoNotOptimize(out);
+  }
+  state.SetItemsProcessed(state.iterations() * state.range(0));
+  state.counters["per_thread"] =
+      benchmark::Counter(static_cast<double>(state.iterations() * state.range(0)),
+                         benchmark::Counter::kAvgThreadsRate);
+  state.counters["allowed_ratio"] =
+      benchmark::Counter(static_cast<double>(committed) / static_cast<double>(group),
+                         benchmark::Counter::kAvgIterations);
+  SetStoreCounters(state, filled);
+}
+
+// The stores of the random-key benchmarks, shared by the single and the batched variants.
+Filled& BurstOnlyStore() {
+  static Filled filled(kBurstOnly, false);
+  return filled;
+}
+
+Filled& BurstAndDailyStore() {
+  static Filled filled(kBurstAndDaily, false);
+  return filled;
+}
+
 void BM_HotKey(benchmark::State& state) {
   static MemoryStore store;
   RunHotKey(state, store, kHotBurstOnly, false);
@@ -224,10 +271,14 @@ void BM_HotKeyBurstAndDaily(benchmark::State& state) {
 BENCHMARK(BM_HotKeyBurstAndDaily)->Threads(1)->Threads(2)->UseRealTime();
 
 void BM_RandomKeys(benchmark::State& state) {
-  static Filled filled(kBurstOnly, false);
-  RunRandomKeys(state, filled, kBurstOnly, false);
+  RunRandomKeys(state, BurstOnlyStore(), kBurstOnly, false);
 }
 BENCHMARK(BM_RandomKeys)->Threads(1)->Threads(2)->UseRealTime();
+
+void BM_RandomKeysBatched(benchmark::State& state) {
+  RunRandomKeysBatched(state, BurstOnlyStore(), kBurstOnly);
+}
+BENCHMARK(BM_RandomKeysBatched)->ArgName("group")->Arg(16)->Threads(1)->Threads(2)->UseRealTime();
 
 void BM_RandomKeysStoreClock(benchmark::State& state) {
   static Filled filled(kBurstOnly, true);
@@ -236,10 +287,20 @@ void BM_RandomKeysStoreClock(benchmark::State& state) {
 BENCHMARK(BM_RandomKeysStoreClock)->Threads(1)->Threads(2)->UseRealTime();
 
 void BM_RandomKeysBurstAndDaily(benchmark::State& state) {
-  static Filled filled(kBurstAndDaily, false);
-  RunRandomKeys(state, filled, kBurstAndDaily, false);
+  RunRandomKeys(state, BurstAndDailyStore(), kBurstAndDaily, false);
 }
 BENCHMARK(BM_RandomKeysBurstAndDaily)->Threads(1)->Threads(2)->UseRealTime();
+
+void BM_RandomKeysBurstAndDailyBatched(benchmark::State& state) {
+  RunRandomKeysBatched(state, BurstAndDailyStore(), kBurstAndDaily);
+}
+BENCHMARK(BM_RandomKeysBurstAndDailyBatched)
+    ->ArgName("group")
+    ->Arg(16)
+    ->Arg(64)
+    ->Threads(1)
+    ->Threads(2)
+    ->UseRealTime();
 
 // Not the store: the floor under BM_RandomKeys on this machine. One dependent load per iteration,
 // chasing pointers through a random cycle of the 64-byte lines of a buffer as large as that

@@ -84,6 +84,9 @@ using internal::ReportUncommitted;
 using internal::SlotArena;
 using internal::SlotsPerShard;
 
+// Batches that ApplyNowMany() prepares ahead of the one it decides.
+constexpr size_t kAhead = 8;
+
 constexpr uint64_t kScopeSeed = 0x9e3779b97f4a7c15ull;
 constexpr uint64_t kNameSeed = 0x165667b19e3779f9ull;
 constexpr uint64_t kDigestSalt = 0x27d4eb2f165667c5ull;
@@ -169,6 +172,51 @@ void MemoryStore::Apply(const Batch& batch, std::span<core::Decision> decisions,
 }
 
 ApplyResult MemoryStore::ApplyNow(const Batch& batch, std::span<core::Decision> decisions) {
+  std::array<Pending, kMaxChecks> pending;
+  return Decide(batch, decisions, Prepare(batch, pending), pending);
+}
+
+void MemoryStore::ApplyNowMany(std::span<const Batch> batches, std::span<core::Decision> decisions,
+                               std::span<ApplyResult> results) {
+  assert(results.size() >= batches.size());
+  const size_t count = std::min(batches.size(), results.size());
+  // A ring of the next kAhead batches, prepared (hashed, their slots being loaded) before their
+  // turn: deciding batch i overlaps the misses of batches i + 1 .. i + kAhead. Preparing
+  // changes nothing, so deciding in order gives what ApplyNow() one after another gives.
+  std::array<std::array<Pending, kMaxChecks>, kAhead> ring;
+  std::array<Shard*, kAhead> shard_of;
+  for (size_t i = 0; i < std::min(kAhead, count); ++i) shard_of[i] = Prepare(batches[i], ring[i]);
+  size_t offset = 0;
+  for (size_t i = 0; i < count; ++i) {
+    const size_t r = i % kAhead;
+    const Batch& batch = batches[i];
+    results[i] =
+        Decide(batch, decisions.subspan(std::min(offset, decisions.size())), shard_of[r], ring[r]);
+    offset += batch.checks.size();
+    if (i + kAhead < count) shard_of[r] = Prepare(batches[i + kAhead], ring[r]);
+  }
+}
+
+MemoryStore::Shard* MemoryStore::Prepare(const Batch& batch, std::span<Pending> pending) const {
+  const size_t n = batch.checks.size();
+  if (n > kMaxChecks) return nullptr;
+  for (const Check& c : batch.checks) {
+    if (!c.scope.empty() && c.scope != batch.scope) return nullptr;
+  }
+  const ScopeHash scope = HashScope(batch.scope);
+  Shard& shard = *shards_[ShardIndex(scope, shards_.size())];
+  // Hashing and prefetching before taking the lock: with many keys each check's slot is a cache
+  // miss, and the misses of a batch's checks then overlap instead of following one another.
+  for (size_t i = 0; i < n; ++i) {
+    const Check& c = batch.checks[i];
+    pending[i].digest = DigestOf(scope, c.name, c.limit->algorithm());
+    if (!c.limit->UsesLog()) shard.Prefetch(pending[i].digest);
+  }
+  return &shard;
+}
+
+ApplyResult MemoryStore::Decide(const Batch& batch, std::span<core::Decision> decisions,
+                                Shard* shard_or_null, std::span<Pending> pending) {
   ApplyResult result;
   const size_t n = batch.checks.size();
   if (n > kMaxChecks || decisions.size() < n) {
@@ -179,21 +227,8 @@ ApplyResult MemoryStore::ApplyNow(const Batch& batch, std::span<core::Decision> 
   // Not value_or(): it would read the clock even when the batch carries its time.
   const core::Instant now = batch.now ? *batch.now : clock_.Now();
   result.now = now;
-
-  for (const Check& c : batch.checks) {
-    if (!c.scope.empty() && c.scope != batch.scope) return ApplyAcrossShards(batch, decisions, now);
-  }
-  const ScopeHash scope = HashScope(batch.scope);
-  Shard& shard = *shards_[ShardIndex(scope, shards_.size())];
-
-  std::array<Pending, kMaxChecks> pending;
-  // Hashing and prefetching before taking the lock: with many keys each check's slot is a cache
-  // miss, and the misses of a batch's checks then overlap instead of following one another.
-  for (size_t i = 0; i < n; ++i) {
-    const Check& c = batch.checks[i];
-    pending[i].digest = DigestOf(scope, c.name, c.limit->algorithm());
-    if (!c.limit->UsesLog()) shard.Prefetch(pending[i].digest);
-  }
+  if (shard_or_null == nullptr) return ApplyAcrossShards(batch, decisions, now);
+  Shard& shard = *shard_or_null;
 
   std::lock_guard lock(shard.mu);
   size_t creates = 0;
