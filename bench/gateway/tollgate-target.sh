@@ -2,6 +2,8 @@
 # GATEWAY_CMD for ../shared/bench/run-all.sh: writes a tollgate config for the harness's
 # variables and execs the gateway in the foreground (the harness stops it by its PID group).
 #   BENCH_PORT BENCH_LIMIT_RPS BENCH_VARIANT BENCH_UPSTREAM_PORT BENCH_REDIS_PORT BENCH_WRK_KEYS
+# TOLLGATE_LEASE: the bucket's lease (token leasing on Redis; 0, the default: exact).
+# TOLLGATE_ADMIN_PORT: the admin listener's port (default: any free one).
 # TOLLGATE_BIN (default build/tollgate), SANITY_KEY / SANITY_BURST_KEY (fixed by bench/gateway/run.sh).
 # TOLLGATE_DECISION=1: the decision service answers on BENCH_PORT (200 or 429, no upstream), the
 # proxy listens elsewhere: compare with nginx-limit-* (nginx answering itself).
@@ -29,7 +31,8 @@ limit=${BENCH_LIMIT_RPS:-10000000}
   echo "identity: {api_key_headers: [X-API-Key]}"
   echo "plans:"
   echo "  bench:"
-  echo "    limits: [{name: burst, capacity: ${limit}, refill_per_second: ${limit}}]"
+  lease=${TOLLGATE_LEASE:+, lease: $TOLLGATE_LEASE}  # absent unless set: older binaries refuse it
+  echo "    limits: [{name: burst, capacity: ${limit}, refill_per_second: ${limit}${lease}}]"
   echo "keys:"
   echo "  - {key: hot-key-0001, id: hot, plan: bench}"
   echo "  - {key: ${SANITY_KEY:-sanity-1-1}, id: sanity, plan: bench}"
