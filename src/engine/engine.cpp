@@ -1,6 +1,7 @@
 #include <tollgate/engine/engine.hpp>
 
 #include <algorithm>
+#include <limits>
 #include <vector>
 
 namespace tollgate::engine {
@@ -90,31 +91,34 @@ void Engine::DecideLocally(const Request& request, std::span<core::Decision> dec
   // which is the same as c against limit / replicas (capacity, refill, window count, quota).
   const int64_t replicas = std::max(1, replicas_ ? replicas_() : 1);
   std::vector<store::Check> checks(request.batch.checks.begin(), request.batch.checks.end());
-  for (store::Check& c : checks) c.cost *= replicas;
+  for (store::Check& c : checks) {  // a cost from a client's query may be huge: saturate
+    c.cost = c.cost > std::numeric_limits<int64_t>::max() / replicas
+                 ? std::numeric_limits<int64_t>::max()
+                 : c.cost * replicas;
+  }
   store::Batch batch = request.batch;
   batch.checks = checks;
-  local_->Apply(batch, decisions, [&](store::ApplyResult&& r) {
-    Verdict v;
-    if (r.error != store::StoreErrc::kOk) {  // a memory store does not fail: as kOpen
-      v.kind = Verdict::Kind::kDegraded;
-      stats_.degraded.fetch_add(1, std::memory_order_relaxed);
-    } else {
-      for (size_t i = 0; i < checks.size(); ++i) {
-        core::Decision& d = decisions[i];
-        d.limit /= replicas;
-        d.remaining /= replicas;
-        d.used /= replicas;
-      }
-      v = Combine(request.batch.checks, decisions.first(checks.size()));
-      v.now = r.now;
-      v.local = true;
-      (v.allowed() ? stats_.local_allowed : stats_.local_rejected)
-          .fetch_add(1, std::memory_order_relaxed);
-      if (v.shadow_rejections > 0) stats_.shadow_rejected.fetch_add(1, std::memory_order_relaxed);
+  const store::ApplyResult r = local_->ApplyNow(batch, decisions);
+  Verdict v;
+  if (r.error != store::StoreErrc::kOk) {  // the memory store refused the batch: as kOpen
+    v.kind = Verdict::Kind::kDegraded;
+    stats_.degraded.fetch_add(1, std::memory_order_relaxed);
+  } else {
+    for (size_t i = 0; i < checks.size(); ++i) {
+      core::Decision& d = decisions[i];
+      d.limit /= replicas;
+      d.remaining /= replicas;
+      d.used /= replicas;
     }
-    v.store_error = error;
-    done(v);
-  });
+    v = Combine(request.batch.checks, decisions.first(checks.size()));
+    v.now = r.now;
+    v.local = true;
+    (v.allowed() ? stats_.local_allowed : stats_.local_rejected)
+        .fetch_add(1, std::memory_order_relaxed);
+    if (v.shadow_rejections > 0) stats_.shadow_rejected.fetch_add(1, std::memory_order_relaxed);
+  }
+  v.store_error = error;
+  done(v);
 }
 
 }  // namespace tollgate::engine

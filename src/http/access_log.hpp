@@ -38,6 +38,9 @@ struct RequestLog {
   std::string_view key_id;
   std::string_view plan;
   std::string_view route;  // the matched route's label (policy::Route); empty: never routed
+  // The query parameter the route's cost counts (`cost: {query: pages}`): the one parameter of
+  // the query the log keeps (others may carry secrets). Empty: none is logged.
+  std::string_view cost_param;
   std::string_view decision = "none";
   int64_t cost = 0;
   int upstream_status = 0;

@@ -71,7 +71,12 @@ void Gateway::Impl::SyncDeny() {
     std::lock_guard lock(deny_mu);
     // The first reading clears too: a reset may have come before it (a cleared cache only
     // costs store calls).
-    if (epoch != reset_epoch && deny_cache) deny_cache->Clear();
+    if (epoch != reset_epoch) {
+      if (deny_cache) deny_cache->Clear();
+      // Tokens taken before a reset are no one's. Not at the first reading: the leases of a
+      // replica that just started were taken after any earlier reset.
+      if (leasing && !reset_epoch.empty()) leasing->Forget();
+    }
     reset_epoch = epoch;
   });
   redis->Command({"HGETALL", DenyKey()}, 1, [this](core::Result<store::RedisValue> r) {
@@ -133,6 +138,7 @@ void Gateway::Impl::Reset(std::string body, AdminReply reply) {
     return reply(200, done);
   }
   if (deny_cache) deny_cache->Forget(scopes.primary);
+  if (leasing) leasing->Forget();
   // The other replicas' deny caches forget everything within a second (SyncDeny).
   redis->Command({"INCR", ResetEpochKey()}, 1, [](auto) {});
   std::vector<std::string> command = store::RedisStore::KeysOf(store_prefix, batch);

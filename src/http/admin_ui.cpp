@@ -8,6 +8,9 @@
 #include <sstream>
 #include <tuple>
 
+#include <arpa/inet.h>
+
+#include <boost/json/parse.hpp>
 #include <boost/json/serialize.hpp>
 
 #include <tollgate/core/calendar.hpp>
@@ -179,6 +182,7 @@ void LivePage::SetConfig(std::string_view file_text) {
   std::lock_guard lock(mu_);
   version_ = util::Sha256Hex(file_text).substr(0, 12);
   loaded_at_ = std::move(at);
+  usage_json_.clear();  // its allowances and ceilings are the old configuration's
 }
 
 void LivePage::ReadConfig(const std::string& path) {
@@ -196,6 +200,39 @@ std::string LivePage::Version() const {
 std::string LivePage::LoadedAt() const {
   std::lock_guard lock(mu_);
   return loaded_at_;
+}
+
+namespace {
+
+// The host of a Host value or an Origin's authority, without its port ("[::1]" keeps brackets).
+std::string_view HostOnly(std::string_view authority) {
+  if (authority.starts_with('[')) return authority.substr(0, authority.find(']') + 1);
+  return authority.substr(0, authority.find(':'));
+}
+
+bool LiteralOrLocalhost(std::string_view host) {
+  if (host == "localhost" || (host.size() > 2 && host.front() == '[' && host.back() == ']')) {
+    return true;
+  }
+  in_addr v4{};
+  return !host.empty() && inet_pton(AF_INET, std::string(host).c_str(), &v4) == 1;
+}
+
+}  // namespace
+
+std::string_view AdminBrowserRefusal(std::string_view path, std::string_view host,
+                                     std::string_view origin, std::string_view fetch_site) {
+  if (fetch_site == "cross-site" || fetch_site == "same-site") return "a request from another site";
+  if (!origin.empty()) {
+    const size_t scheme = origin.find("://");
+    if (scheme == std::string_view::npos || origin.substr(scheme + 3) != host) {
+      return "a request from another origin";
+    }
+  }
+  if (path.starts_with("/admin/ui") && !host.empty() && !LiteralOrLocalhost(HostOnly(host))) {
+    return "the live page answers to an IP address or localhost only";
+  }
+  return {};
 }
 
 void UiData(Gateway::Impl& g, std::string /*query*/, Gateway::AdminReply reply) {
@@ -219,17 +256,23 @@ void UiData(Gateway::Impl& g, std::string /*query*/, Gateway::AdminReply reply) 
   }
   o["top"] = std::move(top);
   for (auto& [name, value] : HealthJson(g)) o[name] = std::move(value);
+  if (auto usage = g.live.CachedUsage(now_s)) {  // read less than 10 s ago
+    o["usage"] = json::parse(*usage);
+    return reply(200, json::serialize(*body));
+  }
   // Usage: today's records, then this month's (each may answer on the store's thread).
   const std::string day = core::PeriodLabel(core::Period::kDay, now);
   const std::string month = core::PeriodLabel(core::Period::kMonth, now);
   o["usage"] = {{"day", day}, {"month", month}, {"accounts", json::array()}};
   using Records = core::Result<std::vector<usage::UsageRecord>>;
   usage::UsageMeter& meter = *g.meter;
-  meter.Query(day, "", [&meter, body, pol, now, month, reply = std::move(reply)](Records d) {
-    meter.Query(month, "", [body, pol, now, d = std::move(d), reply](Records m) {
+  LivePage& live = g.live;
+  meter.Query(day, "", [&meter, &live, body, pol, now, month, reply = std::move(reply)](Records d) {
+    meter.Query(month, "", [&live, body, pol, now, d = std::move(d), reply](Records m) {
       json::object& usage = (*body)["usage"].as_object();
       if (d && m) {
         usage["accounts"] = UsageRows(*pol, now, *d, *m);
+        live.CacheUsage(json::serialize(usage), now.unix_micros() / 1'000'000);
       } else {
         usage["error"] = d ? m.error() : d.error();
       }

@@ -153,6 +153,24 @@ void AssignRequestId(std::string& id, std::string_view incoming) {
   }
 }
 
+// The parameters of `query` named `param` (form-decoded, as the cost reads them), as sent and
+// JSON-escaped, '&'-separated: what the access log keeps of a query.
+static void AppendCostParams(std::string& line, std::string_view query, std::string_view param) {
+  if (param.empty()) return;
+  std::string scratch;
+  bool first = true;
+  for (size_t begin = 0; begin <= query.size();) {
+    const size_t amp = std::min(query.find('&', begin), query.size());
+    const std::string_view raw = query.substr(begin, amp - begin);
+    if (util::FormDecode(raw.substr(0, raw.find('=')), scratch) == param) {
+      if (!first) line.push_back('&');
+      AppendJsonEscaped(line, raw);
+      first = false;
+    }
+    begin = amp + 1;
+  }
+}
+
 void Worker::Finish(Exchange& ex, Scratch& scratch, int status) {
   gw.requests_by_class[static_cast<size_t>(std::clamp(status / 100, 2, 5) - 2)]->fetch_add(
       1, std::memory_order_relaxed);
@@ -178,7 +196,7 @@ void Worker::Finish(Exchange& ex, Scratch& scratch, int status) {
   line.append("\",\"path\":\"");
   AppendJsonEscaped(line, ex.path);
   line.append("\",\"query\":\"");
-  AppendJsonEscaped(line, ex.query);
+  AppendCostParams(line, ex.query, rlog.cost_param);
   line.append("\",\"status\":");
   AppendDecimal(line, status);
   line.append(",\"client\":\"");
@@ -310,6 +328,11 @@ std::optional<Step> Worker::BuiltIn(Exchange& ex, Scratch& scratch, Listener lis
                  "text/plain; version=0.0.4");
   }
   if (listener == Listener::kAdmin) {
+    const std::string_view refused = AdminBrowserRefusal(
+        path, ex.head->Get("Host"), ex.head->Get("Origin"), ex.head->Get("Sec-Fetch-Site"));
+    if (!refused.empty()) {
+      return ReplyProblem(ex, scratch, bhttp::status::forbidden, "cross_site_refused", refused);
+    }
     // The caller's own limits and usage (Identify), by the key the request presents.
     if (method == "GET" && (path == "/v1/rate-limit" || path == "/v1/usage")) return std::nullopt;
     if (method == "POST" && path == "/admin/reload") {
@@ -366,6 +389,7 @@ Step Worker::Identify(Exchange& ex, Scratch& scratch, const RequestHead& head) {
   const std::string_view method = ex.method, path = ex.path;
   const policy::Route& route = pol.Match(method, path);
   ex.log.route = route.label;  // what tollgate replay re-derives routes and costs against
+  ex.log.cost_param = route.cost.query;
   ex.now = util::SystemClock::Instance().Now();
   const auto& pub = gw.server.public_endpoints;
   ex.status_endpoint = (ex.admin || pub.rate_limit) && method == "GET" && path == "/v1/rate-limit";
@@ -417,7 +441,10 @@ Step Worker::Identify(Exchange& ex, Scratch& scratch, const RequestHead& head) {
         .batch = {.scope = ex.scopes.primary,
                   .checks = {ex.checks.data(), ex.n_checks},
                   .mode = ex.status_endpoint ? store::Mode::kPeek : store::Mode::kConsume},
-        .fail_mode = engine::EngineFailMode(route.fail_mode)};
+        // GET /v1/rate-limit reports the shared budget or nothing (503): not a local share.
+        .fail_mode = ex.status_endpoint && route.fail_mode == config::FailMode::kLocal
+                         ? engine::FailMode::kOpen
+                         : engine::EngineFailMode(route.fail_mode)};
     if (!ex.status_endpoint) ReserveHold(ex);
     ex.decide_start = Clock::now();
     return Step::kDecide;

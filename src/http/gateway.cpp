@@ -145,11 +145,12 @@ Gateway::Impl::Impl(std::string path, config::Config config)
   if (redis) {
     local = std::make_unique<store::MemoryStore>(
         store::MemoryStoreOptions{.max_keys = config.store.max_keys});
-    const int configured = config.store.replicas;
-    engine->SetLocal(*local, [this, configured] {
-      return configured > 0 ? configured : replicas_seen.load(std::memory_order_relaxed);
-    });
-    if (configured == 0) instance_id = std::to_string(util::internal::RandomSeed());
+    engine->SetLocal(*local, [this] { return replicas_seen.load(std::memory_order_relaxed); });
+    if (config.store.replicas > 0) {
+      replicas_seen = config.store.replicas;
+    } else {
+      instance_id = std::to_string(util::internal::RandomSeed());  // counted by heartbeats
+    }
   }
   meter = std::make_unique<usage::UsageMeter>(*usage_backend, kUsageSlices);
 

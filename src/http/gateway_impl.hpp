@@ -136,6 +136,8 @@ struct Gateway::Impl {
 
   // The store: memory, or Redis behind the exact deny cache. Destroyed after the engine.
   std::unique_ptr<store::MemoryStore> memory;
+  // redis, fail_mode: local: this replica's own store while Redis fails.
+  std::unique_ptr<store::MemoryStore> local;
   std::unique_ptr<store::RedisStore> redis;
   std::unique_ptr<store::LeasingStore> leasing;  // redis: token leases
   std::unique_ptr<engine::DenyCache> deny_cache;
@@ -144,9 +146,8 @@ struct Gateway::Impl {
   // Usage goes to the backend a tenth of the keys per tick (100 ms), each key once a second
   // (docs/benchmarks.md: one batch of all keys a second held Redis decisions up behind it).
   static constexpr size_t kUsageSlices = 10;
-  // fail_mode: local: this replica's own store while Redis fails, and the replicas sharing
-  // Redis (store.replicas, else counted from heartbeats in <prefix>:replicas each second).
-  std::unique_ptr<store::MemoryStore> local;
+  // The replicas sharing Redis, among which fail_mode: local divides each limit:
+  // store.replicas, else counted from heartbeats in <prefix>:replicas each second (Heartbeat).
   std::atomic<int> replicas_seen{1};
   std::string instance_id;
   void Heartbeat();

@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -21,12 +22,36 @@ class LivePage {
   std::string Version() const;
   std::string LoadedAt() const;
   std::chrono::steady_clock::time_point started() const { return started_; }
+  // GET /admin/ui/data's usage section (JSON), kept for kUsageSeconds: reading it costs the
+  // usage store a flush and a read per account and day, however many pages are open.
+  static constexpr int64_t kUsageSeconds = 10;
+  std::optional<std::string> CachedUsage(int64_t now_s) const {
+    std::lock_guard lock(mu_);
+    if (usage_json_.empty() || now_s - usage_read_s_ >= kUsageSeconds) return std::nullopt;
+    return usage_json_;
+  }
+  void CacheUsage(std::string usage_json, int64_t now_s) {
+    std::lock_guard lock(mu_);
+    usage_json_ = std::move(usage_json);
+    usage_read_s_ = now_s;
+  }
 
  private:
   mutable std::mutex mu_;
   std::string version_, loaded_at_;  // under mu_
+  std::string usage_json_;           // under mu_
+  int64_t usage_read_s_ = 0;         // under mu_
   const std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
 };
+
+// Why a request to the admin listener is refused as a browser's from elsewhere, or "" when it is
+// not (docs/operations.md, "Live page"). Any admin request: one another site's page sent
+// (`Sec-Fetch-Site: cross-site` or `same-site`, or an `Origin` other than its own `Host`): CSRF.
+// The page and its data (`/admin/ui*`): also a `Host` that is not an IP address or `localhost`,
+// which is how a page reads a listener on 127.0.0.1 through a name it points there (DNS
+// rebinding). Requests without these headers (curl, scripts, Prometheus) pass.
+std::string_view AdminBrowserRefusal(std::string_view path, std::string_view host,
+                                     std::string_view origin, std::string_view fetch_site);
 
 // GET /admin/ui/data: everything the page shows, one JSON object (docs/operations.md, "Live
 // page"). Answers through `reply`, maybe on another thread.

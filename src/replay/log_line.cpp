@@ -289,11 +289,18 @@ bool MillisToMicros(std::string_view text, int64_t& micros) {
                      (dot == std::string_view::npos || text.size() - dot <= 4);
   if (plain) {
     int64_t whole = 0;
-    if (!ToInteger(text.substr(0, dot), whole) || whole < 0) return false;
+    // At most 1e12 ms (as below): whole * 1000 stays far from overflowing.
+    if (!ToInteger(text.substr(0, dot), whole) || whole < 0 || whole > 1'000'000'000'000) {
+      return false;
+    }
     int64_t frac = 0;
     size_t digits = 0;
     if (dot != std::string_view::npos) {
-      for (char c : text.substr(dot + 1)) frac = frac * 10 + (c - '0'), ++digits;
+      for (char c : text.substr(dot + 1)) {
+        if (c < '0' || c > '9') return false;
+        frac = frac * 10 + (c - '0');
+        ++digits;
+      }
     }
     for (; digits < 3; ++digits) frac *= 10;
     micros = whole * 1000 + frac;

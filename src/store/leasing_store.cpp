@@ -1,6 +1,7 @@
 #include <tollgate/store/leasing_store.hpp>
 
 #include <algorithm>
+#include <iterator>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -75,10 +76,7 @@ void LeasingStore::Apply(const Batch& batch, std::span<core::Decision> decisions
       expired.tokens = std::exchange(lease.tokens, 0);
     }
   }
-  if (expired.tokens > 0) {
-    stats_.given_back.fetch_add(static_cast<uint64_t>(expired.tokens), std::memory_order_relaxed);
-    give_back_(expired);
-  }
+  if (expired.tokens > 0) GiveBack({&expired, 1});
   Grant(batch, *check, std::move(key), decisions, std::move(done));
 }
 
@@ -158,37 +156,31 @@ void LeasingStore::Sweep() {
     std::lock_guard lock(shard.mu);
     for (auto it = shard.leases.begin(); it != shard.leases.end();) {
       Lease& lease = it->second;
-      const bool over = now >= lease.expires_us && now >= lease.refused_until_us;
-      if (!over || lease.granting) {
+      if (lease.granting || now < lease.expires_us) {
         ++it;
         continue;
       }
-      if (lease.tokens > 0) {
+      if (lease.tokens > 0) {  // expired: its tokens go back, refused or not
         unspent.push_back(lease.unspent);
-        unspent.back().tokens = lease.tokens;
+        unspent.back().tokens = std::exchange(lease.tokens, 0);
       }
-      it = shard.leases.erase(it);
+      // A refusal is remembered until it passes (the key goes to the store exactly until then).
+      it = now >= lease.refused_until_us ? shard.leases.erase(it) : std::next(it);
     }
   }
-  for (const Unspent& u : unspent) {
-    stats_.given_back.fetch_add(static_cast<uint64_t>(u.tokens), std::memory_order_relaxed);
-    give_back_(u);
+  GiveBack(unspent);
+}
+
+void LeasingStore::Forget() {
+  for (Shard& shard : shards_) {
+    std::lock_guard lock(shard.mu);
+    for (auto it = shard.leases.begin(); it != shard.leases.end();) {
+      it = it->second.granting ? std::next(it) : shard.leases.erase(it);
+    }
   }
 }
 
-void LeasingStore::Clear() {
-  std::vector<Unspent> unspent;
-  for (Shard& shard : shards_) {
-    std::lock_guard lock(shard.mu);
-    for (auto& [key, lease] : shard.leases) {
-      if (lease.tokens > 0) {
-        unspent.push_back(lease.unspent);
-        unspent.back().tokens = lease.tokens;
-        lease.tokens = 0;
-      }
-      lease.expires_us = 0;
-    }
-  }
+void LeasingStore::GiveBack(std::span<const Unspent> unspent) {
   for (const Unspent& u : unspent) {
     stats_.given_back.fetch_add(static_cast<uint64_t>(u.tokens), std::memory_order_relaxed);
     give_back_(u);

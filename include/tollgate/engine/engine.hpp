@@ -10,6 +10,7 @@
 
 #include <tollgate/core/decision.hpp>
 #include <tollgate/core/time.hpp>
+#include <tollgate/store/memory_store.hpp>
 #include <tollgate/store/store.hpp>
 
 namespace tollgate::engine {
@@ -89,10 +90,9 @@ class Engine {
   Verdict Conclude(const Request& request, std::span<const core::Decision> decisions,
                    const store::ApplyResult& result);
 
-  // The store FailMode::kLocal decides on while the store fails (a MemoryStore; it answers at
-  // once), and how many replicas share the store (read at each such decision; at least 1).
-  // Call before the first Decide().
-  void SetLocal(store::Store& local, std::function<int()> replicas) {
+  // The store FailMode::kLocal decides on while the store fails, and how many replicas share
+  // the store (read at each such decision; at least 1). Call before the first Decide().
+  void SetLocal(store::MemoryStore& local, std::function<int()> replicas) {
     local_ = &local;
     replicas_ = std::move(replicas);
   }
@@ -106,7 +106,7 @@ class Engine {
                      store::StoreErrc error, const std::function<void(Verdict)>& done);
 
   store::Store& store_;
-  store::Store* local_ = nullptr;
+  store::MemoryStore* local_ = nullptr;
   std::function<int()> replicas_;
   EngineStats stats_;
 };

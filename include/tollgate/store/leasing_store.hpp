@@ -9,9 +9,11 @@
 // The bound (docs/operations.md, "Token leasing"): tokens a replica holds were taken from the
 // store, so what all replicas admit is what the exact bucket admits, except that tokens taken
 // before an interval may be spent in it: in any interval, at most replicas x N beyond the exact
-// budget. Unspent tokens go back (GiveBack) when the lease expires (`ttl` after it was granted)
-// or a new lease replaces it; given back to a bucket that refilled meanwhile, they are capped at
-// its capacity, never credited beyond it.
+// budget. Unspent tokens go back (give_back) when the lease expires (`ttl` after it was granted);
+// a lease taken before the last one is spent adds to what is left of it. Given back to a bucket
+// that refilled meanwhile, tokens are capped at its capacity, never credited beyond it. The other
+// side: while a replica holds tokens, another may find the bucket short and answer 429 with up to
+// (replicas - 1) x N tokens unspent elsewhere, for at most `ttl`.
 #pragma once
 
 #include <array>
@@ -69,8 +71,9 @@ class LeasingStore final : public Store {
 
   // Ends the leases past their ttl, giving their unspent tokens back (every 100 ms or so).
   void Sweep();
-  // Ends every lease (shutdown, POST /admin/reset).
-  void Clear();
+  // Drops every lease without giving its tokens back: the store's counters were reset (POST
+  // /admin/reset), so the tokens taken before are no one's.
+  void Forget();
 
   const LeasingStats& stats() const { return stats_; }
   void ExportMetrics(metrics::Registry& registry) const;
@@ -116,6 +119,8 @@ class LeasingStore final : public Store {
   // answered from it, or sent on as they are.
   void Granted(const GrantCall& call, const std::string& key, Lease::Waiting first,
                const ApplyResult& r);
+  // Counts `unspent` and hands each to give_back_. REQUIRES: no shard lock held.
+  void GiveBack(std::span<const Unspent> unspent);
   // Spends `batch`'s cost from `lease` into `decisions[0]`. REQUIRES: enough tokens.
   static void Spend(Lease& lease, const Batch& batch, std::span<core::Decision> decisions);
 

@@ -218,6 +218,48 @@ class AdminUiTests(GatewayTestCase):
             self.assertEqual(r.json()["path"], path, r)  # the upstream's echo
             self.assertIsNone(r.header("Content-Security-Policy"), r)
 
+    def test_browser_requests_from_elsewhere_are_refused(self):
+        """Another site's page must not drive the admin API (CSRF) nor read the live page
+        through a name it points at 127.0.0.1 (DNS rebinding); tools without these headers
+        pass."""
+        gw = self.start(ui_config())
+        port = gw.admin_port
+        own = "127.0.0.1:%d" % port
+        cases = [  # (method, path, headers, expected status)
+            ("GET", "/admin/ui/data", {}, 200),
+            ("GET", "/admin/ui", {"Host": own}, 200),
+            ("GET", "/admin/ui", {"Host": "localhost:%d" % port}, 200),
+            ("GET", "/admin/ui", {"Host": "localhost"}, 200),
+            ("GET", "/admin/ui/data", {"Host": "[::1]:%d" % port}, 200),
+            ("GET", "/admin/ui/data", {"Host": own, "Sec-Fetch-Site": "same-origin"}, 200),
+            ("GET", "/admin/ui/data", {"Host": own, "Origin": "http://" + own}, 200),
+            ("GET", "/metrics", {"Host": "tollgate-admin.internal:9090"}, 200),
+            ("GET", "/admin/ui", {"Host": "evil.example:%d" % port}, 403),
+            ("GET", "/admin/ui/data", {"Host": "evil.example"}, 403),
+            ("GET", "/admin/ui/app.js", {"Host": "127.0.0.1.evil.example"}, 403),
+            ("GET", "/admin/ui/data", {"Host": "LOCALHOST.evil.example:%d" % port}, 403),
+            ("GET", "/admin/ui/data", {"Host": "0x7f000001"}, 403),
+            ("GET", "/admin/ui/data", {"Host": own, "Sec-Fetch-Site": "cross-site"}, 403),
+            ("GET", "/admin/ui/data", {"Host": own, "Sec-Fetch-Site": "same-site"}, 403),
+            ("POST", "/admin/reload", {"Host": own, "Origin": "http://evil.example"}, 403),
+            ("POST", "/admin/reload", {"Host": own, "Origin": "null"}, 403),
+            ("POST", "/admin/reload", {"Host": own, "Origin": "http://" + own + ".evil"}, 403),
+            ("POST", "/admin/reload", {"Host": own, "Sec-Fetch-Site": "cross-site"}, 403),
+            ("POST", "/admin/deny?kind=key&value=k-x", {"Host": own, "Sec-Fetch-Site": "cross-site"},
+             403),
+            ("POST", "/admin/reset", {"Host": own, "Origin": "https://evil.example",
+                                      "Content-Type": "text/plain"}, 403),
+            ("POST", "/admin/reload", {}, 200),
+        ]
+        for method, path, headers, want in cases:
+            r = harness.http_request(port, method, path, headers=headers,
+                                     body=b"{}" if method == "POST" else None)
+            self.assertEqual(r.status, want, (method, path, headers, r))
+            if want == 403:
+                self.assertEqual(r.json()["code"], "cross_site_refused", r)
+        deny = harness.http_request(port, "GET", "/admin/deny")
+        self.assertNotIn("k-x", deny.body.decode(), deny)
+
     def test_page_in_headless_chromium(self):
         why = harness.missing_browser()
         if why:

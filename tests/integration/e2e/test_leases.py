@@ -87,6 +87,27 @@ class LeaseTests(RedisTestCase):
         self.assertEqual(admitted + rest, capacity)
         self.assertNoDegradation(a, b)
 
+    def test_a_reset_drops_the_leases_held(self):
+        """POST /admin/reset empties the key's bucket in Redis; the lease this replica holds
+        goes too (else it would spend tokens of the old budget on top of the new one)."""
+        capacity = 100
+        a, b = self.start_replicas(capacity)
+        for _ in range(3):
+            self.assertEqual(a.get("/echo", key=HOT_KEY).status, 200)
+        self.assertEqual(metric(a, "tollgate_lease_grants_total"), 1)  # holds 17 tokens
+        r = harness.http_request(a.admin_port, "POST", "/admin/reset",
+                                 body=json.dumps({"key_id": "k-hot"}).encode(),
+                                 headers={"Content-Type": "application/json"})
+        self.assertEqual(r.status, 200, r)
+        def spend(n):
+            return sum(1 for i in range(n)
+                       if (a if i % 2 else b).get("/echo", key=HOT_KEY).status == 200)
+        admitted = spend(capacity + 3 * LEASE)
+        self.assertLessEqual(admitted, capacity)
+        time.sleep(1.5)  # the leases held at the end go back (a replica may have held some)
+        admitted += spend(2 * LEASE + 5)
+        self.assertEqual(admitted, capacity)  # 117 if the old lease had been kept
+
     def test_check_config_refuses_a_lease_that_cannot_apply(self):
         for limit, why in (
                 (dict(burst(10), lease=11), "lease: must be 0 to the capacity"),

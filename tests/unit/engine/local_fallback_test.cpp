@@ -3,6 +3,8 @@
 #include <tollgate/engine/engine.hpp>
 
 #include <array>
+#include <cstdint>
+#include <limits>
 #include <optional>
 #include <string_view>
 #include <vector>
@@ -107,6 +109,25 @@ TEST_F(LocalFallbackTest, EachReplicaAdmitsItsShareOfEveryAlgorithm) {
     EXPECT_EQ(r.engine.stats().local_rejected.load(), 2u);
     clock_.Advance(Duration::Seconds(86'400));
   }
+}
+
+// A cost from a client's query (`?pages=9223372036854775807`) times the replicas must not wrap
+// to a negative cost, which would pass and credit the bucket.
+TEST_F(LocalFallbackTest, AHugeCostSaturatesAndCanNeverPass) {
+  const Limit bucket = Bucket(10, "1");
+  const Limit ceiling = DailyCeiling(10);
+  Replica r(shared_, clock_, 3);
+  r.faulty.FailAll(StoreErrc::kUnavailable);
+  for (const int64_t cost :
+       {std::numeric_limits<int64_t>::max(), std::numeric_limits<int64_t>::max() / 2,
+        std::numeric_limits<int64_t>::max() / 3 + 1, int64_t{1} << 62}) {
+    for (const Limit* limit : {&bucket, &ceiling}) {
+      const Verdict v = r.Decide({{"limit", limit, cost}});
+      EXPECT_EQ(v.kind, Verdict::Kind::kRejected) << cost;
+      EXPECT_TRUE(v.local);
+    }
+  }
+  EXPECT_EQ(r.Drain({{"limit", &bucket, 1}}), 3);  // nothing was credited: 10 / 3
 }
 
 TEST_F(LocalFallbackTest, TheStoreDecidesAgainWhenItAnswersAndItsStateIsUntouched) {
