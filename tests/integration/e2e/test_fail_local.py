@@ -51,7 +51,9 @@ class FailLocalTests(RedisTestCase):
         keys = [{"key": EXACT_KEY, "id": "k-exact", "plan": "exact"},
                 {"key": REFILL_KEY, "id": "k-refill", "plan": "refill"}]
         cfg = config(self.redis, plans, keys, timeout_ms=50, access_log=True,
-                     routes=[{"path": "/*", "fail_mode": "local"}])
+                     routes=[{"path": "/v1/export", "fail_mode": "local",
+                              "cost": {"query": "pages", "per": 1}},
+                             {"path": "/*", "fail_mode": "local"}])
         return [self.gateway(cfg, name="tollgate-%s" % n) for n in "ab"]
 
     def replicas_seen(self, gw):
@@ -139,6 +141,24 @@ class FailLocalTests(RedisTestCase):
         lines = [line for line in lines if exact(line)]
         self.assertEqual([l["decision"] for l in lines],
                          ["local_allowed"] * (CAPACITY // 2) + ["local_rejected"])
+
+    def test_a_huge_cost_never_passes_while_redis_is_down(self):
+        """The cost (from the query) times the replicas must not wrap around to a cost that
+        passes: every spelling of a huge count is refused, and nothing is credited."""
+        a, b = self.start_replicas()
+        self.assertTrue(wait_until(lambda: self.replicas_seen(a) == 2, 10))
+        self.redis.kill()
+        for pages in ("9223372036854775807", "9223372036854775806", "4611686018427387904",
+                      "4611686018427387905", "3074457345618258603", "18446744073709551615",
+                      "99999999999999999999999", "9223372036854775808", "%39223372036854775807",
+                      "9223372036854775807&pages=1", "1e30", "-9223372036854775808"):
+            r = a.get("/v1/export?pages=" + pages, key=EXACT_KEY)
+            self.assertIn(r.status, (400, 429), (pages, r))
+        # The key's local share is untouched: exactly half the capacity.
+        allowed = sum(1 for _ in range(CAPACITY) if a.get("/x", key=EXACT_KEY).status == 200)
+        self.redis.start()
+        self.assertEqual(allowed, CAPACITY // 2)
+
 
 if __name__ == "__main__":
     harness.main(os.path.basename(__file__))
