@@ -300,13 +300,14 @@ std::nullptr_t StartRls(const tollgate::config::RlsConfig& config,
 namespace {
 
 int Serve(const std::string& path) {
-  auto config = tollgate::config::LoadConfigFile(path);
+  std::string text;  // the version the gateway reports is of these bytes, the ones it serves
+  auto config = tollgate::config::LoadConfigFile(path, &text);
   if (!config) {
     std::fprintf(stderr, "%s: %s\n", path.c_str(), config.error().c_str());
     return tollgate::app::kExitError;
   }
   const tollgate::config::Config startup = *config;
-  tollgate::http::Gateway gateway(path, std::move(config).value());
+  tollgate::http::Gateway gateway(path, std::move(config).value(), text);
   [[maybe_unused]] const auto rls =
       StartRls(startup.rls, startup.store, startup.headers, gateway);  // stopped before the gateway
   return gateway.Run();

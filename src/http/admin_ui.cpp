@@ -3,9 +3,7 @@
 // and computes the rates itself from the cumulative counters. Also the configuration's version,
 // which the page, the start-up line and the reload line show.
 #include <algorithm>
-#include <fstream>
 #include <map>
-#include <sstream>
 #include <tuple>
 
 #include <arpa/inet.h>
@@ -183,13 +181,6 @@ void LivePage::SetConfig(std::string_view file_text) {
   version_ = util::Sha256Hex(file_text).substr(0, 12);
   loaded_at_ = std::move(at);
   usage_json_.clear();  // its allowances and ceilings are the old configuration's
-}
-
-void LivePage::ReadConfig(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream text;
-  text << in.rdbuf();
-  SetConfig(text.str());
 }
 
 std::string LivePage::Version() const {

@@ -135,7 +135,7 @@ config::ServerConfig WithFileLimit(const config::Config& config) {
 
 // ---------------------------------------------------------------------------------------------
 
-Gateway::Impl::Impl(std::string path, config::Config config)
+Gateway::Impl::Impl(std::string path, config::Config config, std::string_view config_text)
     : config_path(std::move(path)),
       server(WithFileLimit(config)),
       upstream_config(config.upstream),
@@ -163,7 +163,7 @@ Gateway::Impl::Impl(std::string path, config::Config config)
   if (!built) throw std::runtime_error(built.error());
   policy = *built;
   startup.unlock();
-  live.ReadConfig(config_path);
+  live.SetConfig(config_text);
   RegisterMetrics();
 }
 
@@ -384,8 +384,8 @@ core::Result<bool> Gateway::Impl::Reload() {
   return true;
 }
 
-Gateway::Gateway(std::string config_path, config::Config config)
-    : impl_(std::make_unique<Impl>(std::move(config_path), config)) {
+Gateway::Gateway(std::string config_path, config::Config config, std::string_view config_text)
+    : impl_(std::make_unique<Impl>(std::move(config_path), config, config_text)) {
   Impl& g = *impl_;
   g.admin_endpoints["POST /admin/reset"] = [&g](std::string body, AdminReply reply) {
     g.Reset(std::move(body), std::move(reply));

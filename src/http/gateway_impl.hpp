@@ -116,7 +116,7 @@ enum class Step {
 };
 
 struct Gateway::Impl {
-  Impl(std::string path, config::Config config);
+  Impl(std::string path, config::Config config, std::string_view config_text);
 
   std::string config_path;
   const config::ServerConfig server;  // not reloadable: needs a restart

@@ -18,7 +18,6 @@ class LivePage {
   // The file as loaded (at start, or by a reload that was accepted): the version becomes the
   // first 12 hex digits of its SHA-256, `loaded_at` now (UTC, ISO 8601).
   void SetConfig(std::string_view file_text);
-  void ReadConfig(const std::string& path);  // SetConfig of the file at `path` now (at start)
   std::string Version() const;
   std::string LoadedAt() const;
   std::chrono::steady_clock::time_point started() const { return started_; }

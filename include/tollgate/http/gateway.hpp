@@ -5,6 +5,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include <tollgate/config/config.hpp>
 #include <tollgate/engine/engine.hpp>
@@ -16,9 +17,10 @@ namespace tollgate::http {
 // Not thread-safe to construct; Run() owns the calling thread until shutdown.
 class Gateway {
  public:
-  // `config_path` is re-read on SIGHUP and POST /admin/reload. Throws std::runtime_error when
-  // a listener cannot be bound (start-up only).
-  Gateway(std::string config_path, config::Config config);
+  // `config_path` is re-read on SIGHUP and POST /admin/reload; `config_text` is the file's text
+  // `config` was loaded from (its version: GET /admin/ui/data, the log). Throws
+  // std::runtime_error when a listener cannot be bound (start-up only).
+  Gateway(std::string config_path, config::Config config, std::string_view config_text);
   ~Gateway();
 
   // Serves until SIGTERM or SIGINT, then drains in-flight requests (server.drain_timeout_ms)
