@@ -183,8 +183,7 @@ void Worker::Finish(Exchange& ex, Scratch& scratch, int status) {
                ex.now.unix_micros() / 1'000'000);
   }
   if (ex.key && rlog.metered) {
-    gw.meter->Record(ex.key->account, ex.key->id, OutcomeOf(status, rejected), rlog.cost,
-                     util::SystemClock::Instance().Now());
+    gw.meter->Record(ex.key->account, ex.key->id, OutcomeOf(status, rejected), rlog.cost, ex.now);
   }
   if (!gw.server.access_log) return;
   // Built in a buffer of the connection; JSON-escaped: paths and addresses are client bytes.
@@ -440,7 +439,9 @@ Step Worker::Identify(Exchange& ex, Scratch& scratch, const RequestHead& head) {
     ex.request = {
         .batch = {.scope = ex.scopes.primary,
                   .checks = {ex.checks.data(), ex.n_checks},
-                  .mode = ex.status_endpoint ? store::Mode::kPeek : store::Mode::kConsume},
+                  .mode = ex.status_endpoint ? store::Mode::kPeek : store::Mode::kConsume,
+                  // The memory store decides now, on this thread: at the time already read.
+                  .now = gw.memory ? std::optional(ex.now) : std::nullopt},
         // GET /v1/rate-limit reports the shared budget or nothing (503): not a local share.
         .fail_mode = ex.status_endpoint && route.fail_mode == config::FailMode::kLocal
                          ? engine::FailMode::kOpen

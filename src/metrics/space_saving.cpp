@@ -18,14 +18,24 @@ void SpaceSaving::Add(std::string_view key, uint64_t weight) {
     return;
   }
   // Full: the key takes the place of the smallest counter, inheriting its count as its error.
-  const size_t m =
-      static_cast<size_t>(std::min_element(counts_.begin(), counts_.end()) - counts_.begin());
+  const size_t m = Smallest();
   auto node = index_.extract(keys_[m]);  // reused: no allocation per eviction
   keys_[m].assign(key);
   node.key() = keys_[m];
   index_.insert(std::move(node));
   errors_[m] = counts_[m];
   counts_[m] += weight;
+}
+
+size_t SpaceSaving::Smallest() {
+  const size_t n = counts_.size();
+  for (size_t i = 0, at = cursor_; i < n; ++i, at = at + 1 == n ? 0 : at + 1) {
+    if (counts_[at] == floor_) return cursor_ = at;
+  }
+  // None left at the floor: it rose.
+  cursor_ = static_cast<size_t>(std::min_element(counts_.begin(), counts_.end()) - counts_.begin());
+  floor_ = counts_[cursor_];
+  return cursor_;
 }
 
 uint64_t SpaceSaving::Floor() const {
@@ -83,6 +93,8 @@ void SpaceSaving::Clear() {
   errors_.clear();
   index_.clear();
   total_ = 0;
+  floor_ = 0;
+  cursor_ = 0;
 }
 
 }  // namespace tollgate::metrics

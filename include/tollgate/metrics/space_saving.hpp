@@ -50,7 +50,14 @@ class SpaceSaving {
   std::vector<uint64_t> counts_;
   std::vector<uint64_t> errors_;
   std::unordered_map<std::string, size_t, Hash, std::equal_to<>> index_;  // key -> position
+  // When full: at most the smallest count (counts only grow), and where the last search for it
+  // stopped. With many distinct keys nearly every Add() evicts, and most counters sit at the
+  // smallest count: a search from the cursor finds one in a few steps where a scan of every
+  // counter per eviction showed in the gateway's profiles.
+  uint64_t floor_ = 0;
+  size_t cursor_ = 0;
   uint64_t Floor() const;  // the smallest count when full, else 0
+  size_t Smallest();       // a counter with the smallest count (full)
 };
 
 }  // namespace tollgate::metrics

@@ -54,6 +54,30 @@ TEST(SpaceSaving, HoldsItsBoundOnASkewedStream) {
   }
 }
 
+TEST(SpaceSaving, HoldsItsBoundWhenNearlyEveryAddEvicts) {
+  // The gateway's worst case: many keys drawn uniformly, so the counters sit at the smallest
+  // count or one above it, and the search for the smallest restarts from a risen floor. Three
+  // heavy keys are mixed in, one of them only in the second half.
+  SpaceSaving sketch(128);
+  std::map<std::string, uint64_t> exact;
+  std::mt19937 rng(3);
+  std::uniform_int_distribution<int> pick(0, 9'999);
+  for (int i = 0; i < 200'000; ++i) {
+    std::string k = i % 40 == 0   ? "heavy-a"
+                    : i % 55 == 0 ? "heavy-b"
+                    : i > 100'000 && i % 70 == 0 ? "late"
+                                  : "k" + std::to_string(pick(rng));
+    const uint64_t weight = i % 1000 == 0 ? 3 : 1;
+    sketch.Add(k, weight);
+    exact[k] += weight;
+  }
+  ExpectTheBound(sketch, exact);
+  const auto top = sketch.Top(3);
+  EXPECT_EQ(top[0].key, "heavy-a");
+  EXPECT_EQ(top[1].key, "heavy-b");
+  EXPECT_EQ(top[2].key, "late");
+}
+
 TEST(SpaceSaving, MergedSketchesOfDisjointStreamsKeepTheBound) {
   SpaceSaving a(32), b(32);
   std::map<std::string, uint64_t> exact;
