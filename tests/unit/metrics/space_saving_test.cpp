@@ -63,10 +63,10 @@ TEST(SpaceSaving, HoldsItsBoundWhenNearlyEveryAddEvicts) {
   std::mt19937 rng(3);
   std::uniform_int_distribution<int> pick(0, 9'999);
   for (int i = 0; i < 200'000; ++i) {
-    std::string k = i % 40 == 0   ? "heavy-a"
-                    : i % 55 == 0 ? "heavy-b"
+    std::string k = i % 40 == 0                  ? "heavy-a"
+                    : i % 55 == 0                ? "heavy-b"
                     : i > 100'000 && i % 70 == 0 ? "late"
-                                  : "k" + std::to_string(pick(rng));
+                                                 : "k" + std::to_string(pick(rng));
     const uint64_t weight = i % 1000 == 0 ? 3 : 1;
     sketch.Add(k, weight);
     exact[k] += weight;
