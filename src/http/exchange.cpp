@@ -183,7 +183,8 @@ void Worker::Finish(Exchange& ex, Scratch& scratch, int status) {
                ex.now.unix_micros() / 1'000'000);
   }
   if (ex.key && rlog.metered) {
-    gw.meter->Record(ex.key->account, ex.key->id, OutcomeOf(status, rejected), rlog.cost, ex.now);
+    gw.meter->Record(ex.key->account, ex.key->id, OutcomeOf(status, rejected), rlog.cost, ex.now,
+                     &ex.key->meter_slot);
   }
   if (!gw.server.access_log) return;
   // Built in a buffer of the connection; JSON-escaped: paths and addresses are client bytes.

@@ -3,7 +3,13 @@
 // response head read into the connection's buffer. Used by the connection loop and the forwarder.
 #pragma once
 
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
 #include <array>
+#include <cerrno>
 #include <charconv>
 #include <cstring>
 #include <string>
@@ -26,12 +32,28 @@ constexpr size_t kMaxUpstreamHead = 64 * 1024;
 // Writes as much of `rest` as the socket takes at once (sockets are non-blocking) and consumes
 // it. A response almost always fits the socket's buffer whole, and written at once it takes no
 // operation through the reactor and the executor. Would-block is not an error.
+// sendmsg(2) through syscall(2), as socket.hpp reads (no cancellation point), with up to 16
+// buffers of `rest` at a time.
 template <class Buffers>
 beast::error_code WriteNow(tcp::socket& socket, beast::buffers_suffix<Buffers>& rest) {
-  beast::error_code ec;
-  rest.consume(socket.write_some(rest, ec));
-  if (ec == net::error::would_block || ec == net::error::try_again) ec = {};
-  return ec;
+  std::array<iovec, 16> iov;
+  msghdr msg{};
+  for (auto it = net::buffer_sequence_begin(rest);
+       it != net::buffer_sequence_end(rest) && msg.msg_iovlen < iov.size(); ++it) {
+    const net::const_buffer b = *it;
+    iov[msg.msg_iovlen++] = {const_cast<void*>(b.data()), b.size()};
+  }
+  msg.msg_iov = iov.data();
+  for (;;) {
+    const long n = ::syscall(SYS_sendmsg, socket.native_handle(), &msg, MSG_NOSIGNAL);
+    if (n >= 0) {
+      rest.consume(static_cast<size_t>(n));
+      return {};
+    }
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) return {};
+    return {errno, net::error::get_system_category()};
+  }
 }
 
 // What WriteNow() left, asynchronously. (Hot paths call this only when something is left: a

@@ -6,6 +6,7 @@
 #include <map>
 
 #include <tollgate/core/calendar.hpp>
+#include <tollgate/policy/policy.hpp>
 
 namespace tollgate::usage {
 namespace {
@@ -58,7 +59,7 @@ core::Result<std::vector<std::string>> DaysOfPeriod(std::string_view period) {
 }
 
 void UsageMeter::Record(std::string_view account, std::string_view key_id, usage::Outcome outcome,
-                        int64_t cost, core::Instant now) {
+                        int64_t cost, core::Instant now, policy::MeterSlot* slot) {
   // The day's label changes once a day: formatting it for every request showed in profiles.
   thread_local int64_t cached_day = INT64_MIN;
   thread_local std::string cached_label;
@@ -67,19 +68,38 @@ void UsageMeter::Record(std::string_view account, std::string_view key_id, usage
     cached_label = core::PeriodLabel(core::Period::kDay, now);
     cached_day = day;
   }
-  const KeyView view{cached_label, account, key_id};
   const auto o = static_cast<size_t>(outcome);
   std::lock_guard lock(mu_);
-  auto it = pending_.find(view);
-  if (it == pending_.end()) {
-    it = pending_
-             .emplace(usage::UsageKey{cached_label, std::string(account), std::string(key_id)},
-                      usage::UsageCounts{})
-             .first;
-    slice_rows_[rows_created_++ % slices_].push_back(&*it);
+  // With many keys, hashing three strings and walking a node-based table was three or four
+  // cache misses per request; the key's own slot is one.
+  Row* row = slot ? static_cast<Row*>(slot->row) : nullptr;
+  if (row == nullptr || row->serial != slot->serial || row->owner != slot || row->day != day) {
+    row = &Find(KeyView{cached_label, account, key_id}, day);
+    if (slot) {
+      row->owner = slot;
+      *slot = {row, row->serial};
+    }
   }
-  it->second.requests[o] += 1;
-  it->second.cost[o] += cost;
+  row->counts.requests[o] += 1;
+  row->counts.cost[o] += cost;
+}
+
+UsageMeter::Row& UsageMeter::Find(const KeyView& view, int64_t day) {
+  if (auto it = index_.find(view); it != index_.end()) return *it->second;
+  Row* row;
+  if (free_.empty()) {
+    row = rows_.emplace_back(std::make_unique<Row>()).get();
+  } else {
+    row = free_.back();
+    free_.pop_back();
+  }
+  row->day = day;
+  row->owner = nullptr;
+  row->key =
+      usage::UsageKey{std::string(view.day), std::string(view.account), std::string(view.key_id)};
+  index_.emplace(KeyView{row->key.day, row->key.account, row->key.key_id}, row);
+  slice_rows_[rows_created_++ % slices_].push_back(row);
+  return *row;
 }
 
 size_t UsageMeter::KeyHash::operator()(const KeyView& k) const {
@@ -91,18 +111,20 @@ void UsageMeter::Take(size_t slice, usage::UsageDeltas& out) {
   // finds it, where a new row would cost an allocation and its strings, once per key per
   // second with many keys. A row left at zero for a whole interval is erased, so the buffer
   // holds only the keys of the last two intervals.
-  std::vector<Rows::value_type*>& rows = slice_rows_[slice];
+  std::vector<Row*>& rows = slice_rows_[slice];
   for (size_t i = 0; i < rows.size();) {
-    usage::UsageCounts& counts = rows[i]->second;
-    if (std::all_of(counts.requests.begin(), counts.requests.end(),
+    Row& row = *rows[i];
+    if (std::all_of(row.counts.requests.begin(), row.counts.requests.end(),
                     [](int64_t n) { return n == 0; })) {
-      pending_.erase(pending_.find(rows[i]->first));
+      index_.erase(KeyView{row.key.day, row.key.account, row.key.key_id});
+      ++row.serial;
+      free_.push_back(&row);
       rows[i] = rows.back();
       rows.pop_back();
       continue;
     }
-    out.emplace_back(rows[i]->first, counts);
-    counts = {};
+    out.emplace_back(row.key, row.counts);
+    row.counts = {};
     ++i;
   }
 }

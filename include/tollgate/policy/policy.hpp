@@ -50,14 +50,24 @@ struct Override {
   std::optional<core::Instant> expires;  // unset: never
 };
 
+// Where the usage meter last counted a key: usage::UsageMeter's, read and written under its lock
+// and checked before use (the row may have been dropped and reused since).
+struct MeterSlot {
+  void* row = nullptr;
+  uint64_t serial = 0;
+};
+
 struct Key {
-  std::string id;
-  std::string account;
+  // What every request of the key reads first, in its first two cache lines (a key of many is
+  // not in the cache): plan, mode and overrides for the checks, id and account for the meter.
   const Plan* plan = nullptr;  // an unknown plan name resolves to the strictest plan
-  std::string plan_name;       // as configured
-  std::vector<Override> overrides;
   // Whether this key's limits reject: its own `mode`, else its plan's cohort or mode.
   bool enforced = true;
+  std::vector<Override> overrides;
+  std::string id;
+  std::string account;
+  std::string plan_name;  // as configured
+  mutable MeterSlot meter_slot;
 
   // The limit that applies to plan limit `i` at `now` (an override until it expires).
   const core::Limit& LimitAt(size_t i, core::Instant now) const;

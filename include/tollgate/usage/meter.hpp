@@ -2,6 +2,7 @@
 #pragma once
 
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <string_view>
@@ -11,6 +12,10 @@
 #include <tollgate/core/result.hpp>
 #include <tollgate/core/time.hpp>
 #include <tollgate/usage/usage.hpp>
+
+namespace tollgate::policy {
+struct MeterSlot;
+}
 
 namespace tollgate::usage {
 
@@ -35,8 +40,10 @@ class UsageMeter {
   explicit UsageMeter(usage::UsageBackend& backend, size_t slices = 1)
       : backend_(backend), slices_(slices == 0 ? 1 : slices) {}
 
+  // `slot`, if given, is the caller's key's (policy::Key::meter_slot): its row is found there
+  // rather than by hashing the strings, while the row lasts.
   void Record(std::string_view account, std::string_view key_id, usage::Outcome outcome,
-              int64_t cost, core::Instant now);
+              int64_t cost, core::Instant now, policy::MeterSlot* slot = nullptr);
   // Every row.
   void Flush();
   // The rows of one slice (slice < slices): called with slice 0, 1, ... in turn, each row goes
@@ -50,44 +57,44 @@ class UsageMeter {
              std::function<void(core::Result<std::vector<UsageRecord>>)> done);
 
  private:
-  // What Record() looks up with: no strings built for a key already in the buffer.
+  // What the index is keyed by: views of a row's strings, or of the caller's.
   struct KeyView {
     std::string_view day, account, key_id;
+    bool operator==(const KeyView&) const = default;
   };
   struct KeyHash {
-    using is_transparent = void;
     size_t operator()(const KeyView& k) const;
-    size_t operator()(const usage::UsageKey& k) const {
-      return (*this)(KeyView{k.day, k.account, k.key_id});
-    }
-  };
-  struct KeyEq {
-    using is_transparent = void;
-    static KeyView View(const KeyView& k) { return k; }
-    static KeyView View(const usage::UsageKey& k) { return {k.day, k.account, k.key_id}; }
-    template <class A, class B>
-    bool operator()(const A& a, const B& b) const {
-      const KeyView x = View(a), y = View(b);
-      return x.day == y.day && x.account == y.account && x.key_id == y.key_id;
-    }
   };
 
-  using Rows = std::unordered_map<usage::UsageKey, usage::UsageCounts, KeyHash, KeyEq>;
+  // A key's counts of one day since the last flush. What a request touches comes first.
+  struct Row {
+    uint64_t serial = 0;  // bumped when the row is dropped: slots naming it no longer match
+    int64_t day = 0;      // days since the epoch
+    const policy::MeterSlot* owner = nullptr;  // the slot that names this row, if any
+    usage::UsageCounts counts;
+    usage::UsageKey key;
+  };
 
   // Hands the counts of slices [first, last) to the backend.
   void Send(size_t first, size_t last);
   // Moves the counts of `slice` into `out` (under mu_).
   void Take(size_t slice, usage::UsageDeltas& out);
+  // The row of (day, account, key id), made if there is none (under mu_).
+  Row& Find(const KeyView& view, int64_t day);
 
   usage::UsageBackend& backend_;
   const size_t slices_;
   std::mutex mu_;
-  // Hashed, not ordered: a lookup per request; handed to the backend as a list once per flush
-  // (see Flush(): rows outlive a flush).
-  Rows pending_;
-  // Each slice's rows (elements of pending_, whose addresses outlive rehashing), so that a
-  // flush visits only its own.
-  std::vector<std::vector<Rows::value_type*>> slice_rows_{slices_};
+  // Hashed, not ordered: a lookup per request of a key without a slot, or whose slot is stale;
+  // handed to the backend as a list once per flush (see Flush(): rows outlive a flush).
+  // Its keys view the strings of the rows (whose addresses never change).
+  std::unordered_map<KeyView, Row*, KeyHash> index_;
+  // Every row made, never freed: a dropped one is reused, so that a slot's pointer always
+  // points at a Row, whose serial then says whether it is still the slot's.
+  std::vector<std::unique_ptr<Row>> rows_;
+  std::vector<Row*> free_;
+  // Each slice's rows, so that a flush visits only its own.
+  std::vector<std::vector<Row*>> slice_rows_{slices_};
   size_t rows_created_ = 0;
 };
 

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <tollgate/core/calendar.hpp>
+#include <tollgate/policy/policy.hpp>
 
 namespace tollgate::usage {
 namespace {
@@ -152,6 +153,40 @@ TEST(UsageMeter, FlushedInSlicesEachKeyGoesOncePerRound) {
   EXPECT_EQ(last[0].second.requests[0], 1);
   EXPECT_EQ(last[1].first.key_id, "k2");
   EXPECT_EQ(last[1].second.requests[0], 2);
+}
+
+// A key's slot finds its row without hashing while the row lasts. Once the row is dropped (and
+// perhaps reused by another key), or the day turns, or the slot is a copy's, the slot no longer
+// matches, and the counts still go to the row the strings name.
+TEST(UsageMeter, ASlotNeverCountsForAnotherKeyOrDayOrIntoADroppedRow) {
+  usage::MemoryUsageBackend backend;
+  UsageMeter meter(backend);
+  policy::MeterSlot a, b;
+  const core::Instant t = At(2026, 11, 29, 100);
+  auto drop_idle_rows = [&] {
+    meter.Flush();  // sent; the rows stay, at zero
+    meter.Flush();  // zero for a whole interval: dropped
+  };
+  meter.Record("acme", "ka", Outcome::kSuccess, 1, t, &a);
+  meter.Record("acme", "ka", Outcome::kSuccess, 1, t, &a);  // through the slot
+  ASSERT_NE(a.row, nullptr);
+  drop_idle_rows();
+  meter.Record("acme", "ka", Outcome::kSuccess, 100, t, &a);  // its row was dropped
+  drop_idle_rows();
+  meter.Record("bolt", "kb", Outcome::kSuccess, 10, t, &b);  // reuses ka's row
+  EXPECT_EQ(b.row, a.row);
+  meter.Record("acme", "ka", Outcome::kSuccess, 1000, t, &a);  // ... which is kb's now
+  policy::MeterSlot copy = a;  // a key copied with its slot, and its account changed
+  meter.Record("other", "ka", Outcome::kSuccess, 7, t, &copy);
+  meter.Record("acme", "ka", Outcome::kSuccess, 5, At(2026, 11, 30, 0), &a);  // the next day
+  std::map<std::string, int64_t> cost;
+  for (const auto& r : QuerySync(meter, "2026-11-29"))
+    cost[r.account + "/" + r.key_id] += r.counts.cost[0];
+  EXPECT_EQ(cost,
+            (std::map<std::string, int64_t>{{"acme/ka", 1102}, {"bolt/kb", 10}, {"other/ka", 7}}));
+  const auto next = QuerySync(meter, "2026-11-30");
+  ASSERT_EQ(next.size(), 1u);
+  EXPECT_EQ(next[0].counts.cost[0], 5);
 }
 
 TEST(UsageMeter, CsvAndJsonExports) {
