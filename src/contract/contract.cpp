@@ -151,6 +151,33 @@ void AppendRateLimitHeaders(const config::HeadersConfig& sets, std::span<const s
   }
 }
 
+void AppendRejectionFacts(std::string& out, std::span<const store::Check> checks,
+                          std::span<const core::Decision> decisions, const engine::Verdict& verdict,
+                          const AnswerOptions& options) {
+  // What AppendRateLimitHeaders(), AppendRejectionBody() and Respond() read for a rejection,
+  // reduced to what they write (whole seconds, not the microseconds they are rounded from).
+  auto put = [&out](int64_t v) { out.append(reinterpret_cast<const char*>(&v), sizeof v); };
+  const config::HeadersConfig& sets = *options.headers;
+  put(int64_t{sets.ietf} | int64_t{sets.ratelimit} << 1 | int64_t{sets.x_ratelimit} << 2 |
+      int64_t{options.code_header} << 3);
+  put(options.deny_status);
+  put(static_cast<int64_t>(verdict.code));
+  put(verdict.primary);
+  put(verdict.retry_after.IsInfinite() ? -1 : verdict.retry_after.CeilSeconds());
+  for (size_t i = 0; i < checks.size(); ++i) {
+    const store::Check& c = checks[i];
+    const core::Decision& d = decisions[i];
+    put(int64_t{Advertised(c)} | int64_t{c.enforced} << 1 | int64_t{d.allowed} << 2);
+    put(c.limit->PolicyQuota());
+    put(c.limit->PolicyWindowSeconds(verdict.now));
+    put(d.limit);
+    put(d.remaining);
+    put(SecondsUntilMoreQuota(c, d));
+    put(static_cast<int64_t>(c.name.size()));
+    out.append(c.name);
+  }
+}
+
 void AppendRejectionBody(std::string& out, std::span<const store::Check> checks,
                          std::span<const core::Decision> decisions, const engine::Verdict& verdict,
                          int status) {

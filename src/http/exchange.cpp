@@ -131,19 +131,18 @@ net::awaitable<bhttp::status> Worker::KeyUsage(const policy::Key& key, core::Ins
   co_return bhttp::status::ok;
 }
 
-// The client's X-Request-Id when it is sane (1 to 128 of letters, digits and ._:/+=@-), else a
-// new one: 32 hex digits.
-void AssignRequestId(std::string& id, std::string_view incoming) {
+const std::string& RequestId(Exchange& ex) {
+  std::string& id = ex.request_id;
+  if (!id.empty()) return id;
+  // The client's when it is sane (1 to 128 of letters, digits and ._:/+=@-), else 32 hex digits.
+  const std::string_view incoming = ex.head->Get("X-Request-Id");
   const bool sane =
       !incoming.empty() && incoming.size() <= 128 &&
       std::all_of(incoming.begin(), incoming.end(), [](unsigned char c) {
         return std::isalnum(c) ||
                std::string_view("._:/+=@-").find(static_cast<char>(c)) != std::string_view::npos;
       });
-  if (sane) {
-    id.assign(incoming);
-    return;
-  }
+  if (sane) return id.assign(incoming);
   thread_local std::mt19937_64 random{std::random_device{}()};
   static constexpr char kHex[] = "0123456789abcdef";
   id.resize(32);
@@ -151,6 +150,7 @@ void AssignRequestId(std::string& id, std::string_view incoming) {
     uint64_t r = random();
     for (size_t j = 0; j < 16; ++j, r >>= 4) id[i + j] = kHex[r & 15];
   }
+  return id;
 }
 
 // The parameters of `query` named `param` (form-decoded, as the cost reads them), as sent and
@@ -204,7 +204,7 @@ void Worker::Finish(Exchange& ex, Scratch& scratch, int status) {
   line.append("\",\"peer\":\"");
   AppendJsonEscaped(line, ex.peer);
   line.append("\",\"request_id\":\"");
-  AppendJsonEscaped(line, ex.request_id);
+  AppendJsonEscaped(line, RequestId(ex));
   line.append("\",\"key_id\":\"");
   AppendJsonEscaped(line, rlog.key_id);
   line.append("\",\"plan\":\"");
@@ -244,7 +244,7 @@ Step Worker::ReplyProblem(Exchange& ex, Scratch& scratch, bhttp::status status,
 Step Worker::Begin(Exchange& ex, Scratch& scratch, const RequestHead& head,
                    RequestParser* body_parser, std::string_view peer, std::string_view peer_ip,
                    Listener listener) {
-  ex.start = Clock::now();
+  if (gw.server.access_log) ex.start = Clock::now();  // for the line's latency_ms alone
   ex.policy = Policy();
   ex.generation = generation;
   ex.head = &head;
@@ -262,7 +262,7 @@ Step Worker::Begin(Exchange& ex, Scratch& scratch, const RequestHead& head,
   scratch.rate_headers.Clear();
   ex.decision_service = listener == Listener::kDecision;
   ex.client.clear();
-  AssignRequestId(ex.request_id, head.Get("X-Request-Id"));
+  ex.request_id.clear();
   ex.admin = listener == Listener::kAdmin;
   ex.client_keep_alive = head.keep_alive;
   if (auto refused = ReadTarget(ex, scratch, head)) return *refused;
@@ -524,6 +524,7 @@ Step Worker::Conclude(Exchange& ex, Scratch& scratch) {
   }
 
   CountDecision(ex, plan, cs, ds);
+  if (v.kind == engine::Verdict::Kind::kRejected) return Reject(ex, scratch, options);
   const contract::Answer a =
       contract::Respond(v, cs, ds, enforced, options, rate_headers, scratch.body);
   if (!a.allowed) {
@@ -531,55 +532,6 @@ Step Worker::Conclude(Exchange& ex, Scratch& scratch) {
                  rate_headers.Rendered(), a.content_type);
   }
   return Pass(ex, scratch);
-}
-
-void Worker::CountDecision(Exchange& ex, const policy::Plan& plan, std::span<const store::Check> cs,
-                           std::span<const core::Decision> ds) {
-  const engine::Verdict& v = ex.verdict;
-  for (size_t i = 0; i < cs.size(); ++i) {
-    const int result = ds[i].allowed ? 0 : (cs[i].enforced ? 1 : 2);
-    DecisionCounter(ex.generation, plan, cs[i].name, result)
-        .fetch_add(1, std::memory_order_relaxed);
-  }
-  const bool enforced = ex.key ? ex.key->enforced : plan.enforced;
-  ModeCounter(ex.generation, plan, enforced).fetch_add(1, std::memory_order_relaxed);
-  if (v.shadow_rejections > 0) {
-    ShadowRejectionCounter(ex.generation, plan).fetch_add(1, std::memory_order_relaxed);
-    ex.log.decision = "shadow_rejected";
-  }
-  if (v.local) {  // the store failed; this replica's share of each limit decided
-    gw.metrics.Counter("tollgate_degraded_total").fetch_add(1, std::memory_order_relaxed);
-    gw.LogStoreFailure(v.store_error);
-    if (v.kind == engine::Verdict::Kind::kRejected) {
-      RejectionCounter(ex.generation, plan, v.code).fetch_add(1, std::memory_order_relaxed);
-    }
-    ex.log.decision = v.allowed() ? "local_allowed" : "local_rejected";
-    gw.metrics
-        .Counter("tollgate_local_decisions_total",
-                 v.allowed() ? "result=\"allowed\"" : "result=\"rejected\"")
-        .fetch_add(1, std::memory_order_relaxed);
-    return;
-  }
-  switch (v.kind) {
-    case engine::Verdict::Kind::kAllowed:
-      if (ex.log.decision == "none") ex.log.decision = "allowed";
-      break;
-    case engine::Verdict::Kind::kDegraded:
-      ex.log.decision = "degraded";
-      gw.metrics.Counter("tollgate_degraded_total").fetch_add(1, std::memory_order_relaxed);
-      gw.LogStoreFailure(v.store_error);
-      break;
-    case engine::Verdict::Kind::kUnavailable:
-      ex.log.decision = "unavailable";
-      gw.metrics.Counter("tollgate_limiter_unavailable_total")
-          .fetch_add(1, std::memory_order_relaxed);
-      gw.LogStoreFailure(v.store_error);
-      break;
-    case engine::Verdict::Kind::kRejected:
-      ex.log.decision = "rejected";
-      RejectionCounter(ex.generation, plan, v.code).fetch_add(1, std::memory_order_relaxed);
-      break;
-  }
 }
 
 Step Worker::Pass(Exchange& ex, Scratch& scratch) {

@@ -49,7 +49,7 @@ void Worker::RenderForwardHead(Exchange& ex, Scratch& scratch) {
     head << "Host: " << gw.upstream.authority << "\r\n";
   }
   head << "X-Forwarded-For: " << ex.forwarded_for << (ex.forwarded_for.empty() ? "" : ", ")
-       << ex.peer << "\r\nX-Request-Id: " << ex.request_id << "\r\n";
+       << ex.peer << "\r\nX-Request-Id: " << RequestId(ex) << "\r\n";
   if (ex.key)
     head << "X-Tollgate-Key-Id: " << ex.key->id << "\r\nX-Tollgate-Plan: " << ex.plan->name
          << "\r\n";

@@ -95,6 +95,7 @@ net::awaitable<void> Worker::Accept(tcp::acceptor& a, Listener listener) {
 
 net::awaitable<void> Worker::SweepDeadlines() {
   net::steady_timer timer(ioc);
+  conns.swept_at = Clock::now();  // the worker's construction may be a while ago
   for (;;) {
     timer.expires_after(kSweepInterval);
     auto [ec] = co_await timer.async_wait(kTuple);

@@ -62,7 +62,7 @@ struct Worker {
 
   Gateway::Impl& gw;
   size_t index;
-  Conn* conns = nullptr;  // this thread's connections (before ioc: they may outlive its run)
+  ConnList conns;         // this thread's connections (before ioc: they may outlive its run)
   size_t redis_lane = 0;  // with a Redis store: this thread's lane of it
   TopOffenders top;       // GET /admin/top
   // Only this thread touches its sockets: the reactor needs no lock around their operations.
@@ -101,12 +101,17 @@ struct Worker {
   };
   struct CounterKeyHash {
     size_t operator()(const CounterKey& k) const {
-      return std::hash<const void*>()(k.plan) ^
-             (std::hash<const void*>()(k.check) * 31 + static_cast<size_t>(k.result) * 7919) ^
-             (k.generation << 40);
+      // Mixed: the flat table takes its probe and its 7-bit tag from the low and high bits.
+      uint64_t h =
+          reinterpret_cast<uintptr_t>(k.plan) ^
+          (reinterpret_cast<uintptr_t>(k.check) * 31 + static_cast<size_t>(k.result) * 7919) ^
+          (k.generation << 40);
+      h *= 0x9e3779b97f4a7c15ull;
+      return h ^ (h >> 29);
     }
   };
-  std::unordered_map<CounterKey, std::atomic<uint64_t>*, CounterKeyHash> decision_counters;
+  // Flat: looked up once per check and once more per decided request.
+  absl::flat_hash_map<CounterKey, std::atomic<uint64_t>*, CounterKeyHash> decision_counters;
   static constexpr char kRejectionsTag = 'r';
   static constexpr char kShadowTag = 's';
   static constexpr char kModeTag = 'm';
@@ -220,6 +225,15 @@ struct Worker {
   // headers of the configured proxy (decision.proxy), believed only from a trusted peer.
   void DescribedRequest(Exchange& ex, const RequestHead& head, const policy::Policy& pol,
                         std::string_view& target);
+  // A rejection (answer.cpp): the last one's bytes again when its facts are the same
+  // (contract::AppendRejectionFacts, with the connection's keep-alive and HTTP version).
+  Step Reject(Exchange& ex, Scratch& scratch, const contract::AnswerOptions& options);
+  struct LastRejection {
+    std::string facts;
+    std::string response;
+    int status = 0;
+  };
+  LastRejection last_rejection;
   Step Pass(Exchange& ex, Scratch& scratch);  // allowed: forwarded, or the decision service's 200
   Step Reply(Exchange& ex, Scratch& scratch, bhttp::status status, std::string_view body,
              std::string_view headers = {}, std::string_view type = "application/json");
@@ -304,8 +318,10 @@ struct Exchange {
   std::string_view peer;                 // the client address of the connection, as limits name it
   std::string_view peer_ip;              // the socket's peer address as text
   bool decision_service = false;
-  bool admin = false;      // on the admin listener
-  std::string request_id;  // the client's X-Request-Id when sane, else a new one
+  bool admin = false;  // on the admin listener
+  // The client's X-Request-Id when sane, else a new one; made when first needed (forwarded or
+  // logged: a 429 without an access log has no use for one). See RequestId().
+  std::string request_id;
   // Views into the request, which stays as it was read, or into its Scratch: the canonical
   // target (`path`, `query`, and `authority` of an absolute-form target, which becomes the
   // forwarded Host) and every X-Forwarded-For line joined.
@@ -334,6 +350,9 @@ struct Exchange {
   // Whether the request was read in full (its body too): only then is the connection reusable.
   bool RequestRead() const { return !body_parser || body_parser->is_done(); }
 };
+
+// The exchange's request id (Exchange::request_id), made on first use.
+const std::string& RequestId(Exchange& ex);
 
 // A connection's buffers and its request's state, reused from one request to the next, in
 // Session()'s frame: nothing of a request lives in a coroutine frame of its own, which would be

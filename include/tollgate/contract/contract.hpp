@@ -139,6 +139,13 @@ Answer Respond(const engine::Verdict& verdict, std::span<const store::Check> che
                std::span<const core::Decision> decisions, bool advertise,
                const AnswerOptions& options, HeaderList& headers, std::string& body);
 
+// Every value the headers and body of a rejection (Respond() with a rejected verdict) are made
+// of, appended to `out` as bytes: two rejections with equal facts get the same answer, so an
+// adapter may render one and send it again while the facts stay the same.
+void AppendRejectionFacts(std::string& out, std::span<const store::Check> checks,
+                          std::span<const core::Decision> decisions, const engine::Verdict& verdict,
+                          const AnswerOptions& options);
+
 // A request without a valid key on a keyed route: 401 (missing_api_key or invalid_api_key, with
 // WWW-Authenticate: Bearer), or, once the client address has sent too many invalid keys (the
 // verdict of identity.invalid_key_limit, `check` and `decision`), deny_status with Retry-After.

@@ -113,12 +113,15 @@ class FailLocalTests(RedisTestCase):
         self.assertGreaterEqual(sum(metric(gw, "tollgate_degraded_total") for gw in (a, b)),
                                 sum(local))
 
-        # Back: Redis decides again, from its own 30 (its breaker may take a moment to close).
-        def from_redis():
-            r = a.get("/x", key=EXACT_KEY)
+        # Back: Redis decides again, from its own 30. Each replica's breaker closes in its own
+        # time: wait for both (a probe answered from Redis spends one of the 30; one answered
+        # locally spends nothing there).
+        def from_redis(gw):
+            r = gw.get("/x", key=EXACT_KEY)
             return r.status == 200 and r.header("RateLimit-Limit") == str(CAPACITY)
-        self.assertTrue(wait_until(from_redis, 15), "Redis did not decide again")
-        allowed = 1 + sum(1 for i in range(40)
+        for gw in (a, b):
+            self.assertTrue(wait_until(lambda: from_redis(gw), 15), "Redis did not decide again")
+        allowed = 2 + sum(1 for i in range(40)
                           if (a if i % 2 else b).get("/x", key=EXACT_KEY).status == 200)
         self.assertEqual(allowed, CAPACITY - 10)
 

@@ -343,6 +343,76 @@ class LimitTests(GatewayTestCase):
         self.assertLessEqual(int(r.header("Retry-After")), 86400)
 
 
+    def test_a_repeated_429_always_says_what_is_true_for_its_request(self):
+        # One worker renders a 429 once and sends the same bytes again while the numbers in it
+        # stay the same: every way two 429s in a row can differ must still show. Keys of
+        # different plans, limits and codes, keep-alive or not, HTTP/1.0 or 1.1, alternate on
+        # the one worker, and a Retry-After must fall as time passes.
+        plans = {
+            "small": {"limits": [burst(1, name="small-burst")]},
+            "big": {"limits": [burst(2, name="big-burst")]},
+            "capped": {"limits": [burst(100), daily(1, 1)]},
+            "tick": {"limits": [burst(1, refill=0.5, name="tick")]},
+        }
+        keys = [{"key": "sk-%s-0123456789abcdef" % p, "id": p, "plan": p} for p in plans]
+        gw = self.start(config(plans=plans, keys=keys, server={"threads": 1}))
+        expected = {  # plan -> (RateLimit-Policy, RateLimit-Limit, code, violated policy)
+            "small": ('"small-burst";q=1;w=100', "1", "rate_limited", "small-burst"),
+            "big": ('"big-burst";q=2;w=200', "2", "rate_limited", "big-burst"),
+            "capped": (None, None, "ceiling_exceeded", "daily"),
+        }
+
+        def raw(plan, version, connection):
+            req = ("GET /echo HTTP/%s\r\nHost: x\r\nAuthorization: Bearer sk-%s-0123456789abcdef"
+                   "\r\n%s\r\n" % (version, plan,
+                                    "Connection: %s\r\n" % connection if connection else ""))
+            s = socket.create_connection(("127.0.0.1", gw.port), timeout=5)
+            try:
+                s.sendall(req.encode())
+                data = b""
+                while b"\r\n\r\n" not in data or len(data.split(b"\r\n\r\n", 1)[1]) < int(
+                        re.search(rb"Content-Length: (\d+)", data).group(1)):
+                    chunk = s.recv(65536)
+                    if not chunk:
+                        break
+                    data += chunk
+                return data.decode()
+            finally:
+                s.close()
+
+        for plan in expected:  # spend each budget
+            while gw.get("/echo", key="sk-%s-0123456789abcdef" % plan).status == 200:
+                pass
+        for _ in range(3):
+            for plan, (policy, limit, code, violated) in expected.items():
+                # Each differs from the one before it in one way (the HTTP version, then
+                # keep-alive, then the version again).
+                for version, connection, answer in (
+                        ("1.0", "keep-alive", "keep-alive"), ("1.1", None, None),
+                        ("1.1", "close", "close"), ("1.0", None, "close")):
+                    with self.subTest(plan=plan, version=version, connection=connection):
+                        text = raw(plan, version, connection)
+                        head, body = text.split("\r\n\r\n", 1)
+                        self.assertTrue(head.startswith("HTTP/1.1 429 "), head)
+                        self.assertEqual(json.loads(body)["code"], code, body)
+                        self.assertEqual(json.loads(body)["violated-policies"], [violated], body)
+                        if policy:
+                            self.assertIn("\r\nRateLimit-Policy: %s\r\n" % policy, head)
+                            self.assertIn("\r\nRateLimit-Limit: %s\r\n" % limit, head)
+                        said = re.search(r"\r\nConnection: ([^\r]*)", head)
+                        self.assertEqual(said and said.group(1), answer, head)
+        # One token every 2 s: the wait a 429 names falls as the bucket refills.
+        tick = "sk-tick-0123456789abcdef"
+        self.assertEqual(gw.get("/echo", key=tick).status, 200)
+        first = gw.get("/echo", key=tick)
+        self.assertRateLimited(first)
+        self.assertEqual(first.header("Retry-After"), "2", first)
+        time.sleep(1.2)
+        later = gw.get("/echo", key=tick)
+        self.assertRateLimited(later)
+        self.assertEqual(later.header("Retry-After"), "1", later)
+        self.assertEqual(later.header("RateLimit-Reset"), "1", later)
+
 class IdentityTests(GatewayTestCase):
     """Who is limited: keys, client IPs and X-Forwarded-For, and hostile input."""
 
