@@ -74,10 +74,11 @@ class Conn {
     if (next_) next_->prev_ = prev_;
   }
 
-  // A deadline of a second or more counts from the last sweep: up to one sweep interval (and
-  // what delays the sweep) early, a hundredth of it. A shorter one reads the clock.
+  // A deadline of ten seconds or more counts from the last sweep: early by the time since it,
+  // one sweep interval, or as long as the worker was held up (a reload it builds), a small part
+  // of it. A shorter one reads the clock: a held-up worker must not use up a connect timeout.
   void ExpiresAfter(Clock::duration d) {
-    deadline_ = (d >= std::chrono::seconds(1) ? list_.swept_at : Clock::now()) + d;
+    deadline_ = (d >= std::chrono::seconds(10) ? list_.swept_at : Clock::now()) + d;
     timed_out_ = false;
   }
   // The result of an operation on `socket`: a cancellation by the sweep reads as a timeout.

@@ -77,7 +77,8 @@ void UsageMeter::Record(std::string_view account, std::string_view key_id, usage
     row = &Find(KeyView{cached_label, account, key_id}, day);
     if (slot) {
       row->owner = slot;
-      *slot = {row, row->serial};
+      slot->row = row;
+      slot->serial = row->serial;
     }
   }
   row->counts.requests[o] += 1;

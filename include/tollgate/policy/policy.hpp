@@ -51,8 +51,17 @@ struct Override {
 };
 
 // Where the usage meter last counted a key: usage::UsageMeter's, read and written under its lock
-// and checked before use (the row may have been dropped and reused since).
+// and checked before use (the row may have been dropped and reused since). A copy starts empty:
+// a copied Key may be given another account or id, and must not count into the original's row.
 struct MeterSlot {
+  MeterSlot() = default;
+  MeterSlot(const MeterSlot& /*unused*/) {}
+  MeterSlot& operator=(const MeterSlot& /*unused*/) {
+    row = nullptr;
+    serial = 0;
+    return *this;
+  }
+
   void* row = nullptr;
   uint64_t serial = 0;
 };

@@ -176,7 +176,8 @@ TEST(UsageMeter, ASlotNeverCountsForAnotherKeyOrDayOrIntoADroppedRow) {
   meter.Record("bolt", "kb", Outcome::kSuccess, 10, t, &b);  // reuses ka's row
   EXPECT_EQ(b.row, a.row);
   meter.Record("acme", "ka", Outcome::kSuccess, 1000, t, &a);  // ... which is kb's now
-  policy::MeterSlot copy = a;  // a key copied with its slot, and its account changed
+  policy::MeterSlot copy = a;  // a key copied (its slot starts empty), and its account changed
+  EXPECT_EQ(copy.row, nullptr);
   meter.Record("other", "ka", Outcome::kSuccess, 7, t, &copy);
   meter.Record("acme", "ka", Outcome::kSuccess, 5, At(2026, 11, 30, 0), &a);  // the next day
   std::map<std::string, int64_t> cost;
