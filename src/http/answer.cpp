@@ -57,7 +57,7 @@ Step Worker::Reject(Exchange& ex, Scratch& scratch, const contract::AnswerOption
   // numbers make the same bytes, so the answer is rendered when they change, and copied else.
   const std::span<const store::Check> cs{ex.checks.data(), ex.n_checks};
   const std::span<const core::Decision> ds{ex.decisions.data(), ex.n_checks};
-  ex.reply_keep = ex.client_keep_alive && ex.RequestRead() && !gw.stopping.load();
+  ex.reply_keep = KeepsAlive(ex);
   std::string& facts = scratch.body;  // free until a miss renders the body
   facts.clear();
   contract::AppendRejectionFacts(facts, cs, ds, ex.verdict, options);

@@ -228,7 +228,7 @@ void Worker::Finish(Exchange& ex, Scratch& scratch, int status) {
 
 Step Worker::Reply(Exchange& ex, Scratch& scratch, bhttp::status status, std::string_view body,
                    std::string_view headers, std::string_view type) {
-  ex.reply_keep = ex.client_keep_alive && ex.RequestRead() && !gw.stopping.load();
+  ex.reply_keep = KeepsAlive(ex);
   RenderResponse(scratch.out, status, ex.reply_keep, ex.head->version, type, headers, body);
   Finish(ex, scratch, static_cast<int>(status));
   return Step::kReply;

@@ -51,8 +51,8 @@ namespace tollgate::http::internal {
 
 // recv(2) through syscall(2): libc's recv() is a cancellation point, and its bookkeeping for that
 // (of no use here: no thread is ever cancelled) was 1 % of a 429's CPU. Errors as recv()'s.
-inline ssize_t RecvNow(int fd, void* data, std::size_t size) {
-  return ::syscall(SYS_recvfrom, fd, data, size, 0, nullptr, nullptr);
+inline ssize_t RecvNow(int fd, void* data, std::size_t size, int flags = 0) {
+  return ::syscall(SYS_recvfrom, fd, data, size, flags, nullptr, nullptr);
 }
 
 class Socket : public boost::asio::ip::tcp::socket {

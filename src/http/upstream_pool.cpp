@@ -1,8 +1,6 @@
 // The upstream pool of one worker: idle connections checked before reuse, new ones up to the
 // worker's share, and a bounded queue when every one is busy.
 #include <sys/socket.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 
 #include <cerrno>
 
@@ -21,11 +19,11 @@ namespace {
 // connection that became readable while idle is never reused: the bytes are a response to
 // something the upstream read that we did not send (a GET body it took for a request, issue
 // 18), and an EOF means it closed (Node.js closes idle connections after 5 s).
-// (Through syscall(2), as socket.hpp reads: recv() is a cancellation point. The peek is the
-// proxied request's one failed call, as nginx's getsockopt(SO_ERROR) of its pooled connection.)
+// (internal::RecvNow, as the other reads. The peek is the proxied request's one failed call, as
+// nginx's getsockopt(SO_ERROR) of its pooled connection.)
 bool StayedQuiet(int fd) {
   char byte;
-  const long n = ::syscall(SYS_recvfrom, fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT, nullptr, nullptr);
+  const ssize_t n = internal::RecvNow(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
   return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
 }
 

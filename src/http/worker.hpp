@@ -235,6 +235,9 @@ struct Worker {
   };
   LastRejection last_rejection;
   Step Pass(Exchange& ex, Scratch& scratch);  // allowed: forwarded, or the decision service's 200
+  // Whether our answer keeps the connection: the client's wish, its request read whole, and no
+  // shutdown under way.
+  bool KeepsAlive(const Exchange& ex) const;
   Step Reply(Exchange& ex, Scratch& scratch, bhttp::status status, std::string_view body,
              std::string_view headers = {}, std::string_view type = "application/json");
   Step AdminDeny(Exchange& ex, Scratch& scratch);
@@ -350,6 +353,10 @@ struct Exchange {
   // Whether the request was read in full (its body too): only then is the connection reusable.
   bool RequestRead() const { return !body_parser || body_parser->is_done(); }
 };
+
+inline bool Worker::KeepsAlive(const Exchange& ex) const {
+  return ex.client_keep_alive && ex.RequestRead() && !gw.stopping.load();
+}
 
 // The exchange's request id (Exchange::request_id), made on first use.
 const std::string& RequestId(Exchange& ex);
