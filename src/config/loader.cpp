@@ -39,12 +39,12 @@ TargetConfig ParseTarget(const YAML::Node& n, const std::string& path) {
 }
 
 void ParseServer(const YAML::Node& s, ServerConfig& server) {
-  OnlyKeys(
-      s, "server",
-      {"listen", "admin_listen", "threads", "max_connections", "max_connections_per_address",
-       "admin_max_connections", "max_header_bytes", "max_body_bytes", "header_timeout_ms",
-       "idle_timeout_ms", "drain_timeout_ms", "access_log", "request_target", "max_held_requests",
-       "max_held_per_identity", "shutdown_delay_ms", "public_endpoints", "top_offenders"});
+  OnlyKeys(s, "server",
+           {"listen", "admin_listen", "threads", "max_connections", "max_connections_per_address",
+            "admin_max_connections", "max_header_bytes", "max_body_bytes", "header_timeout_ms",
+            "idle_timeout_ms", "drain_timeout_ms", "access_log", "request_target",
+            "max_held_requests", "max_held_per_identity", "shutdown_delay_ms", "public_endpoints",
+            "top_offenders", "route_match"});
   if (s["listen"]) server.listen = Str(s["listen"], "server.listen");
   if (s["admin_listen"]) server.admin_listen = Str(s["admin_listen"], "server.admin_listen");
   Set(s, "threads", "server", server.threads, 0, 256);
@@ -80,6 +80,10 @@ void ParseServer(const YAML::Node& s, ServerConfig& server) {
   Set(s, "max_held_per_identity", "server", server.max_held_per_identity, 0, 1'000'000);
   if (s["access_log"]) server.access_log = Bool(s["access_log"], "server.access_log");
   if (s["top_offenders"]) server.top_offenders = Bool(s["top_offenders"], "server.top_offenders");
+  if (const YAML::Node m = s["route_match"]) {
+    server.exact_route_match = internal::ParseEnum<bool>(
+        m, "server.route_match", {{"fold", false}, {"exact", true}}, "fold or exact");
+  }
 }
 
 void ParseUpstream(const YAML::Node& u, UpstreamConfig& upstream) {
@@ -298,7 +302,9 @@ Config Parse(const YAML::Node& root, const std::string& base_dir) {
   const YAML::Node rls = root["rls"];
   ParsePlans(root["plans"], c.plans, !(rls && rls.IsMap() && rls["envoy_config"]));
   internal::ParseKeys(root, base_dir, c);
-  if (const YAML::Node routes = root["routes"]) c.routes = internal::ParseRoutes(routes);
+  if (const YAML::Node routes = root["routes"]) {
+    c.routes = internal::ParseRoutes(routes, c.server.exact_route_match);
+  }
   if (const YAML::Node a = root["anonymous"]) ParseAnonymous(a, c.anonymous);
   if (const YAML::Node d = root["decision"]) ParseDecision(d, c.decision);
   if (const YAML::Node r = root["rls"]) ParseRls(r, base_dir, c.rls);

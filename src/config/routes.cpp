@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <set>
 
+#include <tollgate/util/path_fold.hpp>
+
 #include "config/limits.hpp"
 #include "config/yaml.hpp"
 
@@ -97,12 +99,30 @@ core::Result<PathPattern> PathPattern::Parse(std::string_view path) {
   return p;
 }
 
+core::Result<PathPattern> PathPattern::ParseFolded(std::string_view path) {
+  auto written = Parse(path);
+  if (!written) return written;
+  std::string folded;
+  util::FoldPath(path, folded);
+  auto p = Parse(folded);
+  if (!p) return core::Error{"folded to '" + folded + "': " + p.error()};
+  p->folded = true;
+  return p;
+}
+
 bool PathPattern::Matches(std::string_view path) const {
   size_t pos = 1;  // canonical: starts with '/'
-  for (const Segment& s : segments) {
+  for (size_t i = 0; i < segments.size(); ++i) {
+    const Segment& s = segments[i];
     const auto got = NextSegment(path, pos);
     if (!got || got->empty()) return false;
-    if (s.param.empty() && *got != s.literal) return false;
+    if (!s.param.empty() || *got == s.literal) continue;
+    // Folded: the path's last segment may carry a format suffix ("export.csv").
+    const bool last = i + 1 == segments.size() && pos >= path.size();
+    if (!folded || !last || !got->starts_with(s.literal) ||
+        !util::IsFormatSuffix(got->substr(s.literal.size()))) {
+      return false;
+    }
   }
   // What is left: nothing or one trailing slash (an exact match), or more segments (a prefix's).
   return pos >= path.size() || prefix;
@@ -210,9 +230,26 @@ std::optional<core::LimitSpec> ParsePlanValue(const YAML::Node& n, const std::st
 RouteLimitConfig ParseRouteLimit(const YAML::Node& n, const std::string& path,
                                  RouteIdentity identity) {
   RouteLimitConfig rl;
-  rl.limit = ParseLimit(n, path, false, {"scope", "plans"});
+  rl.limit = ParseLimit(n, path, false, {"scope", "plans", "mode", "exempt_enforced_keys"});
   if (const YAML::Node s = n["scope"]) rl.limit.scope = ParseScope(s, Join(path, "scope"));
   const LimitScope scope = rl.limit.scope;
+  using Mode = RouteLimitConfig::Mode;
+  rl.mode = scope == LimitScope::kIp || scope == LimitScope::kGlobal ||
+                    (scope == LimitScope::kDefault && identity == RouteIdentity::kIp)
+                ? Mode::kEnforce
+                : Mode::kCaller;
+  if (const YAML::Node m = n["mode"]) {
+    rl.mode = ParseEnum<Mode>(
+        m, Join(path, "mode"),
+        {{"caller", Mode::kCaller}, {"enforce", Mode::kEnforce}, {"shadow", Mode::kShadow}},
+        "caller, enforce or shadow");
+  }
+  if (const YAML::Node e = n["exempt_enforced_keys"]) {
+    rl.exempt_enforced_keys = internal::Bool(e, Join(path, "exempt_enforced_keys"));
+    if (rl.exempt_enforced_keys && identity == RouteIdentity::kIp) {
+      Fail(Join(path, "exempt_enforced_keys"), "an identity: ip route has no keys to exempt");
+    }
+  }
   if (identity == RouteIdentity::kIp &&
       (scope == LimitScope::kKey || scope == LimitScope::kAccount)) {
     Fail(Join(path, "scope"), "an identity: ip route has no key or account; use ip or global");
@@ -251,9 +288,14 @@ void ParseRouteLimits(const YAML::Node& n, const std::string& path, RouteConfig&
   }
 }
 
-RouteConfig ParseRoute(const YAML::Node& r, const std::string& path) {
-  OnlyKeys(r, path, {"name", "path", "method", "cost", "fail_mode", "identity", "limits"});
+RouteConfig ParseRoute(const YAML::Node& r, const std::string& path, bool exact_match) {
+  OnlyKeys(r, path, {"name", "path", "method", "cost", "fail_mode", "identity", "limits", "match"});
   RouteConfig rc;
+  rc.exact_match = exact_match;
+  if (const YAML::Node m = r["match"]) {
+    rc.exact_match = ParseEnum<bool>(m, Join(path, "match"), {{"fold", false}, {"exact", true}},
+                                     "fold or exact");
+  }
   if (r["name"]) {
     rc.name = Name(r["name"], Join(path, "name"));
     if (!IsPlainWord(rc.name)) {
@@ -262,7 +304,7 @@ RouteConfig ParseRoute(const YAML::Node& r, const std::string& path) {
   }
   if (!r["path"]) Fail(Join(path, "path"), "required");
   rc.path = Name(r["path"], Join(path, "path"));
-  auto pattern = PathPattern::Parse(rc.path);
+  auto pattern = rc.exact_match ? PathPattern::Parse(rc.path) : PathPattern::ParseFolded(rc.path);
   if (!pattern) Fail(Join(path, "path"), pattern.error());
   rc.pattern = *std::move(pattern);
   if (r["method"]) rc.methods = ParseMethods(r["method"], Join(path, "method"));
@@ -287,12 +329,12 @@ RouteConfig ParseRoute(const YAML::Node& r, const std::string& path) {
 
 }  // namespace
 
-std::vector<RouteConfig> ParseRoutes(const YAML::Node& routes) {
+std::vector<RouteConfig> ParseRoutes(const YAML::Node& routes, bool exact_match) {
   if (!routes.IsSequence()) Fail("routes", "must be a list");
   std::vector<RouteConfig> out;
   std::set<std::string> names;
   for (size_t i = 0; i < routes.size(); ++i) {
-    out.push_back(ParseRoute(routes[i], Index("routes", i)));
+    out.push_back(ParseRoute(routes[i], Index("routes", i), exact_match));
     const std::string& name = out.back().name;
     if (!name.empty() && !names.insert(name).second) {
       Fail(Join(Index("routes", i), "name"), "'" + name + "' names an earlier route too");

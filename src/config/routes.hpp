@@ -9,7 +9,8 @@
 
 namespace tollgate::config::internal {
 
-// The `routes` list, in file order (first match wins). Names are unique.
-std::vector<RouteConfig> ParseRoutes(const YAML::Node& routes);
+// The `routes` list, in file order (first match wins). Names are unique. `exact_match`: the
+// default of each route's `match` (server.route_match).
+std::vector<RouteConfig> ParseRoutes(const YAML::Node& routes, bool exact_match);
 
 }  // namespace tollgate::config::internal

@@ -47,12 +47,19 @@ size_t ChecksFor(const policy::Plan& plan, const policy::Key* key, int64_t cost,
 }
 
 size_t AppendRouteChecks(const policy::Route& route, const policy::Plan& plan,
-                         const policy::Key* key, int64_t cost, bool enforced, const Scopes& scopes,
-                         std::span<store::Check> out, size_t n) {
+                         const policy::Key* key, int64_t cost, bool caller_enforced,
+                         bool global_enforced, const Scopes& scopes, std::span<store::Check> out,
+                         size_t n) {
+  using Mode = config::RouteLimitConfig::Mode;
   for (const policy::RouteLimit& rl : route.limits) {
     if (n == out.size()) break;
     const std::optional<core::Limit>& limit = rl.per_plan[plan.index];
     if (!limit) continue;  // unlimited for this plan
+    if (rl.exempt_enforced_keys && key && key->enforced) continue;
+    // Issue 31: a shadow caller must not walk past (yet drain) a limit that protects everyone.
+    const bool enforced = rl.mode == Mode::kCaller    ? caller_enforced
+                          : rl.mode == Mode::kEnforce ? global_enforced
+                                                      : false;
     config::LimitScope scope = rl.scope;
     if (scope == config::LimitScope::kDefault) {
       scope = key ? config::LimitScope::kKey : config::LimitScope::kIp;
@@ -116,7 +123,8 @@ Admission Admit(const policy::Policy& pol, const policy::Route& route, bool keye
   if (other_scopes) scopes.Fill(a.key, client);
   a.n = ChecksFor(*a.plan, a.key, a.cost, now, checks, other_scopes ? &scopes : nullptr);
   if (!route.limits.empty()) {
-    a.n = AppendRouteChecks(route, *a.plan, a.key, a.cost, a.enforced, scopes, checks, a.n);
+    a.n = AppendRouteChecks(route, *a.plan, a.key, a.cost, a.enforced, pol.anonymous().enforced,
+                            scopes, checks, a.n);
   }
   return a;
 }

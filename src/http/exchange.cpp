@@ -1,5 +1,6 @@
 // One request's steps (see Worker::Begin): the canonical target, identity and checks, the
 // decision's answer (contract/), the built-in endpoints, and the access log line.
+#include <algorithm>
 #include <charconv>
 #include <random>
 
@@ -380,7 +381,9 @@ void Worker::JoinForwardedFor(Exchange& ex, Scratch& scratch, const RequestHead&
   if (ex.forwarded_for.empty()) {
     ex.client.assign(ex.peer);  // already in the form ClientAddress() gives (see Session())
   } else {
-    ex.client = ex.policy->ClientAddress(ex.peer_ip, ex.forwarded_for);
+    bool unparsed = false;
+    ex.client = ex.policy->ClientAddress(ex.peer_ip, ex.forwarded_for, &unparsed);
+    if (unparsed) gw.forwarded_for_unparsed.fetch_add(1, std::memory_order_relaxed);
   }
 }
 
@@ -506,7 +509,10 @@ Step Worker::Conclude(Exchange& ex, Scratch& scratch) {
   }
   gw.limiter_latency.Observe(SecondsSince(ex.decide_start));
   const policy::Plan& plan = *ex.plan;
-  const bool enforced = ex.key ? ex.key->enforced : plan.enforced;  // its cohort (issue 20)
+  // Headers advertise the checks that reject this caller: its own limits when its cohort is
+  // enforced (issue 20), and route limits that hold every caller (issue 31).
+  const bool enforced =
+      std::any_of(cs.begin(), cs.end(), [](const store::Check& c) { return c.enforced; });
 
   if (ex.status_endpoint) {
     // GET /v1/rate-limit: the caller's limits and usage; consumes nothing.

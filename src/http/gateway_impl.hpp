@@ -179,6 +179,9 @@ struct Gateway::Impl {
   std::atomic<uint64_t>& accept_errors = metrics.Counter("tollgate_accept_errors_total");
   std::atomic<uint64_t>& untrusted_headers =
       metrics.Counter("tollgate_decision_untrusted_headers_total");
+  // X-Forwarded-For entries from a trusted proxy that are no address (issue 31).
+  std::atomic<uint64_t>& forwarded_for_unparsed =
+      metrics.Counter("tollgate_forwarded_for_unparsed_total");
   std::atomic<size_t> in_flight{0};
   std::atomic<bool> draining{false};  // the listeners are closed
   std::atomic<bool> stopping{false};  // SIGTERM or SIGINT arrived: /readyz answers 503

@@ -53,6 +53,9 @@ constexpr Family kFamilies[] = {
     {"tollgate_decision_untrusted_headers_total", "counter",
      "Decision requests whose X-Original-* / X-Forwarded-* came from a peer not in "
      "identity.trusted_proxies (ignored)."},
+    {"tollgate_forwarded_for_unparsed_total", "counter",
+     "X-Forwarded-For entries from a trusted proxy that are no address (the walk stopped at "
+     "the last address it could read)."},
     {"tollgate_rls_descriptor_hits_total", "counter",
      "Envoy RLS hits (hits_addend) per descriptor path of rls.envoy_config."},
     {"tollgate_rls_descriptor_over_limit_total", "counter",

@@ -2,6 +2,7 @@
 
 #include <tollgate/util/digest.hpp>
 #include <tollgate/util/hash.hpp>
+#include <tollgate/util/path_fold.hpp>
 #include <tollgate/util/query.hpp>
 
 #include <arpa/inet.h>
@@ -77,6 +78,36 @@ std::optional<std::array<uint8_t, 16>> ParseAddress(std::string_view text) {
   return std::nullopt;
 }
 
+std::optional<std::array<uint8_t, 16>> ParseForwardedAddress(std::string_view hop) {
+  if (hop.size() >= 2 && hop.front() == '"' && hop.back() == '"') {
+    hop = hop.substr(1, hop.size() - 2);
+  }
+  auto is_port = [](std::string_view p) {
+    if (p.empty() || p.size() > 5) return false;
+    int port = 0;
+    for (const char c : p) {
+      if (c < '0' || c > '9') return false;
+      port = port * 10 + (c - '0');
+    }
+    return port <= 65535;
+  };
+  if (!hop.empty() && hop.front() == '[') {
+    const size_t close = hop.find(']');
+    if (close == std::string_view::npos) return std::nullopt;
+    const std::string_view rest = hop.substr(close + 1);
+    if (!rest.empty() && !(rest.front() == ':' && is_port(rest.substr(1)))) return std::nullopt;
+    return ParseAddress(hop.substr(1, close - 1));
+  }
+  // One ':' is an IPv4 address with a port ("1.2.3.4:5678"); more are an IPv6 address.
+  const size_t colon = hop.find(':');
+  if (colon != std::string_view::npos && hop.find(':', colon + 1) == std::string_view::npos) {
+    if (!is_port(hop.substr(colon + 1))) return std::nullopt;
+    hop = hop.substr(0, colon);
+    if (hop.find('.') == std::string_view::npos) return std::nullopt;
+  }
+  return ParseAddress(hop);
+}
+
 core::Result<Cidr> ParseCidr(std::string_view text) {
   const size_t slash = text.find('/');
   auto addr = ParseAddress(text.substr(0, slash));
@@ -115,9 +146,10 @@ double SustainedPerSecond(const Plan& plan) {
 }
 
 bool InEnforcedCohort(std::string_view key_id, int percent) {
-  // A fixed seed: the cohort must be the same on every replica and after every restart.
+  // A fixed hash with no per-process seed (issue 31): the cohort must be the same on every
+  // replica and after every restart, so util::Hash64 (seeded per process) cannot be used.
   constexpr uint64_t kCohortSeed = 0x636f686f72740001;
-  return static_cast<int>(util::Hash64(key_id, kCohortSeed) % 100) < percent;
+  return static_cast<int>(util::StableHash64(key_id, kCohortSeed) % 100) < percent;
 }
 
 size_t Strictest(const std::vector<Plan>& plans) {
@@ -171,6 +203,11 @@ std::optional<core::Error> Policy::BuildKeys(const config::Config& config) {
     }
     if (kc.mode) {
       k.enforced = *kc.mode == config::Mode::kEnforce;
+    } else if (!plan_config) {
+      // A key of an unknown plan is always enforced (issue 31): the strictest plan may itself
+      // be rolling out (enforce_percent: 1), and its shadow share must not make a misnamed
+      // plan unlimited.
+      k.enforced = true;
     } else if (k.plan->enforce_percent) {
       k.enforced = InEnforcedCohort(k.id, *k.plan->enforce_percent);
     } else {
@@ -216,7 +253,8 @@ std::optional<core::Error> Policy::BuildRouteLimits(const config::RouteConfig& r
   for (size_t j = 0; j < rc.limits.size(); ++j) {
     const config::RouteLimitConfig& rl = rc.limits[j];
     const std::string lpath = path + ".limits[" + std::to_string(j) + "]";
-    RouteLimit limit{rc.name + ":" + rl.limit.name, rl.limit.scope, {}};
+    RouteLimit limit{
+        rc.name + ":" + rl.limit.name, rl.limit.scope, {}, rl.mode, rl.exempt_enforced_keys};
     for (const auto& [plan, value] : rl.plans) {
       const bool known =
           plan == "anonymous" ||
@@ -282,6 +320,8 @@ std::optional<core::Error> Policy::BuildRoutes(const config::Config& config) {
     r.cost = rc.cost;
     r.fail_mode = rc.fail_mode;
     r.identity = rc.identity;
+    r.fold = !rc.exact_match;
+    any_fold_ = any_fold_ || r.fold;
     const bool by_address =
         r.identity == config::RouteIdentity::kIp || r.identity == config::RouteIdentity::kKeyOrIp;
     if (by_address && anonymous_.limits.empty() && rc.limits.empty()) {
@@ -381,25 +421,57 @@ bool RouteMatchesPath(const Route& r, std::string_view path) {
   // with or without one trailing slash; a prefix route matches its own path and anything
   // below it, never a longer segment ("/public" is not a prefix of "/publicity").
   if (path.substr(0, r.literal.size()) != r.literal) return false;
-  const std::string_view rest = path.substr(r.literal.size());
+  std::string_view rest = path.substr(r.literal.size());
   if (rest.empty() || rest == "/") return true;
-  return r.pattern.prefix && rest.front() == '/';
+  if (r.pattern.prefix && rest.front() == '/') return true;
+  // A folding route takes a format suffix on its last segment ("/v1/export.csv"): Rails routes
+  // "(.:format)" to the same action, and Spring's suffix match did by default.
+  if (rest.back() == '/') rest.remove_suffix(1);
+  return r.pattern.folded && util::IsFormatSuffix(rest);
+}
+
+// Whether a query parameter named `name` (decoded) is read as the cost parameter `param` by a
+// common parser: the name in any case (ASP.NET's query collection), leading spaces dropped
+// (PHP), and the array and map forms of qs (Express), Rack and PHP: "pages[]", "pages[0]",
+// "pages[a]", "pages[a][b]".
+bool IsCostParam(std::string_view name, std::string_view param) {
+  while (!name.empty() && name.front() == ' ') name.remove_prefix(1);
+  if (name.size() < param.size() || !util::EqualsIgnoreCase(name.substr(0, param.size()), param)) {
+    return false;
+  }
+  const std::string_view rest = name.substr(param.size());
+  return rest.empty() || rest.front() == '[';
 }
 
 bool RouteMatchesMethod(const Route& r, std::string_view method) {
-  // Methods are case-sensitive (RFC 9110 9.1); HEAD is GET without the body, and costs and
-  // limits what GET does.
+  // Methods are case-sensitive (RFC 9110 9.1), but some upstreams upper-case them before
+  // routing (Werkzeug: "post" runs a POST handler), so a folding route compares them in any
+  // case (issue 31). HEAD is GET without the body, and costs and limits what GET does.
   if (r.methods.empty()) return true;
   for (const std::string& m : r.methods) {
-    if (m == method || (method == "HEAD" && m == "GET")) return true;
+    if (r.fold) {
+      if (util::EqualsIgnoreCase(m, method) ||
+          (util::EqualsIgnoreCase(method, "HEAD") && m == "GET")) {
+        return true;
+      }
+    } else if (m == method || (method == "HEAD" && m == "GET")) {
+      return true;
+    }
   }
   return false;
 }
 }  // namespace
 
 const Route& Policy::Match(std::string_view method, std::string_view path) const {
+  // The folded form is made once per request, and only for a path that can fold.
+  std::string_view folded = path;
+  if (any_fold_ && util::PathNeedsFold(path)) {
+    thread_local std::string buffer;
+    util::FoldPath(path, buffer);
+    folded = buffer;
+  }
   for (const Route& r : routes_) {
-    if (RouteMatchesMethod(r, method) && RouteMatchesPath(r, path)) return r;
+    if (RouteMatchesMethod(r, method) && RouteMatchesPath(r, r.fold ? folded : path)) return r;
   }
   return default_route_;
 }
@@ -408,11 +480,12 @@ core::Result<int64_t> Policy::Cost(const Route& route, std::string_view query) c
   const config::CostConfig& c = route.cost;
   if (c.query.empty()) return c.fixed;
   // Read as the upstream's framework reads it (names and values decoded); a parameter given
-  // more than once counts its largest value, whichever of them the upstream takes (issue 18).
+  // more than once counts its largest value, whichever of them the upstream takes (issue 18),
+  // and so does every other spelling a common parser reads as it (IsCostParam; issue 31).
   std::optional<int64_t> count;
   bool valid = true;
-  util::ForEachQueryParam(query, [&](std::string_view name, std::string_view value, bool) {
-    if (name != c.query) return true;
+  auto each = [&](std::string_view name, std::string_view value, bool) {
+    if (!IsCostParam(name, c.query)) return true;
     int64_t n = 0;
     const auto [p, ec] = std::from_chars(value.data(), value.data() + value.size(), n);
     if (ec != std::errc() || p != value.data() + value.size() || n < 0) {
@@ -421,7 +494,8 @@ core::Result<int64_t> Policy::Cost(const Route& route, std::string_view query) c
     }
     count = std::max(count.value_or(0), n);
     return true;
-  });
+  };
+  util::ForEachQueryParam(query, each, "&;");
   if (!valid)
     return core::Error{"query parameter '" + c.query + "' must be a non-negative integer"};
   if (!count) return c.min;
@@ -436,7 +510,8 @@ bool Policy::IsTrusted(std::string_view peer) const {
                              [&](const Cidr& c) { return c.Contains(*addr); });
 }
 
-std::string Policy::ClientAddress(std::string_view peer, std::string_view forwarded_for) const {
+std::string Policy::ClientAddress(std::string_view peer, std::string_view forwarded_for,
+                                  bool* unparsed) const {
   auto addr = ParseAddress(peer);
   auto trusted = [&](const std::array<uint8_t, 16>& a) {
     for (const Cidr& c : trusted_)
@@ -451,8 +526,13 @@ std::string Policy::ClientAddress(std::string_view peer, std::string_view forwar
       const std::string_view hop =
           util::Trim(comma == std::string_view::npos ? rest : rest.substr(comma + 1));
       rest = comma == std::string_view::npos ? std::string_view() : rest.substr(0, comma);
-      auto a = ParseAddress(hop);
-      if (!a) break;  // garbage: keep the last address we could trust
+      auto a = ParseForwardedAddress(hop);
+      if (!a) {
+        // Garbage ("unknown", an obfuscated name): keep the last address we could trust, and
+        // say so, for the caller to count (issue 31).
+        if (unparsed) *unparsed = true;
+        break;
+      }
       addr = a;
       if (!trusted(*a)) break;
     }

@@ -32,6 +32,7 @@ constexpr const char* kEncodedControl = "encoded control byte";
 constexpr const char* kEncodedSlash = "encoded '/' or '\\' in the path";
 constexpr const char* kParameters = "';' in the path";
 constexpr const char* kHiddenDots = "dot segment behind ';', %3B, %2F or %5C";
+constexpr const char* kLookalike = "encoded look-alike of '.', '/' or '\\' in the path";
 
 bool IsVisible(Byte c) { return c > 0x20 && c < 0x7f; }
 
@@ -221,6 +222,30 @@ const char* Decode(std::string_view in, const TargetOptions& options, char*& out
 
 bool IsDots(std::string_view s) { return s == "." || s == ".."; }
 
+// Whether the decoded path (hex uppercased) holds the UTF-8 of a character that Unicode
+// normalisation (NFKC) or a "best fit" code page turns into '.', '/' or '\' (issue 31): an
+// upstream that normalises before routing would see dot segments or separators in it.
+bool HasLookalikeSeparator(std::string_view path) {
+  static constexpr std::string_view kForms[] = {
+      "%EF%BC%8E",  // U+FF0E FULLWIDTH FULL STOP
+      "%EF%BC%8F",  // U+FF0F FULLWIDTH SOLIDUS
+      "%EF%BC%BC",  // U+FF3C FULLWIDTH REVERSE SOLIDUS
+      "%E2%80%A4",  // U+2024 ONE DOT LEADER
+      "%E2%80%A5",  // U+2025 TWO DOT LEADER
+      "%EF%B9%92",  // U+FE52 SMALL FULL STOP
+      "%EF%B9%A8",  // U+FE68 SMALL REVERSE SOLIDUS
+      "%E2%88%95",  // U+2215 DIVISION SLASH
+      "%E2%81%84",  // U+2044 FRACTION SLASH
+  };
+  for (size_t at = path.find("%E"); at != std::string_view::npos; at = path.find("%E", at + 1)) {
+    const std::string_view rest = path.substr(at);
+    for (const std::string_view form : kForms) {
+      if (rest.starts_with(form)) return true;
+    }
+  }
+  return false;
+}
+
 // Whether a segment hides a "." or ".." from an upstream that splits it at ';' (Tomcat and
 // Spring strip parameters: "/..;/admin"), at an encoded ';' (decoded first, then stripped: why
 // Spring Security's firewall refuses "%3B"), or at %2F and %5C decoded into separators.
@@ -352,6 +377,9 @@ const char* CanonicalizeTargetSlow(std::string_view method, std::string_view raw
   char* w = begin;
   if (path.empty() || path.front() != '/') *w++ = '/';
   if (const char* error = Decode<true>(path, options, w)) return error;
+  if (HasLookalikeSeparator(std::string_view(begin, static_cast<size_t>(w - begin)))) {
+    return kLookalike;
+  }
   // Dot segments go after decoding, so that "%2e%2e" is one.
   if (const char* error = RemoveDotSegments(begin, w)) return error;
   const size_t path_size = static_cast<size_t>(w - begin);

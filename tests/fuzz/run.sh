@@ -4,7 +4,7 @@
 # temp dir: the repo is not modified; copy an input worth keeping into it by hand):
 #   request_head  ParseRequestHead against Beast's parser (src/http/request_head.cpp)
 #   target        CanonicalizeTarget: its contract, and Boost.URL's normalisation
-#                 (src/util/target.cpp)
+#                 (src/util/target.cpp), and the folded path of routes (src/util/path_fold.cpp)
 # A fuzzer is rebuilt when a source or a header is newer than it. Crashes are written to
 # FUZZ_DIR (default /tmp/tollgate-fuzz) as NAME-crash-*; replay one with
 # `$FUZZ_DIR/NAME_fuzz FILE`. Needs clang-14 and libclang-rt-14-dev (scripts/install-deps.sh).
@@ -27,7 +27,7 @@ fi
 sources() {
   case $1 in
     request_head) echo tests/fuzz/request_head_fuzz.cpp src/http/request_head.cpp ;;
-    target) echo tests/fuzz/target_fuzz.cpp src/util/target.cpp ;;
+    target) echo tests/fuzz/target_fuzz.cpp src/util/target.cpp src/util/path_fold.cpp ;;
     *) echo "tests/fuzz/run.sh: unknown fuzzer '$1' (request_head, target)" >&2; exit 2 ;;
   esac
 }

@@ -3,6 +3,7 @@
 // and its own canonical form, the fast path agrees with the rewrite, options only ever accept
 // more) and, differentially, that Boost.URL's own RFC 3986 normalisation agrees wherever the
 // two should (see Oracle). See tests/fuzz/run.sh and tests/fuzz/smoke.sh.
+#include <algorithm>
 #include <array>
 #include <boost/url/parse.hpp>
 #include <boost/url/src.hpp>  // Boost.URL compiled here, with the sanitizers and coverage
@@ -11,6 +12,7 @@
 #include <cstring>
 #include <string>
 #include <string_view>
+#include <tollgate/util/path_fold.hpp>
 #include <tollgate/util/target.hpp>
 
 namespace {
@@ -137,10 +139,11 @@ bool Oracle(std::string_view origin_form, Normalized& out) {
 
 // The errors for what we refuse beyond RFC 3986's grammar.
 bool IsPolicyRefusal(const char* error) {
-  for (const char* e : {"encoded control byte", "encoded '/' or '\\' in the path",
-                        "';' in the path", "dot segment behind ';', %3B, %2F or %5C",
-                        "userinfo in the authority", "scheme is not http or https", "empty host",
-                        "percent-encoding in the host", "invalid port", "invalid authority"}) {
+  for (const char* e :
+       {"encoded control byte", "encoded '/' or '\\' in the path", "';' in the path",
+        "dot segment behind ';', %3B, %2F or %5C", "userinfo in the authority",
+        "scheme is not http or https", "empty host", "percent-encoding in the host", "invalid port",
+        "invalid authority", "encoded look-alike of '.', '/' or '\\' in the path"}) {
     if (std::strcmp(error, e) == 0) return true;
   }
   return false;
@@ -267,6 +270,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       Check(internal::IsCanonicalFast(canonical));
 
     if (is_default) Differential(raw, nullptr, out);
+
+    // The folded form routes are matched against (util/path_fold.hpp): a path, lower-case,
+    // without empty or dot segments, its own fold, and PathNeedsFold never misses a change.
+    std::string folded, folded_again;
+    tollgate::util::FoldPath(out.path, folded);
+    Check(folded.starts_with('/') && folded.find("//") == std::string::npos);
+    Check(std::none_of(folded.begin(), folded.end(), [](char c) { return c >= 'A' && c <= 'Z'; }) ||
+          folded.find('%') != std::string::npos);
+    Check(folded.find("/./") == std::string::npos && folded.find("/../") == std::string::npos);
+    tollgate::util::FoldPath(folded, folded_again);
+    Check(folded_again == folded);
+    if (!tollgate::util::PathNeedsFold(out.path)) Check(folded == out.path);
   }
 
   // The methods with a form of their own.

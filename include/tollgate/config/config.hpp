@@ -57,6 +57,9 @@ struct ServerConfig {
   // instead (its limit rejects, consuming nothing).
   size_t max_held_requests = 10'000;
   size_t max_held_per_identity = 100;
+  // The default of every route's `match`: false (`route_match: fold`): routes match the
+  // folded path; true (`exact`): byte for byte.
+  bool exact_route_match = false;
   bool access_log = true;  // one JSON line per request on stdout
   // GET /admin/top's sketches, updated per decided request (about 2 % of the gateway's CPU per
   // request, 5 % with many distinct keys: docs/benchmarks.md).
@@ -224,11 +227,17 @@ struct PathPattern {
   std::vector<Segment> segments;
   bool prefix = false;
   bool templated = false;  // some segment is `{name}`
+  // Parsed from the folded path (util/path_fold.hpp) and matched against folded paths: the last
+  // literal segment also matches with a format suffix ("/v1/export" matches "/v1/export.csv").
+  bool folded = false;
 
   // Parses a route path; errors say what is wrong ("two wildcards in one segment").
   static core::Result<PathPattern> Parse(std::string_view path);
-  // Whether the canonical `path` (util/target.hpp) matches: exact patterns with or without one
-  // trailing slash, prefixes by whole segments.
+  // Parses `path` as Parse does, then folds it (util::FoldPath) and parses that: the pattern of
+  // a route matched by the folded form (the default, `match: fold`).
+  static core::Result<PathPattern> ParseFolded(std::string_view path);
+  // Whether the canonical `path` (util/target.hpp; folded when `folded`) matches: exact patterns
+  // with or without one trailing slash, prefixes by whole segments.
   bool Matches(std::string_view path) const;
   // Whether every path this pattern matches is also matched by `earlier`.
   bool CoveredBy(const PathPattern& earlier) const;
@@ -239,6 +248,16 @@ struct RouteLimitConfig {
   LimitConfig limit;  // its name, the spec every plan gets unless listed below, its scope
   // Per plan ("anonymous": callers without a key): that plan's spec, or nullopt: unlimited.
   std::map<std::string, std::optional<core::LimitSpec>> plans;
+  // `mode` (issue 31): whose mode decides whether the limit rejects. kCaller: the caller's (its
+  // key's, else its plan's); kEnforce: it rejects every caller whatever its plan's mode (only the
+  // global `mode: shadow` shadows it); kShadow: it never rejects. Default: kEnforce for scopes
+  // ip and global (they protect the upstream or slow an attacker), kCaller for key and account.
+  enum class Mode { kCaller, kEnforce, kShadow };
+  Mode mode = Mode::kCaller;
+  // `exempt_enforced_keys`: a key whose own limits are enforced skips this limit (it is neither
+  // checked nor counted); keys in shadow mode and callers without a key meet it. Moving a route
+  // from per-address to per-key limits then never lowers its protection. Default: false.
+  bool exempt_enforced_keys = false;
 };
 
 struct RouteConfig {
@@ -250,6 +269,10 @@ struct RouteConfig {
   FailMode fail_mode = FailMode::kOpen;
   RouteIdentity identity = RouteIdentity::kKey;
   std::vector<RouteLimitConfig> limits;  // at most 8; the route needs a `name`
+  // `match: exact`: the path and method compared byte for byte (an upstream known to route
+  // case-sensitively). Default (`match: fold`, or server.route_match): the folded path and the
+  // method in any case (issue 31; docs/http-contract.md, "Routes").
+  bool exact_match = false;
 };
 
 struct IdentityConfig {

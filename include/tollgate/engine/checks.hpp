@@ -53,11 +53,14 @@ size_t ChecksFor(const policy::Plan& plan, const policy::Key* key, int64_t cost,
 
 // Appends the checks of `route`'s own limits for a caller of `plan` (`key` null: anonymous)
 // after the `n` checks already in `out`; returns the new count. A limit of scope key or account
-// is skipped for an anonymous caller, and a limit `unlimited` for the plan. REQUIRES: scopes
-// filled.
+// is skipped for an anonymous caller, a limit `unlimited` for the plan, and a limit with
+// `exempt_enforced_keys` for a key whose limits are enforced. Whether a check rejects follows
+// the limit's `mode`: `caller_enforced` (the caller's mode), `global_enforced` (the global
+// `mode`, for limits that hold every caller) or never. REQUIRES: scopes filled.
 size_t AppendRouteChecks(const policy::Route& route, const policy::Plan& plan,
-                         const policy::Key* key, int64_t cost, bool enforced, const Scopes& scopes,
-                         std::span<store::Check> out, size_t n);
+                         const policy::Key* key, int64_t cost, bool caller_enforced,
+                         bool global_enforced, const Scopes& scopes, std::span<store::Check> out,
+                         size_t n);
 
 // The store scope of a request's checks into `scope`, reusing its capacity (per request on the
 // gateway's hot path): "key:<id>", "account:<id>" (plans counted per account) or "ip:<address>".

@@ -88,6 +88,10 @@ struct RouteLimit {
   config::LimitScope scope = config::LimitScope::kDefault;  // kDefault: the caller's identity
   // By Plan::index (the anonymous limits last): that plan's limit, or nullopt: unlimited.
   std::vector<std::optional<core::Limit>> per_plan;
+  // Whose mode decides whether it rejects, and whether enforced keys skip it
+  // (config::RouteLimitConfig).
+  config::RouteLimitConfig::Mode mode = config::RouteLimitConfig::Mode::kCaller;
+  bool exempt_enforced_keys = false;
 };
 
 struct Route {
@@ -103,6 +107,8 @@ struct Route {
   config::CostConfig cost;
   config::FailMode fail_mode = config::FailMode::kOpen;
   config::RouteIdentity identity = config::RouteIdentity::kKey;
+  // Matched against the folded path, methods in any case (config::RouteConfig::exact_match).
+  bool fold = true;
 };
 
 // The most requests per second `plan` admits in the long run: the lowest of its limits'
@@ -131,6 +137,9 @@ struct Cidr {
 
 // Parses "1.2.3.4", "::1", "::ffff:1.2.3.4" (and "[::1]") into IPv4-mapped IPv6 bytes.
 std::optional<std::array<uint8_t, 16>> ParseAddress(std::string_view text);
+// An X-Forwarded-For entry as load balancers write them: an address as ParseAddress takes it,
+// or with a port ("1.2.3.4:5678", "[2001:db8::7]:443"), optionally in double quotes.
+std::optional<std::array<uint8_t, 16>> ParseForwardedAddress(std::string_view hop);
 core::Result<Cidr> ParseCidr(std::string_view text);
 
 // Keys (by id), accounts, and client addresses or networks refused outright (403 `blocked`).
@@ -173,7 +182,9 @@ class Policy {
   const Key* FindById(std::string_view id) const;
   // First matching route, or the default route (identity key, cost 1, fail open). `path` is
   // canonical (util/target.hpp). Exact routes match with one trailing slash too; prefix routes
-  // match whole segments; a GET route matches HEAD.
+  // match whole segments; a GET route matches HEAD. A folding route (the default) matches the
+  // folded path (util/path_fold.hpp: case, trailing dots, full-width letters, ';' parameters,
+  // a format suffix) and the method in any case; a `match: exact` route, byte for byte.
   const Route& Match(std::string_view method, std::string_view path) const;
   // The request's cost from the route and the query string ("pages=120&x=1"). Errors are
   // client errors (400): a count that is not a non-negative integer.
@@ -181,8 +192,11 @@ class Policy {
   // The client address for limits: the peer, or the right-most X-Forwarded-For entry that is
   // not a trusted proxy when the peer is one. IPv6 is grouped by /64 ("2001:db8:0:1::/64").
   // `peer` is the socket's address as text ("10.0.0.1", "::ffff:10.0.0.1", "2001:db8::1");
-  // `forwarded_for` every X-Forwarded-For line of the request joined with ", ", in order.
-  std::string ClientAddress(std::string_view peer, std::string_view forwarded_for) const;
+  // `forwarded_for` every X-Forwarded-For line of the request joined with ", ", in order. Entries
+  // are read by ParseForwardedAddress (ports allowed); at one it cannot read, the walk stops at
+  // the last address it could, and `*unparsed` (when given) is set.
+  std::string ClientAddress(std::string_view peer, std::string_view forwarded_for,
+                            bool* unparsed = nullptr) const;
   // Whether `peer` (an address as text) is in identity.trusted_proxies.
   bool IsTrusted(std::string_view peer) const;
   // The key presented in the configured headers (Authorization: Bearer …, X-API-Key); empty
@@ -228,6 +242,7 @@ class Policy {
   std::unordered_map<std::string, size_t> by_digest_;  // raw 32-byte digest
   std::unordered_map<std::string, size_t> by_id_;
   std::vector<Route> routes_;
+  bool any_fold_ = false;  // some route folds: Match folds the path
   Route default_route_;
   std::vector<Cidr> trusted_;
   DenyList deny_;

@@ -59,6 +59,13 @@ inline uint64_t Hash64(std::string_view s, uint64_t seed = 0) {
   return XXH3_64bits_withSeed(s.data(), s.size(), ProcessSeed() ^ seed);
 }
 
+// Thread-safe. XXH3-64 of `s` under `seed` alone, with no per-process part: the same on every
+// process, machine and restart (XXH3's output is fixed from xxHash 0.8.0). For values that other
+// processes must agree on (the enforced cohort of a plan), never for tables a client can fill.
+inline uint64_t StableHash64(std::string_view s, uint64_t seed) {
+  return XXH3_64bits_withSeed(s.data(), s.size(), seed);
+}
+
 // Two 64-bit hashes of one string, for a table that needs more than 64 bits to tell keys apart.
 struct Hash128Value {
   uint64_t low;

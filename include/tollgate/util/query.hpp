@@ -20,11 +20,14 @@ std::string_view FormDecode(std::string_view in, std::string& scratch);
 // false for a parameter without '=' ("?verbose": value empty). Empty parameters ("a=1&&b=2")
 // are skipped. The views are valid during the call only. If fn returns bool, false stops the
 // walk. Allocates only for a parameter that needs decoding and does not fit in a short string.
+// `separators`: the bytes that end a parameter ("&;" for the parsers that split at ';' too:
+// Rack before 3, Python's before 3.9.2).
 template <class Fn>
-void ForEachQueryParam(std::string_view query, Fn&& fn) {
+void ForEachQueryParam(std::string_view query, Fn&& fn, std::string_view separators = "&") {
   std::string name_scratch, value_scratch;
   for (;;) {
-    const size_t amp = query.find('&');
+    const size_t amp =
+        separators.size() == 1 ? query.find(separators[0]) : query.find_first_of(separators);
     const std::string_view param = query.substr(0, amp);
     if (!param.empty()) {
       const size_t eq = param.find('=');

@@ -48,7 +48,8 @@ struct CanonicalTarget {
 // (%00-%1F, %7F; the query carries form text and keeps them encoded); by default %2F, %5C and ';'
 // in the path (see TargetOptions); and, whatever the options, a path segment with a "." or ".."
 // piece between ';', %3B, %2F or %5C
-// ("..;", "..%3B", ".%2F"), which some upstream would read as a dot segment.
+// ("..;", "..%3B", ".%2F"), which some upstream would read as a dot segment; and the encoded
+// UTF-8 of characters that normalise to '.', '/' or '\' (full-width "%EF%BC%8E" and the like).
 // Bytes RFC 3986 leaves out but clients send ("[", "]", "|", "{", "}", '"', "^", "`", "<",
 // ">") are kept as they are.
 // The path: unreserved %XX decoded (so "%2e%2e" is ".."), repeated slashes merged, then dot

@@ -174,5 +174,70 @@ TEST_F(AdmitTest, RouteLimitsFollowThePlanLimitsEachInItsScope) {
   expect(Admit("POST", "/v1/login", ""), {{"burst", ""}, {"login:attempts", ""}}, "ip:192.0.2.7");
 }
 
+// Issue 31: limits that protect the upstream or slow an attacker hold every caller whatever its
+// plan's mode; a per-address limit can exempt keys only once they are enforced.
+TEST(AdmitModes, SharedLimitsHoldShadowCallersAndExemptOnlyEnforcedKeys) {
+  for (const char* global : {"enforce", "shadow"}) {
+    auto c = config::ParseConfig(std::string("mode: ") + global + R"(
+plans:
+  dark: {mode: shadow, limits: [{name: burst, capacity: 20, refill_per_second: 1}]}
+  live: {mode: enforce, limits: [{name: burst, capacity: 20, refill_per_second: 1}]}
+keys:
+  - {key: k-dark, id: d, plan: dark}
+  - {key: k-live, id: l, plan: live}
+routes:
+  - name: search
+    path: /v1/search
+    limits:
+      - {name: mine, capacity: 5, refill_per_second: 1}
+      - {name: upstream, scope: global, capacity: 100, refill_per_second: 100}
+      - {name: addr, scope: ip, capacity: 9, refill_per_second: 1}
+      - {name: quiet, scope: ip, capacity: 9, refill_per_second: 1, mode: shadow}
+      - {name: follows, scope: ip, capacity: 9, refill_per_second: 1, mode: caller}
+      - {name: until, scope: ip, capacity: 9, refill_per_second: 1, exempt_enforced_keys: true}
+)");
+    ASSERT_TRUE(c.ok()) << c.error();
+    auto p = policy::Policy::Build(std::move(c).value());
+    ASSERT_TRUE(p.ok()) << p.error();
+    const policy::Policy& pol = **p;
+    const bool shared = std::string_view(global) == "enforce";
+    struct Want {
+      const char* key;
+      std::vector<std::pair<const char*, bool>> checks;  // name, enforced
+    };
+    const Want wants[] = {
+        {"k-dark",
+         {{"burst", false},
+          {"search:mine", false},
+          {"search:upstream", shared},
+          {"search:addr", shared},
+          {"search:quiet", false},
+          {"search:follows", false},
+          {"search:until", shared}}},
+        {"k-live",
+         {{"burst", true},
+          {"search:mine", true},
+          {"search:upstream", shared},
+          {"search:addr", shared},
+          {"search:quiet", false},
+          {"search:follows", true}}},
+    };
+    for (const Want& w : wants) {
+      std::array<store::Check, 16> checks;
+      Scopes scopes;
+      const policy::Route& route = pol.Match("GET", "/v1/search");
+      const Admission a =
+          engine::Admit(pol, route, true, pol.FindByKey(w.key), "192.0.2.7", "", std::nullopt,
+                        core::Instant::FromUnixMicros(0), checks, scopes);
+      ASSERT_EQ(a.n, w.checks.size()) << w.key << " " << global;
+      for (size_t i = 0; i < a.n; ++i) {
+        EXPECT_EQ(checks[i].name, w.checks[i].first) << w.key;
+        EXPECT_EQ(checks[i].enforced, w.checks[i].second)
+            << w.key << " " << checks[i].name << " mode " << global;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace tollgate::engine
