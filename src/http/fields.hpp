@@ -71,7 +71,8 @@ inline bool IsProxyHeader(std::string_view name) {
       "x-appengine-user-ip", "x-originating-ip", "x-remote-ip",
       "x-remote-addr",       "x-proxyuser-ip",   "x-original-forwarded-for",
       "x-url-scheme",        "front-end-https",  "x-original-url",
-      "x-rewrite-url",       "x-original-host",  "x-host",
+      "x-rewrite-url",       "x-original-uri",   "x-original-method",
+      "x-original-host",     "x-host",
   };
   if (ReadsAs(name, "x-forwarded-", true)) return true;
   return std::any_of(std::begin(kNames), std::end(kNames),

@@ -36,7 +36,8 @@ PROXY_HEADERS = [
     "CF-Connecting-IP", "CF-Connecting-IPv6", "Fastly-Client-IP", "X-Cluster-Client-IP",
     "X-Original-Forwarded-For", "X-Originating-IP", "X-Remote-IP", "X-Remote-Addr",
     "X-AppEngine-User-IP", "X-ProxyUser-IP", "X-Url-Scheme", "Front-End-Https",
-    "X-Original-URL", "X-Rewrite-URL", "X-Original-Host", "X-Host",
+    "X-Original-URL", "X-Rewrite-URL", "X-Original-URI", "X-Original-Method", "X-Original-Host",
+    "X-Host",
 ]
 # What tollgate sets by default (upstream.forwarded_headers).
 OWN = ("x-forwarded-proto", "x-forwarded-host", "x-real-ip")
