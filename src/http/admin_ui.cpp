@@ -238,8 +238,8 @@ std::string LivePage::LoadedAt() const {
   return loaded_at_;
 }
 
-std::string_view AdminBrowserRefusal(std::string_view /*path*/, std::string_view host,
-                                     std::string_view origin, std::string_view fetch_site) {
+std::string_view AdminBrowserRefusal(std::string_view host, std::string_view origin,
+                                     std::string_view fetch_site) {
   if (fetch_site == "cross-site" || fetch_site == "same-site") return "a request from another site";
   if (!origin.empty()) {
     const size_t scheme = origin.find("://");

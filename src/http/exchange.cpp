@@ -332,7 +332,7 @@ std::optional<Step> Worker::BuiltIn(Exchange& ex, Scratch& scratch, Listener lis
   }
   if (listener == Listener::kAdmin) {
     const std::string_view refused = AdminBrowserRefusal(
-        path, ex.head->Get("Host"), ex.head->Get("Origin"), ex.head->Get("Sec-Fetch-Site"));
+        ex.head->Get("Host"), ex.head->Get("Origin"), ex.head->Get("Sec-Fetch-Site"));
     if (!refused.empty()) {
       return ReplyProblem(ex, scratch, bhttp::status::forbidden, "cross_site_refused", refused);
     }

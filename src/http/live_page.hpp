@@ -48,8 +48,8 @@ class LivePage {
 // cross-site` or `same-site`, or an `Origin` other than its own `Host`): CSRF. Requests without
 // these headers (curl, scripts, Prometheus) pass. DNS rebinding (a page reading the listener
 // through a name it points at 127.0.0.1) is AdminGuard's: every admin request's Host is checked.
-std::string_view AdminBrowserRefusal(std::string_view path, std::string_view host,
-                                     std::string_view origin, std::string_view fetch_site);
+std::string_view AdminBrowserRefusal(std::string_view host, std::string_view origin,
+                                     std::string_view fetch_site);
 
 // GET /admin/ui/data: everything the page shows, one JSON object (docs/operations.md, "Live
 // page"). Answers through `reply`, maybe on another thread.
