@@ -87,10 +87,13 @@ AdminGuard::AdminGuard(std::string_view listen, const std::vector<std::string>& 
   names_.push_back("localhost");
   for (const std::string& n : names) {
     std::string_view name = n;
-    if (name.size() > 2 && name.front() == '[' && name.back() == ']') {
-      name = name.substr(1, name.size() - 2);  // an address is matched as one below
+    const bool bracketed = name.size() > 2 && name.front() == '[' && name.back() == ']';
+    if (bracketed) name = name.substr(1, name.size() - 2);
+    if (auto a = Address(name, bracketed || name.find(':') != std::string_view::npos)) {
+      addresses_.push_back(*a);  // matched however the Host spells it
+    } else {
+      names_.push_back(NameKey(name));
     }
-    names_.push_back(NameKey(name));
   }
   const auto hp = util::SplitHostPort(listen);
   const std::string host = hp ? hp->host : std::string(listen);
@@ -109,11 +112,10 @@ bool AdminGuard::HostAllowed(std::string_view value) const {
   const auto host = HostOf(value, &bracketed);
   if (!host) return false;
   if (auto a = Address(*host, bracketed)) {
-    if (wildcard_ || IsLoopback(*a) || *a == bound_) return true;
-  } else if (bracketed) {
-    return false;  // not an IPv6 address (a zone, garbage)
+    return wildcard_ || IsLoopback(*a) || *a == bound_ ||
+           std::find(addresses_.begin(), addresses_.end(), *a) != addresses_.end();
   }
-  // A configured address is compared as written, like a name.
+  if (bracketed) return false;  // not an IPv6 address (a zone, garbage)
   const std::string key = NameKey(*host);
   return std::find(names_.begin(), names_.end(), key) != names_.end();
 }

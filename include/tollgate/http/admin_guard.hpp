@@ -38,9 +38,10 @@ class AdminGuard {
 
  private:
   std::vector<std::string> names_;  // lower case, no trailing dot; "localhost" and the bound name
-  std::string bound_;               // the bound address as 16 bytes (IPv4 mapped), or empty
-  bool wildcard_ = false;           // bound to 0.0.0.0, [::] or every address
-  std::string token_digest_;        // SHA-256 of the token; empty: none
+  std::vector<std::string> addresses_;  // configured addresses, as 16 bytes (IPv4 mapped)
+  std::string bound_;                   // the bound address as 16 bytes (IPv4 mapped), or empty
+  bool wildcard_ = false;               // bound to 0.0.0.0, [::] or every address
+  std::string token_digest_;            // SHA-256 of the token; empty: none
 };
 
 }  // namespace tollgate::http

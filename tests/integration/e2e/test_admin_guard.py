@@ -142,6 +142,8 @@ REFUSED = [  # 421; a Host the parser already refuses is a 400
     ("address shortened", "127.1:{port}", {421}),
     ("address with leading zeros", "0127.0.0.1:{port}", {421}),
     ("another address", "10.11.12.13:{port}", {421}),
+    ("the any address (reaches loopback on Linux)", "0.0.0.0:{port}", {421}),
+    ("the IPv6 any address", "[::]:{port}", {421}),
     ("another IPv6 address", "[::2]:{port}", {421}),
     ("IPv6 with a zone", "[fe80::1%25lo]:{port}", {400, 421}),
     ("IPv6 without brackets", "::1", {400, 421}),

@@ -61,6 +61,18 @@ TEST(AdminGuard, BoundAddressAndNameAreItsOwn) {
   EXPECT_TRUE(named.HostAllowed("Admin.Internal:9090"));
 }
 
+TEST(AdminGuard, ConfiguredAddressesMatchAnySpellingOfThem) {
+  const AdminGuard g("127.0.0.1:9090", {"[fd00::9]", "10.0.0.9", "fd00::10"}, "");
+  EXPECT_TRUE(g.HostAllowed("[fd00::9]:9090"));
+  EXPECT_TRUE(g.HostAllowed("[FD00:0:0::9]"));
+  EXPECT_TRUE(g.HostAllowed("[fd00::10]"));
+  EXPECT_TRUE(g.HostAllowed("10.0.0.9:1"));
+  EXPECT_FALSE(g.HostAllowed("10.0.0.09"));
+  EXPECT_FALSE(g.HostAllowed("[fd00::8]"));
+  EXPECT_FALSE(g.HostAllowed("0.0.0.0:9090"));
+  EXPECT_FALSE(g.HostAllowed("[::]:9090"));
+}
+
 RequestHead WithFields(std::vector<RequestHead::Field> fields) {
   RequestHead h;
   h.method = "POST";
