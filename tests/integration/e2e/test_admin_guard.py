@@ -342,7 +342,8 @@ class AdminNoTokenTests(HostileCase):
         own = "127.0.0.1:%d" % port
         deny = "/admin/deny?kind=address&value=198.18.251.0/24"
         r = harness.http_request(port, "POST", deny, headers={"Host": "rebind.attacker.example"})
-        self.assertEqual((r.status, r.json()["code"]), (421, "host_not_allowed"), r)
+        self.assertEqual(r.status, 421, r)
+        self.assertEqual(r.json()["code"], "host_not_allowed", r)
         r = harness.http_request(port, "POST", deny,
                                  headers={"Host": own, "Origin": "http://rebind.attacker.example"})
         self.assertEqual((r.status, r.json()["code"]), (403, "cross_site_refused"), r)

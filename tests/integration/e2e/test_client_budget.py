@@ -61,9 +61,9 @@ class RateLimitEndpointTests(GatewayTestCase):
         r = gw.get("/v1/rate-limit", key=KEY)
         self.assertEqual(r.status, 200, r)
         body = r.json()
+        self.assertNotIn("path", body)  # not the upstream's echo
         self.assertEqual((body["key_id"], body["plan"]), ("k-month", "metered"), body)
         self.assertEqual(body["quota"]["period"], "month", body)
-        self.assertNotIn("path", body)  # not the upstream's echo
         # Without a key it is the caller's problem, not the upstream's.
         self.assertEqual(gw.get("/v1/rate-limit").status, 401)
         # The other built-in endpoints stay the upstream's paths by default.
