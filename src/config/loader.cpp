@@ -59,7 +59,8 @@ void ParseAdminGuard(const YAML::Node& s, ServerConfig& server) {
     }
   }
   const auto hp = util::SplitHostPort(server.admin_listen);
-  const std::string host = hp ? hp->host : "";
+  if (!hp) return;  // not host:port: refused as such at start
+  const std::string& host = hp->host;
   in_addr v4{};
   const bool loopback =
       host == "localhost" || host == "::1" ||
