@@ -3,7 +3,11 @@
 #include <fstream>
 #include <set>
 #include <sstream>
+
+#include <arpa/inet.h>
+
 #include <tollgate/config/config.hpp>
+#include <tollgate/util/host_port.hpp>
 
 #include "config/keys.hpp"
 #include "config/limits.hpp"
@@ -38,13 +42,45 @@ TargetConfig ParseTarget(const YAML::Node& n, const std::string& path) {
   return t;
 }
 
+// server.admin_token and server.admin_hosts (issue 31): an admin listener that other machines
+// can reach must ask for a token.
+void ParseAdminGuard(const YAML::Node& s, ServerConfig& server) {
+  if (s["admin_token"]) {
+    server.admin_token = Secret(s["admin_token"], "server.admin_token");
+    if (server.admin_token.empty()) Fail("server.admin_token", "must not be empty");
+  }
+  if (s["admin_hosts"]) {
+    server.admin_hosts = StrList(s["admin_hosts"], "server.admin_hosts");
+    for (size_t i = 0; i < server.admin_hosts.size(); ++i) {
+      const std::string& h = server.admin_hosts[i];
+      if (h.empty() || h.find_first_of(" \t/@?#") != std::string::npos) {
+        Fail(Index("server.admin_hosts", i), "must be a host name or address, got '" + h + "'");
+      }
+    }
+  }
+  const auto hp = util::SplitHostPort(server.admin_listen);
+  if (!hp) return;  // not host:port: refused as such at start
+  const std::string& host = hp->host;
+  in_addr v4{};
+  const bool loopback =
+      host == "localhost" || host == "::1" ||
+      (inet_pton(AF_INET, host.c_str(), &v4) == 1 && (ntohl(v4.s_addr) >> 24) == 127);
+  if (!loopback && server.admin_token.empty()) {
+    Fail("server.admin_token", "required when server.admin_listen (" + server.admin_listen +
+                                   ") is not a loopback address");
+  }
+}
+
 void ParseServer(const YAML::Node& s, ServerConfig& server) {
-  OnlyKeys(s, "server",
-           {"listen", "admin_listen", "threads", "max_connections", "max_connections_per_address",
-            "admin_max_connections", "max_header_bytes", "max_body_bytes", "header_timeout_ms",
-            "idle_timeout_ms", "drain_timeout_ms", "access_log", "request_target",
-            "max_held_requests", "max_held_per_identity", "shutdown_delay_ms", "public_endpoints",
-            "top_offenders", "route_match"});
+  // clang-format off
+  OnlyKeys(
+      s, "server",
+      {"listen", "admin_listen", "threads", "max_connections", "max_connections_per_address",
+       "admin_max_connections", "max_header_bytes", "max_body_bytes", "header_timeout_ms",
+       "idle_timeout_ms", "drain_timeout_ms", "access_log", "request_target", "max_held_requests",
+       "max_held_per_identity", "shutdown_delay_ms", "public_endpoints", "top_offenders",
+       "admin_token", "admin_hosts", "route_match"});
+  // clang-format on
   if (s["listen"]) server.listen = Str(s["listen"], "server.listen");
   if (s["admin_listen"]) server.admin_listen = Str(s["admin_listen"], "server.admin_listen");
   Set(s, "threads", "server", server.threads, 0, 256);
@@ -61,7 +97,7 @@ void ParseServer(const YAML::Node& s, ServerConfig& server) {
   Set(s, "shutdown_delay_ms", "server", server.shutdown_delay_ms, 0, 600'000);
   if (const YAML::Node pe = s["public_endpoints"]) {
     auto& e = server.public_endpoints;
-    e = {.health = false};
+    e = {.health = false, .rate_limit = false};
     const std::vector<std::string> names = StrList(pe, "server.public_endpoints");
     for (size_t i = 0; i < names.size(); ++i) {
       bool* flag = names[i] == "health"       ? &e.health
@@ -84,13 +120,34 @@ void ParseServer(const YAML::Node& s, ServerConfig& server) {
     server.exact_route_match = internal::ParseEnum<bool>(
         m, "server.route_match", {{"fold", false}, {"exact", true}}, "fold or exact");
   }
+  ParseAdminGuard(s, server);
 }
 
 void ParseUpstream(const YAML::Node& u, UpstreamConfig& upstream) {
   OnlyKeys(u, "upstream",
            {"url", "connect_timeout_ms", "timeout_ms", "max_connections", "queue_size",
-            "queue_timeout_ms"});
+            "queue_timeout_ms", "forwarded_headers"});
   if (u["url"]) upstream.url = Str(u["url"], "upstream.url");
+  if (const YAML::Node fh = u["forwarded_headers"]) {  // issue 31: the list replaces the default
+    auto& h = upstream.forwarded_headers;
+    h = {false, false, false, false, false};
+    const std::vector<std::string> names = StrList(fh, "upstream.forwarded_headers");
+    for (size_t i = 0; i < names.size(); ++i) {
+      bool* flag = names[i] == "x_forwarded_proto"  ? &h.x_forwarded_proto
+                   : names[i] == "x_forwarded_host" ? &h.x_forwarded_host
+                   : names[i] == "x_forwarded_port" ? &h.x_forwarded_port
+                   : names[i] == "x_real_ip"        ? &h.x_real_ip
+                   : names[i] == "forwarded"        ? &h.forwarded
+                                                    : nullptr;
+      if (!flag) {
+        Fail(Index("upstream.forwarded_headers", i),
+             "must be x_forwarded_proto, x_forwarded_host, x_forwarded_port, x_real_ip or "
+             "forwarded, got '" +
+                 names[i] + "'");
+      }
+      *flag = true;
+    }
+  }
   if (upstream.url.rfind("http://", 0) != 0) Fail("upstream.url", "must start with http://");
   Set(u, "connect_timeout_ms", "upstream", upstream.connect_timeout_ms, 1, 600'000);
   Set(u, "timeout_ms", "upstream", upstream.timeout_ms, 1, 3'600'000);

@@ -181,6 +181,40 @@ Step Worker::AdminDeny(Exchange& ex, Scratch& scratch) {
                ex.path == "/admin/deny" ? "{\"status\":\"added\"}" : "{\"status\":\"removed\"}");
 }
 
+// Before any admin endpoint, /healthz and /metrics included: a request whose Host (and
+// absolute-form target) is not the listener's own is refused, as a page reaching 127.0.0.1
+// through a name that an attacker points there sends its own name (DNS rebinding).
+std::optional<Step> Worker::AdminGuardRefusal(Exchange& ex, Scratch& scratch) {
+  const std::string_view host = ex.head->Get("Host");
+  if (gw.admin_guard.HostAllowed(host) &&
+      (ex.authority.empty() || gw.admin_guard.HostAllowed(ex.authority))) {
+    return std::nullopt;
+  }
+  gw.metrics.Counter("tollgate_admin_refused_total", "reason=\"host\"")
+      .fetch_add(1, std::memory_order_relaxed);
+  return ReplyProblem(ex, scratch, bhttp::status::misdirected_request, "host_not_allowed",
+                      "the admin listener answers localhost, its own addresses and "
+                      "server.admin_hosts only");
+}
+
+// Every admin request but GET and HEAD changes something: with server.admin_token set it
+// needs `Authorization: Bearer <token>` (never a query parameter: those end up in logs).
+std::optional<Step> Worker::AdminTokenRefusal(Exchange& ex, Scratch& scratch) {
+  if (!gw.admin_guard.token_required() || !AdminGuard::Mutates(ex.method)) return std::nullopt;
+  const AdminGuard::Token t = gw.admin_guard.CheckToken(*ex.head);
+  if (t == AdminGuard::Token::kOk) return std::nullopt;
+  const bool missing = t == AdminGuard::Token::kMissing;
+  gw.metrics.Counter("tollgate_admin_refused_total", "reason=\"token\"")
+      .fetch_add(1, std::memory_order_relaxed);
+  return ReplyProblem(
+      ex, scratch, bhttp::status::unauthorized,
+      missing ? "admin_token_required" : "invalid_admin_token",
+      missing ? "this admin request needs Authorization: Bearer <server.admin_token>"
+              : "the admin token is not server.admin_token",
+      missing ? "WWW-Authenticate: Bearer realm=\"tollgate-admin\"\r\n"
+              : "WWW-Authenticate: Bearer realm=\"tollgate-admin\", error=\"invalid_token\"\r\n");
+}
+
 // GET /admin/top?by=rejected|admitted&of=key|address&window=60&n=20: the heaviest callers of
 // the last `window` seconds (at most 300), merged over the workers' sketches.
 Step Worker::AdminTop(Exchange& ex, Scratch& scratch) {

@@ -6,8 +6,6 @@
 #include <map>
 #include <tuple>
 
-#include <arpa/inet.h>
-
 #include <boost/json/parse.hpp>
 #include <boost/json/serialize.hpp>
 
@@ -31,76 +29,123 @@ constexpr size_t kMaxUsageRows = 100;
 
 json::value OrNull(const std::optional<int64_t>& v) { return v ? json::value(*v) : nullptr; }
 
-// One account's usage over a period: cost admitted (what its quota counted) and requests.
+// Usage over a period: cost admitted (what a quota counted) and requests.
 struct PeriodUsage {
   usage::UsageCounts counts;
   int64_t Used() const { return counts.cost[0] + counts.cost[1] + counts.cost[2]; }
 };
 
-struct AccountUsage {
-  const policy::Key* key = nullptr;  // one of its keys: its plan's quotas apply
-  std::string plan;
+// One row of the page's usage table: one budget that quotas count against (issue 31). A key of a
+// plan whose quotas count per key is a row of its own; the keys of one account on a plan whose
+// quotas all count per account share a row. Each period shows the quota it is counted against,
+// with the usage of every key counting into that quota's counter, whatever its row.
+struct BudgetRow {
+  std::string account, plan, key_id;  // key_id empty: the row is the account's on this plan
+  const policy::Key* key = nullptr;   // one of its keys: its plan's limits (and overrides) apply
   size_t keys = 0;
-  PeriodUsage day, month;
+  bool seen = false;
+  PeriodUsage day, month;  // the row's own keys
 };
 
-// The plan's quota of `period` (a key's override of it when one is in force), as the page
-// shows it: allowance, ceiling, and whose budget counts.
-json::object PeriodJson(const AccountUsage& a, const PeriodUsage& u, core::Period period,
+// The quota of `period` of the key's plan (its plan's first), or nullptr.
+const policy::NamedLimit* QuotaOf(const policy::Key& key, core::Period period) {
+  for (const policy::NamedLimit& l : key.plan->limits) {
+    if (l.limit.algorithm() != core::Algorithm::kQuota) continue;
+    if (std::get<core::Quota>(l.limit.impl()).period() == period) return &l;
+  }
+  return nullptr;
+}
+
+// The store counter a quota of `key` counts into: one per key or per account, per limit.
+std::string CounterOf(const policy::Key& key, const policy::NamedLimit& l) {
+  return (l.scope == config::LimitScope::kAccount ? "account:" + key.account : "key:" + key.id) +
+         '\0' + l.check_name;
+}
+
+bool CountsPerKey(const policy::Key& key) {
+  bool quotas = false;
+  for (const policy::NamedLimit& l : key.plan->limits) {
+    if (l.limit.algorithm() != core::Algorithm::kQuota) continue;
+    quotas = true;
+    if (l.scope != config::LimitScope::kAccount) return true;
+  }
+  return !quotas && !key.plan->per_account;
+}
+
+using Counters = std::map<std::string, PeriodUsage>;
+
+json::object PeriodJson(const BudgetRow& row, const Counters& counters, core::Period period,
                         core::Instant now) {
-  json::object o{{"used", u.Used()},
-                 {"requests", u.counts.requests[0] + u.counts.requests[1] + u.counts.requests[2]},
-                 {"rejected", u.counts.requests[3]},
+  const PeriodUsage& own = period == core::Period::kDay ? row.day : row.month;
+  const policy::NamedLimit* quota = row.key ? QuotaOf(*row.key, period) : nullptr;
+  const PeriodUsage* shown = &own;
+  if (quota) {
+    const auto it = counters.find(CounterOf(*row.key, *quota));
+    if (it != counters.end()) shown = &it->second;
+  }
+  const usage::UsageCounts& c = shown->counts;
+  json::object o{{"used", shown->Used()},
+                 {"requests", c.requests[0] + c.requests[1] + c.requests[2]},
+                 {"rejected", c.requests[3]},
                  {"allowance", nullptr},
                  {"ceiling", nullptr}};
-  if (!a.key) return o;
-  const policy::Plan& plan = *a.key->plan;
-  for (size_t i = 0; i < plan.limits.size(); ++i) {
-    const core::Limit& limit = a.key->LimitAt(i, now);
-    if (limit.algorithm() != core::Algorithm::kQuota) continue;
-    const auto& q = std::get<core::Quota>(limit.impl());
-    if (q.period() != period) continue;
-    o["allowance"] = OrNull(q.allowance());
-    o["ceiling"] = OrNull(q.ceiling());
-    o["per"] = plan.limits[i].scope == config::LimitScope::kAccount ? "account" : "key";
-    break;
-  }
+  if (!quota) return o;
+  const size_t index = static_cast<size_t>(quota - row.key->plan->limits.data());
+  const auto& q = std::get<core::Quota>(row.key->LimitAt(index, now).impl());
+  o["allowance"] = OrNull(q.allowance());
+  o["ceiling"] = OrNull(q.ceiling());
+  o["per"] = quota->scope == config::LimitScope::kAccount ? "account" : "key";
   return o;
 }
 
 json::array UsageRows(const policy::Policy& pol, core::Instant now,
                       const std::vector<usage::UsageRecord>& day,
                       const std::vector<usage::UsageRecord>& month) {
-  std::map<std::string, AccountUsage> accounts;
-  auto add = [&](const usage::UsageRecord& r, PeriodUsage AccountUsage::*period) {
-    AccountUsage& a = accounts[r.account];
-    (a.*period).counts.Add(r.counts);
-    if (const policy::Key* key = pol.FindById(r.key_id); key && !a.key) {
-      a.key = key;
-      a.plan = key->plan->name;
+  std::map<std::string, BudgetRow> rows;
+  Counters counters[2];  // day, month
+  auto add = [&](const usage::UsageRecord& r, bool is_month) {
+    const policy::Key* key = pol.FindById(r.key_id);
+    const bool per_key = !key || CountsPerKey(*key);
+    const std::string plan = key ? key->plan->name : "";
+    BudgetRow& row = rows[r.account + '\0' + plan + '\0' + (per_key ? r.key_id : "")];
+    if (!row.seen) {
+      row.seen = true;
+      row.account = r.account;
+      row.plan = plan;
+      if (per_key) row.key_id = r.key_id;
+    }
+    if (!row.key) row.key = key;
+    (is_month ? row.month : row.day).counts.Add(r.counts);
+    if (is_month) ++row.keys;
+    if (!key) return;
+    const core::Period period = is_month ? core::Period::kMonth : core::Period::kDay;
+    for (const policy::NamedLimit& l : key->plan->limits) {
+      if (l.limit.algorithm() != core::Algorithm::kQuota ||
+          std::get<core::Quota>(l.limit.impl()).period() != period) {
+        continue;
+      }
+      counters[is_month][CounterOf(*key, l)].counts.Add(r.counts);
     }
   };
-  for (const auto& r : month) {
-    add(r, &AccountUsage::month);
-    ++accounts[r.account].keys;
-  }
-  for (const auto& r : day) add(r, &AccountUsage::day);
-  std::vector<const std::pair<const std::string, AccountUsage>*> order;
-  for (const auto& entry : accounts) order.push_back(&entry);
-  std::stable_sort(order.begin(), order.end(), [](const auto* a, const auto* b) {
-    return a->second.month.Used() > b->second.month.Used();
+  for (const auto& r : month) add(r, true);
+  for (const auto& r : day) add(r, false);
+  std::vector<const BudgetRow*> order;
+  for (const auto& entry : rows) order.push_back(&entry.second);
+  std::stable_sort(order.begin(), order.end(), [](const BudgetRow* a, const BudgetRow* b) {
+    return a->month.Used() > b->month.Used();
   });
   if (order.size() > kMaxUsageRows) order.resize(kMaxUsageRows);
-  json::array rows;
-  for (const auto* entry : order) {
-    const AccountUsage& a = entry->second;
-    rows.push_back(json::object{{"account", entry->first},
-                                {"plan", a.plan},
-                                {"keys", a.keys},
-                                {"day", PeriodJson(a, a.day, core::Period::kDay, now)},
-                                {"month", PeriodJson(a, a.month, core::Period::kMonth, now)}});
+  json::array out;
+  for (const BudgetRow* row : order) {
+    out.push_back(
+        json::object{{"account", row->account},
+                     {"key", row->key_id.empty() ? json::value(nullptr) : json::value(row->key_id)},
+                     {"plan", row->plan},
+                     {"keys", row->keys},
+                     {"day", PeriodJson(*row, counters[0], core::Period::kDay, now)},
+                     {"month", PeriodJson(*row, counters[1], core::Period::kMonth, now)}});
   }
-  return rows;
+  return out;
 }
 
 json::array TopItems(const metrics::SpaceSaving& sketch, std::string_view of) {
@@ -193,35 +238,14 @@ std::string LivePage::LoadedAt() const {
   return loaded_at_;
 }
 
-namespace {
-
-// The host of a Host value or an Origin's authority, without its port ("[::1]" keeps brackets).
-std::string_view HostOnly(std::string_view authority) {
-  if (authority.starts_with('[')) return authority.substr(0, authority.find(']') + 1);
-  return authority.substr(0, authority.find(':'));
-}
-
-bool LiteralOrLocalhost(std::string_view host) {
-  if (host == "localhost" || (host.size() > 2 && host.front() == '[' && host.back() == ']')) {
-    return true;
-  }
-  in_addr v4{};
-  return !host.empty() && inet_pton(AF_INET, std::string(host).c_str(), &v4) == 1;
-}
-
-}  // namespace
-
-std::string_view AdminBrowserRefusal(std::string_view path, std::string_view host,
-                                     std::string_view origin, std::string_view fetch_site) {
+std::string_view AdminBrowserRefusal(std::string_view host, std::string_view origin,
+                                     std::string_view fetch_site) {
   if (fetch_site == "cross-site" || fetch_site == "same-site") return "a request from another site";
   if (!origin.empty()) {
     const size_t scheme = origin.find("://");
     if (scheme == std::string_view::npos || origin.substr(scheme + 3) != host) {
       return "a request from another origin";
     }
-  }
-  if (path.starts_with("/admin/ui") && !host.empty() && !LiteralOrLocalhost(HostOnly(host))) {
-    return "the live page answers to an IP address or localhost only";
   }
   return {};
 }

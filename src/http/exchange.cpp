@@ -315,6 +315,9 @@ std::optional<Step> Worker::BuiltIn(Exchange& ex, Scratch& scratch, Listener lis
   // The built-in endpoints: all on the admin listener, those of server.public_endpoints on the
   // gateway listener (the others are the upstream's paths there).
   const auto& pub = gw.server.public_endpoints;
+  if (ex.admin) {
+    if (auto refused = AdminGuardRefusal(ex, scratch)) return refused;
+  }
   if (method == "GET" && (ex.admin || pub.health)) {
     if (path == "/healthz") return Reply(ex, scratch, bhttp::status::ok, "{\"status\":\"ok\"}");
     if (path == "/readyz") {
@@ -330,10 +333,11 @@ std::optional<Step> Worker::BuiltIn(Exchange& ex, Scratch& scratch, Listener lis
   }
   if (listener == Listener::kAdmin) {
     const std::string_view refused = AdminBrowserRefusal(
-        path, ex.head->Get("Host"), ex.head->Get("Origin"), ex.head->Get("Sec-Fetch-Site"));
+        ex.head->Get("Host"), ex.head->Get("Origin"), ex.head->Get("Sec-Fetch-Site"));
     if (!refused.empty()) {
       return ReplyProblem(ex, scratch, bhttp::status::forbidden, "cross_site_refused", refused);
     }
+    if (auto refused_token = AdminTokenRefusal(ex, scratch)) return refused_token;
     // The caller's own limits and usage (Identify), by the key the request presents.
     if (method == "GET" && (path == "/v1/rate-limit" || path == "/v1/usage")) return std::nullopt;
     if (method == "POST" && path == "/admin/reload") {

@@ -56,6 +56,29 @@ inline bool IsHopByHopOrFraming(std::string_view name) {
   return Classify(name) != FieldKind::kEndToEnd;
 }
 
+// Fields through which a proxy tells the upstream who the client is and how it reached the
+// proxy (issue 31): every X-Forwarded-* (For, Host, Proto, Port, Prefix, Server, Scheme, Ssl,
+// Uri, Method...), Forwarded (RFC 7239) and the client-address fields that common frameworks
+// and CDNs read, and the original-URL fields that make some upstreams route elsewhere. In
+// any case and with '_' for '-' (CGI, WSGI, PHP). Believed only from a trusted proxy: the
+// forwarder drops them from any other peer (docs/http-contract.md, "Proxy headers").
+inline bool IsProxyHeader(std::string_view name) {
+  static constexpr std::string_view kNames[] = {
+      "forwarded",           "forwarded-for",    "x-forwarded",
+      "x-real-ip",           "x-client-ip",      "client-ip",
+      "true-client-ip",      "cf-connecting-ip", "cf-connecting-ipv6",
+      "cf-pseudo-ipv4",      "fastly-client-ip", "x-cluster-client-ip",
+      "x-appengine-user-ip", "x-originating-ip", "x-remote-ip",
+      "x-remote-addr",       "x-proxyuser-ip",   "x-original-forwarded-for",
+      "x-url-scheme",        "front-end-https",  "x-original-url",
+      "x-rewrite-url",       "x-original-uri",   "x-original-method",
+      "x-original-host",     "x-host",
+  };
+  if (ReadsAs(name, "x-forwarded-", true)) return true;
+  return std::any_of(std::begin(kNames), std::end(kNames),
+                     [name](std::string_view n) { return ReadsAs(name, n); });
+}
+
 // Appends the end-to-end fields as "Name: value\r\n" lines. Dropped: hop-by-hop and framing
 // fields, those named in Connection, and those `skip` says the gateway sets itself.
 // `for_each(fn)` calls fn(name, value) for each field, in order.

@@ -10,6 +10,75 @@
 
 namespace tollgate::http {
 
+namespace {
+
+// The address in one X-Forwarded-For entry ("1.2.3.4", "1.2.3.4:5678", "[2001:db8::7]:443",
+// "2001:db8::7"), or empty when it holds none.
+std::string_view EntryAddress(std::string_view e) {
+  while (!e.empty() && (e.front() == ' ' || e.front() == '\t')) e.remove_prefix(1);
+  while (!e.empty() && (e.back() == ' ' || e.back() == '\t')) e.remove_suffix(1);
+  if (e.starts_with('[')) {
+    const size_t close = e.find(']');
+    e = close == std::string_view::npos ? std::string_view() : e.substr(1, close - 1);
+  } else if (e.find(':') == e.rfind(':') && e.find(':') != std::string_view::npos) {
+    e = e.substr(0, e.find(':'));  // IPv4 with a port
+  }
+  return policy::ParseAddress(e) ? e : std::string_view();
+}
+
+bool Sent(const RequestHead& req, std::string_view name) {
+  return std::any_of(req.fields.begin(), req.fields.end(), [name](const RequestHead::Field& f) {
+    return util::EqualsIgnoreCase(f.name, name);
+  });
+}
+
+}  // namespace
+
+// The client's address as X-Real-IP and Forwarded's for= give it: the peer, or behind a
+// trusted proxy the right-most X-Forwarded-For entry that is not one (as Policy::ClientAddress
+// walks it, but the address itself, not its /64). Empty when an entry holds no address.
+std::string_view Worker::ClientIp(const Exchange& ex, bool trusted) {
+  if (!trusted || ex.forwarded_for.empty()) return ex.peer_ip;
+  std::string_view list = ex.forwarded_for, last;
+  while (!list.empty()) {
+    const size_t comma = list.rfind(',');
+    const std::string_view entry = comma == std::string_view::npos ? list : list.substr(comma + 1);
+    list = comma == std::string_view::npos ? std::string_view() : list.substr(0, comma);
+    last = EntryAddress(entry);
+    if (last.empty() || !ex.policy->IsTrusted(last)) return last;
+  }
+  return last;  // every entry a trusted proxy: the left-most
+}
+
+// The proxy headers of upstream.forwarded_headers (X-Forwarded-For is the caller's): ours
+// alone from an untrusted peer (its own were dropped); behind a trusted proxy, what it sent is
+// kept and ours fills in what it did not send. Forwarded gets our element appended.
+void Worker::AppendProxyHeaders(const Exchange& ex, bool trusted, std::string_view host,
+                                util::StringAppender& head) {
+  const auto& want = gw.upstream_config.forwarded_headers;
+  const RequestHead& req = *ex.head;
+  auto ours = [&](bool on, std::string_view name) { return on && !(trusted && Sent(req, name)); };
+  if (ours(want.x_forwarded_proto, "X-Forwarded-Proto")) head << "X-Forwarded-Proto: http\r\n";
+  if (ours(want.x_forwarded_host, "X-Forwarded-Host") && !host.empty()) {
+    head << "X-Forwarded-Host: " << host << "\r\n";
+  }
+  if (ours(want.x_forwarded_port, "X-Forwarded-Port")) {
+    const size_t colon = gw.server.listen.rfind(':');
+    head << "X-Forwarded-Port: " << std::string_view(gw.server.listen).substr(colon + 1) << "\r\n";
+  }
+  if (ours(want.x_real_ip, "X-Real-IP")) {
+    const std::string_view ip = ClientIp(ex, trusted);
+    if (!ip.empty()) head << "X-Real-IP: " << ip << "\r\n";
+  }
+  if (want.forwarded) {
+    // RFC 7239: this hop's element; an IPv6 node and a host with a port are quoted.
+    const bool v6 = ex.peer_ip.find(':') != std::string_view::npos;
+    head << "Forwarded: for=" << (v6 ? "\"[" : "") << ex.peer_ip << (v6 ? "]\"" : "");
+    if (!host.empty()) head << ";host=\"" << host << "\"";
+    head << ";proto=http\r\n";
+  }
+}
+
 // Forwards the request to the upstream and relays its response (Step::kForward).
 // The request's head as the upstream gets it, into scratch.out: the canonical target (the one
 // that was matched and costed, issue 18), the client's end-to-end fields but for those that
@@ -28,7 +97,13 @@ void Worker::RenderForwardHead(Exchange& ex, Scratch& scratch) {
   head << " HTTP/1.1\r\n";
   const bool replace_host = !ex.authority.empty();  // an absolute-form target names the host
   const auto& key_headers = ex.policy->config().identity.api_key_headers;
+  const bool trusted = ex.policy->IsTrusted(ex.peer_ip);
   AppendEndToEnd(req, head, [&](std::string_view name) {
+    // Proxy headers (who the client is, how it came): a trusted proxy's, as it spelt them;
+    // from anyone else, or spelt with '_', never (issue 31).
+    if (IsProxyHeader(name) && (!trusted || name.find('_') != std::string_view::npos)) {
+      return true;
+    }
     // Ours: the whole X-Tollgate- family, X-Forwarded-For and X-Request-Id (the client's, when
     // sane, is forwarded as ours), in any spelling an upstream
     // may read as them ('_' for '-': CGI, WSGI, PHP); and a key header spelt with '_',
@@ -50,6 +125,7 @@ void Worker::RenderForwardHead(Exchange& ex, Scratch& scratch) {
   }
   head << "X-Forwarded-For: " << ex.forwarded_for << (ex.forwarded_for.empty() ? "" : ", ")
        << ex.peer << "\r\nX-Request-Id: " << RequestId(ex) << "\r\n";
+  AppendProxyHeaders(ex, trusted, replace_host ? ex.authority : req.Get("Host"), head);
   if (ex.key)
     head << "X-Tollgate-Key-Id: " << ex.key->id << "\r\nX-Tollgate-Plan: " << ex.plan->name
          << "\r\n";

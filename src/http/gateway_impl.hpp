@@ -28,6 +28,7 @@
 #include <tollgate/engine/checks.hpp>
 #include <tollgate/engine/deny_cache.hpp>
 #include <tollgate/engine/engine.hpp>
+#include <tollgate/http/admin_guard.hpp>
 #include <tollgate/http/gateway.hpp>
 #include <tollgate/http/request_head.hpp>
 #include <tollgate/metrics/metrics.hpp>
@@ -120,6 +121,7 @@ struct Gateway::Impl {
 
   std::string config_path;
   const config::ServerConfig server;  // not reloadable: needs a restart
+  const AdminGuard admin_guard{server.admin_listen, server.admin_hosts, server.admin_token};
   const config::UpstreamConfig upstream_config;
   const UpstreamTarget upstream;
 

@@ -44,13 +44,12 @@ class LivePage {
 };
 
 // Why a request to the admin listener is refused as a browser's from elsewhere, or "" when it is
-// not (docs/operations.md, "Live page"). Any admin request: one another site's page sent
-// (`Sec-Fetch-Site: cross-site` or `same-site`, or an `Origin` other than its own `Host`): CSRF.
-// The page and its data (`/admin/ui*`): also a `Host` that is not an IP address or `localhost`,
-// which is how a page reads a listener on 127.0.0.1 through a name it points there (DNS
-// rebinding). Requests without these headers (curl, scripts, Prometheus) pass.
-std::string_view AdminBrowserRefusal(std::string_view path, std::string_view host,
-                                     std::string_view origin, std::string_view fetch_site);
+// not (docs/operations.md, "Live page"): one another site's page sent (`Sec-Fetch-Site:
+// cross-site` or `same-site`, or an `Origin` other than its own `Host`): CSRF. Requests without
+// these headers (curl, scripts, Prometheus) pass. DNS rebinding (a page reading the listener
+// through a name it points at 127.0.0.1) is AdminGuard's: every admin request's Host is checked.
+std::string_view AdminBrowserRefusal(std::string_view host, std::string_view origin,
+                                     std::string_view fetch_site);
 
 // GET /admin/ui/data: everything the page shows, one JSON object (docs/operations.md, "Live
 // page"). Answers through `reply`, maybe on another thread.

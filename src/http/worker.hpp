@@ -242,6 +242,10 @@ struct Worker {
              std::string_view headers = {}, std::string_view type = "application/json");
   Step AdminDeny(Exchange& ex, Scratch& scratch);
   Step AdminTop(Exchange& ex, Scratch& scratch);
+  // The admin listener's guard (admin.cpp, issue 31): 421 for a Host not on its allow-list,
+  // 401 for a request that changes something without the admin token.
+  std::optional<Step> AdminGuardRefusal(Exchange& ex, Scratch& scratch);
+  std::optional<Step> AdminTokenRefusal(Exchange& ex, Scratch& scratch);
   // An error of ours: an RFC 9457 problem (contract::ProblemBody) with its stable code.
   Step ReplyProblem(Exchange& ex, Scratch& scratch, bhttp::status status, std::string_view code,
                     std::string_view detail, std::string_view headers = {});
@@ -266,6 +270,10 @@ struct Worker {
     bool keep = false;     // the client connection stays open
   };
   void RenderForwardHead(Exchange& ex, Scratch& scratch);
+  // forward.cpp: the proxy headers tollgate sets (upstream.forwarded_headers, issue 31).
+  void AppendProxyHeaders(const Exchange& ex, bool trusted, std::string_view host,
+                          util::StringAppender& head);
+  static std::string_view ClientIp(const Exchange& ex, bool trusted);
   net::awaitable<beast::error_code> SendOnce(Conn& stream, beast::flat_buffer& buffer,
                                              Scratch& scratch, UpstreamTry& t);
   net::awaitable<beast::error_code> ReadOtherHead(UpstreamConnection& up, bool is_head,

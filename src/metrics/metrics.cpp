@@ -39,6 +39,9 @@ constexpr Family kFamilies[] = {
     {"tollgate_bad_requests_total", "counter",
      "Requests refused with 400 before any decision, by code (invalid_request_target, "
      "invalid_host, invalid_transfer_encoding)."},
+    {"tollgate_admin_refused_total", "counter",
+     "Admin listener requests refused, by reason: host (421, a Host not on its allow-list) or "
+     "token (401, a change without server.admin_token)."},
     {"tollgate_upstream_busy_total", "counter",
      "Requests answered 503 upstream_busy: every upstream connection busy, the queue full or the "
      "wait too long."},

@@ -45,10 +45,10 @@ struct ServerConfig {
   int shutdown_delay_ms = 0;
   // Built-in endpoints the gateway listener answers itself rather than forwarding: `health`
   // (/healthz, /readyz), `rate_limit` (GET /v1/rate-limit), `usage` (GET /v1/usage), `metrics`
-  // (/metrics). The admin listener answers all of them.
+  // (/metrics). The admin listener answers all of them. Default: health and rate_limit.
   struct PublicEndpoints {
     bool health = true;
-    bool rate_limit = false;
+    bool rate_limit = true;  // a client API (issue 31): off when the upstream owns the path
     bool usage = false;
     bool metrics = false;
   } public_endpoints;
@@ -64,6 +64,13 @@ struct ServerConfig {
   // GET /admin/top's sketches, updated per decided request (about 2 % of the gateway's CPU per
   // request, 5 % with many distinct keys: docs/benchmarks.md).
   bool top_offenders = true;
+  // The admin API's bearer token (docs/configuration.md, "server"): every admin request but GET
+  // and HEAD needs `Authorization: Bearer <token>`. A secret (`${ENV}`, `file:PATH`). Empty
+  // (default): none asked, allowed only while admin_listen is a loopback address.
+  std::string admin_token;
+  // Host names the admin listener answers besides localhost, loopback and its own address
+  // (DNS rebinding: any other Host gets 421). Default: none.
+  std::vector<std::string> admin_hosts;
 };
 
 struct UpstreamConfig {
@@ -75,6 +82,16 @@ struct UpstreamConfig {
   // it, or after queue_timeout_ms of waiting, 503 upstream_busy.
   size_t queue_size = 1'024;
   int queue_timeout_ms = 1'000;
+  // The proxy headers tollgate sets on a forwarded request (docs/http-contract.md, "Proxy
+  // headers"); X-Forwarded-For is always set. From a peer that is not in
+  // identity.trusted_proxies every proxy header is dropped first; a trusted proxy's are kept.
+  struct ForwardedHeaders {
+    bool x_forwarded_proto = true;
+    bool x_forwarded_host = true;
+    bool x_forwarded_port = false;
+    bool x_real_ip = true;
+    bool forwarded = false;  // RFC 7239: for=, host=, proto=
+  } forwarded_headers;
 };
 
 struct StoreConfig {

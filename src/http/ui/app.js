@@ -167,9 +167,10 @@
       const y0 = top + i * rowH;
       g.fillStyle = '#1b1f24';
       g.textAlign = 'left';
-      let label = a.account;
+      const name = a.key !== null ? a.account + ' / ' + a.key : a.account;
+      let label = name;
       while (label.length > 3 && g.measureText(label).width > labelW - 8) label = label.slice(0, -2);
-      g.fillText(label === a.account ? label : label + '\u2026', 4, y0 + 18);
+      g.fillText(label === name ? label : label + '\u2026', 4, y0 + 18);
       [['today', 'day'], ['month', 'month']].forEach(([what, period], j) => {
         const p = a[period];
         const y = y0 + j * 15, barH = 12;
@@ -238,6 +239,8 @@
     fill('usage', data.usage.accounts, (tr, a) => {
       cell(tr, a.account);
       cell(tr, a.plan);
+      // Whose budget the quotas count: this key, or the account's keys on this plan.
+      cell(tr, a.key !== null ? 'key ' + a.key : 'account (' + a.keys + ' keys)');
       for (const p of [a.day, a.month]) {
         cell(tr, count(p.used), true);
         cell(tr, count(p.allowance), true);
@@ -246,6 +249,34 @@
       cell(tr, count(a.month.rejected), true);
     });
   }
+
+  // The admin token (server.admin_token), asked once when a change is refused with 401 and
+  // kept for this tab only (sessionStorage); sent as a bearer token, never in a URL.
+  const TOKEN_KEY = 'tollgate-admin-token';
+  async function change(path) {
+    for (let attempt = 0; attempt < 2; ++attempt) {
+      const token = sessionStorage.getItem(TOKEN_KEY);
+      const headers = token ? {Authorization: 'Bearer ' + token} : {};
+      const response = await fetch(path, {method: 'POST', headers, cache: 'no-store'});
+      if (response.status !== 401) return response;
+      sessionStorage.removeItem(TOKEN_KEY);
+      const asked = window.prompt('Admin token (server.admin_token):');
+      if (!asked) return response;
+      sessionStorage.setItem(TOKEN_KEY, asked.trim());
+    }
+    return fetch(path, {method: 'POST', cache: 'no-store',
+                        headers: {Authorization: 'Bearer ' + sessionStorage.getItem(TOKEN_KEY)}});
+  }
+  $('reload').addEventListener('click', async () => {
+    try {
+      const response = await change('/admin/reload');
+      const body = await response.json();
+      $('reload-result').textContent = response.ok ? 'reloaded'
+                                                   : 'reload refused: ' + (body.detail || body.code);
+    } catch (e) {
+      $('reload-result').textContent = 'reload failed: ' + e.message;
+    }
+  });
 
   async function poll() {
     try {

@@ -244,7 +244,7 @@ class Gateway:
     """A running `tollgate serve` with its config file in the fixture's temp dir."""
 
     # The built-in endpoints most tests call on the gateway listener (the binary's default is
-    # ["health"]: /v1/rate-limit, /v1/usage and /metrics are the admin listener's). None: the
+    # ["health", "rate_limit"]: /v1/usage and /metrics are the admin listener's). None: the
     # binary's default.
     PUBLIC_ENDPOINTS = ["health", "rate_limit", "usage"]
 

@@ -187,6 +187,57 @@ class AdminUiTests(GatewayTestCase):
         hammer2 = {a["account"]: a for a in data2["usage"]["accounts"]}[HOSTILE_ACCOUNT]
         self.assertEqual((hammer2["day"]["allowance"], hammer2["day"]["ceiling"]), (1500, 15000))
 
+    def test_usage_rows_show_each_quota_against_its_own_limit(self):
+        """Issue 31: an account with a free key and a team key is two rows, each key's use
+        against its own plan's quota; keys of a plan counted per account share one row and one
+        counter."""
+        free_key, team_key = "sk-acme-free-0123456789abcdef", "sk-acme-team-0123456789abcdef"
+        pool_a, pool_b = "sk-pool-a-0123456789abcdef", "sk-pool-b-0123456789abcdef"
+        config = {
+            "server": {"threads": 2, "access_log": False},
+            "store": {"type": "memory"},
+            "mode": "enforce",
+            "plans": {
+                "free": {"limits": [burst(100), quota("daily", "day", 10, 100),
+                                    quota("monthly", "month", 100, 1000)]},
+                "team": {"limits": [burst(100), quota("daily", "day", 5000, 50000)]},
+                "pooled": {"scope": "account",
+                           "limits": [burst(100), quota("daily", "day", 20, 200)]},
+            },
+            "keys": [
+                {"key": free_key, "id": "k-acme-free", "account": "acme", "plan": "free"},
+                {"key": team_key, "id": "k-acme-team", "account": "acme", "plan": "team"},
+                {"key": pool_a, "id": "k-pool-a", "account": "pool", "plan": "pooled"},
+                {"key": pool_b, "id": "k-pool-b", "account": "pool", "plan": "pooled"},
+            ],
+            "headers": ["ietf"],
+        }
+        gw = self.start(config)
+        for key, n in ((free_key, 3), (team_key, 7), (pool_a, 2), (pool_b, 4)):
+            for _ in range(n):
+                self.assertEqual(gw.get("/echo", key=key).status, 200)
+        usage = gw.admin("GET", "/admin/ui/data").json()["usage"]
+        rows = {(a["account"], a["plan"]): a for a in usage["accounts"]}
+        self.assertEqual(set(rows), {("acme", "free"), ("acme", "team"), ("pool", "pooled")},
+                         usage)
+        free, team, pool = rows["acme", "free"], rows["acme", "team"], rows["pool", "pooled"]
+        self.assertEqual((free["key"], free["keys"]), ("k-acme-free", 1), free)
+        self.assertEqual((free["day"]["used"], free["day"]["allowance"], free["day"]["ceiling"],
+                          free["day"]["per"]), (3, 10, 100, "key"), free)
+        self.assertEqual((free["month"]["used"], free["month"]["allowance"]), (3, 100), free)
+        self.assertEqual((team["key"], team["day"]["used"], team["day"]["allowance"],
+                          team["day"]["ceiling"]), ("k-acme-team", 7, 5000, 50000), team)
+        self.assertIsNone(team["month"]["allowance"], team)  # no monthly quota: its own use
+        self.assertEqual(team["month"]["used"], 7, team)
+        self.assertIsNone(pool["key"], pool)
+        self.assertEqual((pool["keys"], pool["day"]["used"], pool["day"]["allowance"],
+                          pool["day"]["per"]), (2, 6, 20, "account"), pool)
+        # The numbers are the quotas' own: what GET /v1/rate-limit says of each key's counter.
+        for key, row in ((free_key, free), (team_key, team), (pool_a, pool)):
+            q = gw.get("/v1/rate-limit", key=key).json()["quota"]
+            self.assertEqual((q["used"], q["allowance"]),
+                             (row["day"]["used"], row["day"]["allowance"]), (q, row))
+
     def test_page_files_are_served_with_a_strict_policy(self):
         gw = self.start(ui_config())
         page = gw.admin("GET", "/admin/ui")
@@ -233,12 +284,12 @@ class AdminUiTests(GatewayTestCase):
             ("GET", "/admin/ui/data", {"Host": "[::1]:%d" % port}, 200),
             ("GET", "/admin/ui/data", {"Host": own, "Sec-Fetch-Site": "same-origin"}, 200),
             ("GET", "/admin/ui/data", {"Host": own, "Origin": "http://" + own}, 200),
-            ("GET", "/metrics", {"Host": "tollgate-admin.internal:9090"}, 200),
-            ("GET", "/admin/ui", {"Host": "evil.example:%d" % port}, 403),
-            ("GET", "/admin/ui/data", {"Host": "evil.example"}, 403),
-            ("GET", "/admin/ui/app.js", {"Host": "127.0.0.1.evil.example"}, 403),
-            ("GET", "/admin/ui/data", {"Host": "LOCALHOST.evil.example:%d" % port}, 403),
-            ("GET", "/admin/ui/data", {"Host": "0x7f000001"}, 403),
+            ("GET", "/metrics", {"Host": "tollgate-admin.internal:9090"}, 421),
+            ("GET", "/admin/ui", {"Host": "evil.example:%d" % port}, 421),
+            ("GET", "/admin/ui/data", {"Host": "evil.example"}, 421),
+            ("GET", "/admin/ui/app.js", {"Host": "127.0.0.1.evil.example"}, 421),
+            ("GET", "/admin/ui/data", {"Host": "LOCALHOST.evil.example:%d" % port}, 421),
+            ("GET", "/admin/ui/data", {"Host": "0x7f000001"}, 421),
             ("GET", "/admin/ui/data", {"Host": own, "Sec-Fetch-Site": "cross-site"}, 403),
             ("GET", "/admin/ui/data", {"Host": own, "Sec-Fetch-Site": "same-site"}, 403),
             ("POST", "/admin/reload", {"Host": own, "Origin": "http://evil.example"}, 403),
@@ -257,6 +308,8 @@ class AdminUiTests(GatewayTestCase):
             self.assertEqual(r.status, want, (method, path, headers, r))
             if want == 403:
                 self.assertEqual(r.json()["code"], "cross_site_refused", r)
+            if want == 421:  # DNS rebinding: test_admin_guard.py has every Host form
+                self.assertEqual(r.json()["code"], "host_not_allowed", r)
         deny = harness.http_request(port, "GET", "/admin/deny")
         self.assertNotIn("k-x", deny.body.decode(), deny)
 
@@ -311,11 +364,13 @@ class AdminUiTests(GatewayTestCase):
 
         usage = {row[0]: row for row in shown["usage"]}
         self.assertEqual(set(usage), {HOSTILE_ACCOUNT, "globex", "initech"}, shown["usage"])
-        # account, plan, today used/allowance/ceiling, month used/allowance/ceiling, rejected
+        # account, plan, counted per, today used/allowance/ceiling, month used/allowance/ceiling,
+        # rejected
         self.assertEqual(usage[HOSTILE_ACCOUNT][1], "free")
-        self.assertEqual([number(x) for x in usage[HOSTILE_ACCOUNT][3:5]], [1000, 10000])
-        self.assertEqual([number(x) for x in usage[HOSTILE_ACCOUNT][6:8]], [20000, 200000])
-        self.assertEqual([number(x) for x in usage["globex"][3:5]], [50000, 500000])
+        self.assertEqual(usage[HOSTILE_ACCOUNT][2], "key " + HOSTILE_ID)
+        self.assertEqual([number(x) for x in usage[HOSTILE_ACCOUNT][4:6]], [1000, 10000])
+        self.assertEqual([number(x) for x in usage[HOSTILE_ACCOUNT][7:9]], [20000, 200000])
+        self.assertEqual([number(x) for x in usage["globex"][4:6]], [50000, 500000])
 
         self.assertEqual(shown["store"], "ok")
         self.assertEqual(shown["key_source"], "ok")

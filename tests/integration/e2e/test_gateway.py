@@ -1607,11 +1607,13 @@ class ProxyTests(GatewayTestCase):
         self.assertEqual(ready.status, 200, ready)
 
     def test_built_in_endpoints_are_the_admin_listeners_unless_made_public(self):
-        # The binary's default (public_endpoints=None): only /healthz and /readyz answer on the
-        # gateway listener; /metrics, /v1/rate-limit and /v1/usage are the upstream's paths there.
+        # The binary's default (public_endpoints=None): /healthz, /readyz and GET /v1/rate-limit
+        # (a client API, issue 31) answer on the gateway listener; /metrics and /v1/usage are
+        # the upstream's paths there.
         gw = harness.Gateway(self, dict(config(), upstream={"url": harness.Upstream(self).url}),
                              public_endpoints=None)
-        for path in ("/metrics", "/v1/rate-limit", "/v1/usage"):
+        self.assertEqual(gw.get("/v1/rate-limit", key=FREE_KEY).json()["key_id"], "k-free")
+        for path in ("/metrics", "/v1/usage"):
             with self.subTest(path=path):
                 r = gw.get(path, key=FREE_KEY)
                 self.assertEqual(r.status, 200, r)
