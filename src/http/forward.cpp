@@ -3,6 +3,10 @@
 #include <charconv>
 #include <cstring>
 
+#include <optional>
+
+#include <tollgate/http/chunked_framing.hpp>
+
 #include "fields.hpp"
 #include "relay.hpp"
 #include "worker.hpp"
@@ -152,20 +156,46 @@ net::awaitable<beast::error_code> Worker::BufferBody(Conn& stream, beast::flat_b
                                                      RequestParser& p, std::string& body,
                                                      BodyPace& pace) {
   const size_t most = gw.server.body_buffer_bytes;
+  // A chunked body's framing is checked as it arrives, before Beast decodes it: Beast waits for
+  // a CRLF after a bare LF, and its answer would be a 408 rather than a 400.
+  std::optional<ChunkedFraming> framing;
+  if (p.chunked()) framing.emplace();
+  size_t scanned = 0;  // bytes at the start of `buffer` the framing has seen
+  beast::error_code ec;
   while (!p.is_done() && body.size() < most) {
+    if (framing && scanned < buffer.size()) {
+      size_t used = 0;
+      const auto r = framing->Scan(View(buffer).substr(scanned), &used);
+      if (r == ChunkedFraming::Result::kBad) co_return bhttp::error::bad_chunk;
+      scanned = r == ChunkedFraming::Result::kDone ? scanned + used : buffer.size();
+      if (r == ChunkedFraming::Result::kDone) framing.reset();
+    }
     const size_t had = body.size();
     const size_t room = std::min(most - had, kRelayChunk);
     body.resize(had + room);
     p.get().body().data = body.data() + had;
     p.get().body().size = room;
-    stream.ExpiresAfter(pace.Left());
-    auto [rec, n] = co_await bhttp::async_read_some(stream.socket, buffer, p, kTuple);
-    beast::error_code ec = stream.Check(rec);
-    if (ec == bhttp::error::need_buffer) ec = {};
+    const size_t taken = buffer.size() == 0 ? 0 : p.put(buffer.data(), ec);
+    buffer.consume(taken);
+    scanned -= std::min(scanned, taken);
     const size_t got = room - p.get().body().size;
     body.resize(had + got);
     pace.received += got;
-    if (ec) co_return ec;
+    if (ec == bhttp::error::need_buffer) {
+      ec = {};
+      continue;  // the room is full: more room, or enough
+    }
+    if (ec && ec != bhttp::error::need_more) co_return ec;
+    ec = {};
+    if (p.is_done() || taken > 0) continue;
+    stream.ExpiresAfter(pace.Left());
+    auto [rec, n] = co_await stream.socket.async_read_some(buffer.prepare(kRelayChunk), kTuple);
+    if (rec == net::error::eof) {
+      p.put_eof(ec);  // a body cut short: partial_message
+      co_return ec ? ec : beast::error_code(bhttp::error::partial_message);
+    }
+    if (rec) co_return stream.Check(rec);
+    buffer.commit(n);
   }
   co_return beast::error_code{};
 }

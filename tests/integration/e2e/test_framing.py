@@ -124,9 +124,8 @@ class HeaderLimitTests(HostileCase):
 # (name, chunked body bytes, expected status or set, half-close after sending)
 CHUNKED_ROWS = [
     ("bare_lf_after_size", b"5\nhello\r\n0\r\n\r\n", 400, False),
-    # A size line that never ends in CRLF: 408 when the body's time is up (2 s here).
-    ("bare_lf_after_size_then_wait", b"5\n", {400, 408}, False),
-    ("bare_lf_after_size_last_chunk", b"0\n\r\n", {400, 408}, False),
+    ("bare_lf_after_size_then_wait", b"5\n", 400, False),
+    ("bare_lf_after_size_last_chunk", b"0\n\r\n", 400, False),
     ("bare_lf_after_data", b"5\r\nhello\n0\r\n\r\n", 400, False),
     ("bare_cr_after_size", b"5\rhello\r\n0\r\n\r\n", 400, False),
     ("bare_cr_after_data", b"5\r\nhello\r0\r\n\r\n", 400, False),
@@ -135,7 +134,7 @@ CHUNKED_ROWS = [
     ("chunk_ext_control_byte", b"5;\x01\r\nhello\r\n0\r\n\r\n", 400, False),
     ("chunk_ext_no_name", b"5;\r\nhello\r\n0\r\n\r\n", 400, False),
     ("chunk_ext_equals_only", b"5;=\r\nhello\r\n0\r\n\r\n", 400, False),
-    ("chunk_ext_unterminated_quote", b"5;a=\"x\r\nhello\r\n0\r\n\r\n", {400, 408}, False),
+    ("chunk_ext_unterminated_quote", b"5;a=\"x\r\nhello\r\n0\r\n\r\n", 400, False),
     ("chunk_ext_bad_char", b"5;a@b\r\nhello\r\n0\r\n\r\n", 400, False),
     ("size_leading_space", b" 5\r\nhello\r\n0\r\n\r\n", 400, False),
     ("size_leading_tab", b"\t5\r\nhello\r\n0\r\n\r\n", 400, False),
@@ -151,15 +150,17 @@ CHUNKED_ROWS = [
     ("size_hex_overflow_long", b"f" * 40 + b"\r\nhello\r\n0\r\n\r\n", 400, False),
     ("size_huge", b"fffffffffffffff\r\nhello\r\n0\r\n\r\n", {400, 413}, False),
     ("size_past_max_body", b"6400001\r\nhello", {400, 413}, False),
-    # Cut short by a half-close: 400, or 408 when the close came with the last bytes (the
-    # gateway's client reads may miss such a FIN: src/http/socket.hpp).
+    # Cut short by a half-close: 400, or 408 at the body timeout (2 s here) when the close came
+    # with the last bytes (the gateway's client reads may miss such a FIN: src/http/socket.hpp).
     ("missing_final_crlf", b"5\r\nhello\r\n0\r\n", {400, 408}, True),
     ("missing_last_chunk", b"5\r\nhello\r\n", {400, 408}, True),
     ("cut_inside_data", b"5\r\nhel", {400, 408}, True),
     ("bad_trailer_no_colon", b"5\r\nhello\r\n0\r\nbad trailer\r\n\r\n", 400, False),
     ("bad_trailer_empty_name", b"5\r\nhello\r\n0\r\n: x\r\n\r\n", 400, False),
     ("bad_trailer_space_before_colon", b"5\r\nhello\r\n0\r\nX-T : 1\r\n\r\n", 400, False),
-    ("bad_trailer_bare_lf", b"5\r\nhello\r\n0\r\nX-T: 1\n\r\n", {400, 408}, False),
+    ("bad_trailer_bare_lf", b"5\r\nhello\r\n0\r\nX-T: 1\n\r\n", 400, False),
+    ("bad_trailer_folded", b"5\r\nhello\r\n0\r\nX-T: 1\r\n folded\r\n\r\n", 400, False),
+    ("bare_cr_at_the_end", b"5\r\nhello\r\n0\r\n\r\r", 400, False),
     ("bad_trailer_nul", b"5\r\nhello\r\n0\r\nX-T: a\x00b\r\n\r\n", 400, False),
 ]
 
