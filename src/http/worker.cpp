@@ -112,17 +112,18 @@ net::awaitable<beast::error_code> Worker::ReadGeneralHead(Conn& stream, beast::f
   beast::error_code hec;
   // Beast's header limit holds for one put() only, and put() takes each whole field line as it
   // comes: a head sent in pieces could grow without bound (issue 31: 50,000 empty fields passed
-  // a 16 KB limit). Every byte of the head counts, its line ends too.
+  // a 16 KB limit). Every byte of the head counts, its line ends too: those put() took, and
+  // those still waiting in `buffer`. (Beast's own limit stays as it is: lowered between calls,
+  // its scan for the end of the head can wait for bytes that never come.)
   const size_t limit = gw.server.max_header_bytes;
   size_t taken = 0;
   for (;;) {
-    parser.header_limit(static_cast<uint32_t>(limit - taken));
     const size_t used = parser.put(buffer.data(), hec);
     buffer.consume(used);
     taken += used;
     if (hec == bhttp::error::need_more) {
       hec = {};
-      if (taken >= limit) {
+      if (taken + buffer.size() >= limit) {
         hec = bhttp::error::header_limit;
         break;
       }
@@ -130,8 +131,8 @@ net::awaitable<beast::error_code> Worker::ReadGeneralHead(Conn& stream, beast::f
       // Every field counts, empty ones too (RFC 9110 5.4: a server may refuse too many). The
       // fast parser leaves heads of more to this one.
       const auto& m = parser.get();
-      if (!hec &&
-          static_cast<size_t>(std::distance(m.begin(), m.end())) > gw.server.max_header_fields)
+      if (!hec && (taken > limit || static_cast<size_t>(std::distance(m.begin(), m.end())) >
+                                        gw.server.max_header_fields))
         hec = bhttp::error::header_limit;
       break;
     }
