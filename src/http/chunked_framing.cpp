@@ -25,6 +25,47 @@ constexpr int kMaxSizeDigits = 16;  // 64 bits
 
 }  // namespace
 
+// chunk-ext = *( BWS ";" BWS name [ BWS "=" BWS ( token / quoted-string ) ] ), then CRLF.
+ChunkedFraming::State ChunkedFraming::NextInExtension(unsigned char c) {
+  const bool blank = c == ' ' || c == '\t';
+  const bool token = IsTokenChar(c);
+  switch (state_) {
+    case State::kExtStart:  // after ';'
+      return blank ? State::kExtStart : token ? State::kExtName : State::kBad;
+    case State::kExtName:
+    case State::kExtAfterName:
+      if (token && state_ == State::kExtName) return State::kExtName;
+      if (blank) return State::kExtAfterName;
+      if (c == '=') return State::kExtValueStart;
+      break;
+    case State::kExtValueStart:
+      if (blank) return State::kExtValueStart;
+      if (c == '"') return State::kQuoted;
+      return token ? State::kExtValue : State::kBad;
+    case State::kExtValue:
+      if (token) return State::kExtValue;
+      if (blank) return State::kExtAfterValue;
+      break;
+    case State::kQuoted:
+      if (c == '"') return State::kQuotedEnd;
+      if (c == '\\') return State::kQuotedEscape;
+      return IsValueChar(c) ? State::kQuoted : State::kBad;
+    case State::kQuotedEscape:
+      return IsValueChar(c) ? State::kQuoted : State::kBad;
+    case State::kQuotedEnd:
+    case State::kExtAfterValue:
+      if (blank) return State::kExtAfterValue;
+      break;
+    default:
+      return State::kBad;
+  }
+  // After a name or a value: the next extension, or the line's end (not after blanks: Beast's
+  // parser refuses them there).
+  if (c == ';') return State::kExtStart;
+  const bool after_blank = state_ == State::kExtAfterName || state_ == State::kExtAfterValue;
+  return c == '\r' && !after_blank ? State::kLineLf : State::kBad;
+}
+
 ChunkedFraming::State ChunkedFraming::Next(unsigned char c) {
   State next = State::kBad;
   switch (state_) {
@@ -34,31 +75,21 @@ ChunkedFraming::State ChunkedFraming::Next(unsigned char c) {
         ++digits_;
         next = State::kSize;
       } else if (digits_ > 0 && c == ';') {
-        next = State::kExtension;
+        next = State::kExtStart;
       } else if (digits_ > 0 && c == '\r') {
         next = State::kLineLf;
       }
       break;
-    case State::kExtension:
-      if (IsTokenChar(c) || c == ';' || c == '=' || c == ' ' || c == '\t') {
-        next = State::kExtension;
-      } else if (c == '"') {
-        next = State::kQuoted;
-      } else if (c == '\r') {
-        next = State::kLineLf;
-      }
-      break;
+    case State::kExtStart:
+    case State::kExtName:
+    case State::kExtAfterName:
+    case State::kExtValueStart:
+    case State::kExtValue:
     case State::kQuoted:
-      if (c == '"') {
-        next = State::kExtension;
-      } else if (c == '\\') {
-        next = State::kQuotedEscape;
-      } else if (IsValueChar(c)) {
-        next = State::kQuoted;
-      }
-      break;
     case State::kQuotedEscape:
-      return IsValueChar(c) ? State::kQuoted : State::kBad;
+    case State::kQuotedEnd:
+    case State::kExtAfterValue:
+      return NextInExtension(c);
     case State::kLineLf:
       if (c == '\n') {
         left_ = size_;

@@ -5,6 +5,8 @@
 #   request_head  ParseRequestHead against Beast's parser (src/http/request_head.cpp)
 #   target        CanonicalizeTarget: its contract, and Boost.URL's normalisation
 #                 (src/util/target.cpp)
+#   chunked_framing  ChunkedFraming: whole and byte by byte alike, never looser than Beast's
+#                 parser (src/http/chunked_framing.cpp)
 # A fuzzer is rebuilt when a source or a header is newer than it. Crashes are written to
 # FUZZ_DIR (default /tmp/tollgate-fuzz) as NAME-crash-*; replay one with
 # `$FUZZ_DIR/NAME_fuzz FILE`. Needs clang-14 and libclang-rt-14-dev (scripts/install-deps.sh).
@@ -14,7 +16,7 @@ cd "$(dirname "$0")/../.."
 seconds=${1:-60}
 shift || true
 names=("$@")
-[[ ${#names[@]} -eq 0 ]] && names=(request_head target)
+[[ ${#names[@]} -eq 0 ]] && names=(request_head target chunked_framing)
 out=${FUZZ_DIR:-/tmp/tollgate-fuzz}
 mkdir -p "$out"
 
@@ -28,7 +30,9 @@ sources() {
   case $1 in
     request_head) echo tests/fuzz/request_head_fuzz.cpp src/http/request_head.cpp ;;
     target) echo tests/fuzz/target_fuzz.cpp src/util/target.cpp ;;
-    *) echo "tests/fuzz/run.sh: unknown fuzzer '$1' (request_head, target)" >&2; exit 2 ;;
+    chunked_framing) echo tests/fuzz/chunked_framing_fuzz.cpp src/http/chunked_framing.cpp ;;
+    *) echo "tests/fuzz/run.sh: unknown fuzzer '$1' (request_head, target, chunked_framing)" >&2
+       exit 2 ;;
   esac
 }
 run_flags() {

@@ -7,13 +7,14 @@
 
 namespace tollgate::http {
 
-// Reads a chunked body's framing, strictly: a size of 1 to 16 hex digits, an optional extension
-// of tokens, `=`, quoted strings and blanks after `;`, each line ending in CRLF, each chunk's data
-// followed by CRLF, a trailer section of `name: value` lines, the final CRLF. A bare LF or CR, a
-// blank or sign around a size, a control byte, a folded trailer line is refused at that byte:
-// Beast's parser, which decodes the body, waits for a CRLF that never comes on some of these
-// (issue 31: a bare LF after a size got no answer).
-// Not thread-safe; one per body.
+// Not thread-safe; one per body. Reads a chunked body's framing, strictly: a size of 1 to 16 hex
+// digits, optional extensions
+// (`;name`, `;name=token`, `;name="quoted"`; blanks around `;` and `=`, but not right after the
+// size nor before the CRLF), each line ending in CRLF, each chunk's data followed by CRLF, a
+// trailer section of `name: value` lines, the final CRLF. A bare LF or CR, a blank or sign around a
+// size, a control byte, a folded trailer line is refused at that byte: Beast's parser, which
+// decodes the body, waits for a CRLF that never comes on some of these (issue 31: a bare LF after a
+// size got no answer).
 class ChunkedFraming {
  public:
   enum class Result {
@@ -27,23 +28,30 @@ class ChunkedFraming {
 
  private:
   enum class State {
-    kSize,          // hex digits (at least one)
-    kExtension,     // after ';'
-    kQuoted,        // in a quoted extension value
-    kQuotedEscape,  // after '\' in one
-    kLineLf,        // after the CR of a size line
-    kData,          // `left_` bytes of data
-    kDataCr,        // the CR after the data
-    kDataLf,        // its LF
-    kTrailerStart,  // the start of a trailer line, or the final CRLF
-    kTrailerName,   // a trailer's name
-    kTrailerValue,  // after its ':'
-    kTrailerLf,     // after the CR of a trailer line
-    kFinalLf,       // after the final CR
+    kSize,           // hex digits (at least one)
+    kExtStart,       // after ';'
+    kExtName,        // an extension's name
+    kExtAfterName,   // blanks after it
+    kExtValueStart,  // after its '='
+    kExtValue,       // a token value
+    kQuoted,         // in a quoted value
+    kQuotedEscape,   // after '\' in one
+    kQuotedEnd,      // after its closing '"'
+    kExtAfterValue,  // blanks after a value
+    kLineLf,         // after the CR of a size line
+    kData,           // `left_` bytes of data
+    kDataCr,         // the CR after the data
+    kDataLf,         // its LF
+    kTrailerStart,   // the start of a trailer line, or the final CRLF
+    kTrailerName,    // a trailer's name
+    kTrailerValue,   // after its ':'
+    kTrailerLf,      // after the CR of a trailer line
+    kFinalLf,        // after the final CR
     kDone,
     kBad,
   };
   State Next(unsigned char c);  // the state after byte `c` (not of data)
+  State NextInExtension(unsigned char c);
 
   State state_ = State::kSize;
   uint64_t size_ = 0;  // the size being read

@@ -36,6 +36,7 @@ TEST(ChunkedFraming, WellFormedBodiesEnd) {
       "5;name=value\r\nhello\r\n0\r\n\r\n",
       "5;n=\"a b\\\"c\"\r\nhello\r\n0;last\r\n\r\n",
       "5; a ; b = c\r\nhello\r\n0\r\n\r\n",
+      "5;d=\"e\"\r\nhello\r\n0\r\n\r\n",
       "5\r\nhello\r\n0\r\nX-Sum: 1\r\nX-Other:\r\n\r\n",
       "2\r\nhe\r\n3\r\nllo\r\n0\r\n\r\n",
       "ffffffffffffffff\r\n",  // a size of 16 digits is not refused (the limit is the body's)
@@ -78,6 +79,10 @@ TEST(ChunkedFraming, MalformedBodiesAreRefusedAtOnce) {
       "0\r\nX-T: 1\n\r\n",
       std::string("0\r\nX-T: a\0b\r\n\r\n", 15),
       "0\r\n folded\r\n\r\n",
+      "5;d=e \r\n",
+      "5;d \r\n",
+      "5;d=\"e\"x\r\n",
+      "5;a\"=b\"\r\n",
       "0\r\n\r\r",
   };
   for (const std::string& b : bodies) {
