@@ -65,7 +65,10 @@ struct Worker {
 
   Gateway::Impl& gw;
   size_t index;
-  ConnList conns;         // this thread's connections (before ioc: they may outlive its run)
+  ConnList conns;  // this thread's connections (before ioc: they may outlive its run)
+  // What of this thread's pool each client holds (upstream.max_client_share_percent). Before
+  // ioc too: the claims of requests still waiting when it stops are given back as it frees them.
+  ClientShares client_shares;
   size_t redis_lane = 0;  // with a Redis store: this thread's lane of it
   TopOffenders top;       // GET /admin/top
   // Only this thread touches its sockets: the reactor needs no lock around their operations.
@@ -192,8 +195,6 @@ struct Worker {
   };
   std::deque<PoolWaiter*> pool_waiters;  // oldest first
   std::atomic<size_t> pool_waiting{0};   // pool_waiters.size(), for /metrics
-  // What of this thread's pool each client holds (upstream.max_client_share_percent).
-  ClientShares client_shares;
   // This thread's shares of upstream.max_connections and upstream.queue_size, and the most of
   // each one client may hold.
   struct PoolShares {
