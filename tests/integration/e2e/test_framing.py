@@ -14,7 +14,10 @@ items 7 and 8).
   server.max_body_bytes), the connection closed, and nothing of it reaches the upstream: never
   a hang, never a forward.
 
-Every gateway is started once per class and stopped by PID; all traffic is on 127.0.0.1.
+ChunkedTableTests sets server.body_timeout_ms (2 s), so that a row the gateway could only time
+out ends quickly; with TOLLGATE_BASELINE=1 it is left out, so that an unfixed binary starts
+(test_starvation.py). Every gateway is started once per class and stopped by PID; all traffic is
+on 127.0.0.1.
 """
 import os
 import socket
