@@ -79,7 +79,10 @@ void ParseServer(const YAML::Node& s, ServerConfig& server) {
        "admin_max_connections", "max_header_bytes", "max_body_bytes", "header_timeout_ms",
        "idle_timeout_ms", "drain_timeout_ms", "access_log", "request_target", "max_held_requests",
        "max_held_per_identity", "shutdown_delay_ms", "public_endpoints", "top_offenders",
-       "admin_token", "admin_hosts", "route_match"});
+       "admin_token", "admin_hosts", "route_match",
+       // bounds of heads, bodies and slow clients (issue 31)
+       "max_header_fields", "body_buffer_bytes", "body_timeout_ms", "min_body_bytes_per_second",
+       "send_timeout_ms"});
   // clang-format on
   if (s["listen"]) server.listen = Str(s["listen"], "server.listen");
   if (s["admin_listen"]) server.admin_listen = Str(s["admin_listen"], "server.admin_listen");
@@ -93,6 +96,11 @@ void ParseServer(const YAML::Node& s, ServerConfig& server) {
   Set(s, "max_body_bytes", "server", server.max_body_bytes, 0, int64_t{1} << 40);
   Set(s, "header_timeout_ms", "server", server.header_timeout_ms, 1, 3'600'000);
   Set(s, "idle_timeout_ms", "server", server.idle_timeout_ms, 1, 3'600'000);
+  Set(s, "max_header_fields", "server", server.max_header_fields, 1, 100'000);
+  Set(s, "body_buffer_bytes", "server", server.body_buffer_bytes, 0, 16 << 20);
+  Set(s, "body_timeout_ms", "server", server.body_timeout_ms, 1, 3'600'000);
+  Set(s, "min_body_bytes_per_second", "server", server.min_body_bytes_per_second, 1, 1 << 30);
+  Set(s, "send_timeout_ms", "server", server.send_timeout_ms, 1, 3'600'000);
   Set(s, "drain_timeout_ms", "server", server.drain_timeout_ms, 0, 3'600'000);
   Set(s, "shutdown_delay_ms", "server", server.shutdown_delay_ms, 0, 600'000);
   if (const YAML::Node pe = s["public_endpoints"]) {
@@ -126,7 +134,7 @@ void ParseServer(const YAML::Node& s, ServerConfig& server) {
 void ParseUpstream(const YAML::Node& u, UpstreamConfig& upstream) {
   OnlyKeys(u, "upstream",
            {"url", "connect_timeout_ms", "timeout_ms", "max_connections", "queue_size",
-            "queue_timeout_ms", "forwarded_headers"});
+            "queue_timeout_ms", "forwarded_headers", "max_client_share_percent"});
   if (u["url"]) upstream.url = Str(u["url"], "upstream.url");
   if (const YAML::Node fh = u["forwarded_headers"]) {  // issue 31: the list replaces the default
     auto& h = upstream.forwarded_headers;
@@ -154,6 +162,7 @@ void ParseUpstream(const YAML::Node& u, UpstreamConfig& upstream) {
   Set(u, "max_connections", "upstream", upstream.max_connections, 1, 100'000);
   Set(u, "queue_size", "upstream", upstream.queue_size, 0, 1'000'000);
   Set(u, "queue_timeout_ms", "upstream", upstream.queue_timeout_ms, 1, 600'000);
+  Set(u, "max_client_share_percent", "upstream", upstream.max_client_share_percent, 1, 100);
 }
 
 // store.tls: PEM files, read here too so that check-config finds a missing one; the store

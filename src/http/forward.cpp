@@ -1,5 +1,12 @@
 // The proxy (Step::kForward): the request's head rendered with the canonical target and
 // tollgate's own identity headers, its body relayed, the upstream's answer relayed back.
+#include <charconv>
+#include <cstring>
+
+#include <optional>
+
+#include <tollgate/http/chunked_framing.hpp>
+
 #include "fields.hpp"
 #include "relay.hpp"
 #include "worker.hpp"
@@ -144,15 +151,48 @@ net::awaitable<beast::error_code> Worker::SendOnce(Conn& stream, beast::flat_buf
   Exchange& ex = scratch.exchange;
   beast::error_code ec;
   t.pooled = true;
+  // A client that holds its share of the pool waits for none (upstream.max_client_share_percent).
+  if (!t.claim.MayHold(Shares().client_connections)) {
+    t.busy = t.over_share = true;
+    co_return ec;
+  }
   t.up = TakeIdle();
-  if (!t.up) t.up = co_await Acquire(ec, &t.pooled, &t.busy);
-  if (!t.up) co_return ec;
+  if (!t.up) t.up = co_await Acquire(ec, &t.pooled, &t.busy, t.claim);
+  if (!t.up) {
+    t.over_share = t.busy && !t.claim.MayHold(Shares().client_connections);
+    co_return ec;
+  }
+  t.claim.Hold();
   const milliseconds timeout(gw.upstream_config.timeout_ms);
   bool after_request = false;
   if (t.request_has_body) {
-    ec = co_await Relay(*ex.body_parser, stream, buffer, t.up->conn, scratch.out, ex.head->chunked,
-                        timeout, &t.client_failed);
-    if (t.client_failed) co_return ec;
+    // The head and the body read so far, in the client's framing (one chunk of it when chunked),
+    // then the rest of the body as it comes.
+    const bool chunked = ex.head->chunked;
+    const bool done = ex.body_parser->is_done();
+    static constexpr std::string_view kCrlf = "\r\n", kLastChunk = "0\r\n\r\n";
+    char size_line[24];
+    std::array<net::const_buffer, 5> bufs;  // empty ones are skipped
+    bufs[0] = net::buffer(scratch.out);
+    if (!t.body.empty()) {
+      if (chunked) {
+        const auto r =
+            std::to_chars(size_line, size_line + sizeof size_line - 2, t.body.size(), 16);
+        std::memcpy(r.ptr, "\r\n", 2);
+        bufs[1] = net::buffer(size_line, static_cast<size_t>(r.ptr + 2 - size_line));
+        bufs[3] = net::buffer(kCrlf.data(), kCrlf.size());
+      }
+      bufs[2] = net::buffer(t.body.data(), t.body.size());
+    }
+    if (done && chunked) bufs[4] = net::buffer(kLastChunk.data(), kLastChunk.size());
+    beast::buffers_suffix<decltype(bufs)> rest(bufs);
+    ec = WriteNow(t.up->conn.socket, rest);
+    if (!ec && beast::buffer_bytes(rest) > 0) ec = co_await WriteRest(t.up->conn, rest, timeout);
+    if (!ec && !done) {
+      ec = co_await Relay(*ex.body_parser, stream, buffer, t.up->conn, {}, chunked, timeout,
+                          timeout, &t.client_failed, t.pace);
+      if (t.client_failed) co_return ec;
+    }
   } else {
     // The head alone, most requests: written here, without Relay()'s coroutine.
     beast::buffers_suffix<net::const_buffer> rest(net::buffer(scratch.out));
@@ -188,6 +228,104 @@ net::awaitable<beast::error_code> Worker::ReadOtherHead(UpstreamConnection& up, 
   co_return ec;
 }
 
+net::awaitable<beast::error_code> Worker::BufferBody(Conn& stream, beast::flat_buffer& buffer,
+                                                     RequestParser& p, std::string& body,
+                                                     BodyPace& pace) {
+  const size_t most = gw.server.body_buffer_bytes;
+  // A chunked body's framing is checked as it arrives, before Beast decodes it: Beast waits for
+  // a CRLF after a bare LF, and its answer would be a 408 rather than a 400.
+  std::optional<ChunkedFraming> framing;
+  if (p.chunked()) framing.emplace();
+  size_t scanned = 0;  // bytes at the start of `buffer` the framing has seen
+  beast::error_code ec;
+  while (!p.is_done() && body.size() < most) {
+    if (framing && scanned < buffer.size()) {
+      size_t used = 0;
+      const auto r = framing->Scan(View(buffer).substr(scanned), &used);
+      if (r == ChunkedFraming::Result::kBad) co_return bhttp::error::bad_chunk;
+      scanned = r == ChunkedFraming::Result::kDone ? scanned + used : buffer.size();
+      if (r == ChunkedFraming::Result::kDone) framing.reset();
+    }
+    const size_t had = body.size();
+    const size_t room = std::min(most - had, kRelayChunk);
+    body.resize(had + room);
+    p.get().body().data = body.data() + had;
+    p.get().body().size = room;
+    const size_t taken = buffer.size() == 0 ? 0 : p.put(buffer.data(), ec);
+    buffer.consume(taken);
+    scanned -= std::min(scanned, taken);
+    const size_t got = room - p.get().body().size;
+    body.resize(had + got);
+    pace.received += got;
+    if (ec == bhttp::error::need_buffer) {
+      ec = {};
+      continue;  // the room is full: more room, or enough
+    }
+    if (ec && ec != bhttp::error::need_more) co_return ec;
+    ec = {};
+    if (p.is_done() || taken > 0) continue;
+    stream.ExpiresAfter(pace.Left());
+    auto [rec, n] = co_await stream.socket.async_read_some(buffer.prepare(kRelayChunk), kTuple);
+    if (rec == net::error::eof) {
+      p.put_eof(ec);  // a body cut short: partial_message
+      co_return ec ? ec : beast::error_code(bhttp::error::partial_message);
+    }
+    if (rec) co_return stream.Check(rec);
+    buffer.commit(n);
+  }
+  co_return beast::error_code{};
+}
+
+bool Worker::RenderBodyError(Exchange& ex, Scratch& scratch, beast::error_code ec) {
+  if (ec == bhttp::error::body_limit) {
+    // A chunked body grew past server.max_body_bytes; nothing was sent to the client yet.
+    ReplyProblem(ex, scratch, bhttp::status::payload_too_large, "body_too_large", ec.message());
+  } else if (ec == beast::error::timeout) {
+    ReplyProblem(ex, scratch, bhttp::status::request_timeout, "body_timeout",
+                 "the request body did not arrive in time");
+  } else if (ec.category() == bhttp::make_error_code(bhttp::error::bad_chunk).category() &&
+             ec != bhttp::error::end_of_stream) {
+    // Malformed framing (a bad chunk size or line end, a bad trailer), or the body cut short.
+    ReplyProblem(ex, scratch, bhttp::status::bad_request, "bad_request", ec.message());
+  } else {
+    return false;  // the client went away (reset, closed)
+  }
+  return true;
+}
+
+net::awaitable<bool> Worker::ReadBodyFirst(Conn& stream, beast::flat_buffer& buffer,
+                                           Scratch& scratch, UpstreamTry& t, std::string& body,
+                                           BodyPace& pace) {
+  Exchange& ex = scratch.exchange;
+  const milliseconds send_timeout(gw.server.send_timeout_ms);
+  if (util::EqualsIgnoreCase(ex.head->Get("Expect"), "100-continue")) {
+    // The client waits for our go-ahead before its body: given now that the limits let the
+    // request through, so a rejected request never uploads its body. The upstream sees no Expect.
+    static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
+    if (co_await WriteAll(stream, net::buffer(kContinue.data(), kContinue.size()), send_timeout))
+      co_return false;
+  }
+  // The body's time counts from here (after the go-ahead: the client waited for it).
+  pace = {Clock::now(), milliseconds(gw.server.body_timeout_ms),
+          gw.server.min_body_bytes_per_second};
+  const beast::error_code ec = co_await BufferBody(stream, buffer, *ex.body_parser, body, pace);
+  if (ec) {
+    if (RenderBodyError(ex, scratch, ec)) co_await Write(stream, scratch.out, false, send_timeout);
+    co_return false;
+  }
+  t.body = body;
+  t.pace = &pace;
+  co_return true;
+}
+
+void Worker::ClaimShare(const Exchange& ex, UpstreamTry& t) {
+  if (gw.upstream_config.max_client_share_percent >= 100) return;
+  // A trusted proxy's own address (a request without X-Forwarded-For) is many clients.
+  const bool count_address = !ex.client.empty() && !ex.policy->IsTrusted(ex.client);
+  client_shares.Begin(t.claim, count_address ? std::string_view(ex.client) : std::string_view(),
+                      ex.key ? std::string_view(ex.key->id) : std::string_view());
+}
+
 // The answer when no upstream answer came: 503 upstream_busy, 504 or 502.
 void Worker::ReplyUpstreamFailure(Exchange& ex, Scratch& scratch, const UpstreamTry& t,
                                   beast::error_code ec) {
@@ -195,7 +333,9 @@ void Worker::ReplyUpstreamFailure(Exchange& ex, Scratch& scratch, const Upstream
     gw.upstream_busy.fetch_add(1, std::memory_order_relaxed);
     scratch.rate_headers.Add("Retry-After", 1);
     ReplyProblem(ex, scratch, bhttp::status::service_unavailable, "upstream_busy",
-                 "every upstream connection is busy; try again", scratch.rate_headers.Rendered());
+                 t.over_share ? "this client holds its share of the upstream connections"
+                              : "every upstream connection is busy; try again",
+                 scratch.rate_headers.Rendered());
     return;
   }
   const bool timeout = ec == beast::error::timeout;
@@ -258,32 +398,30 @@ net::awaitable<bool> Worker::Forward(Conn& stream, beast::flat_buffer& buffer, S
   RenderForwardHead(ex, scratch);
   UpstreamTry t{.request_has_body = !ex.RequestRead()};
   const milliseconds timeout(gw.upstream_config.timeout_ms);
-  if (t.request_has_body && util::EqualsIgnoreCase(req.Get("Expect"), "100-continue")) {
-    // The client waits for our go-ahead before its body: given now that the limits let the
-    // request through, so a rejected request never uploads its body. The upstream sees no Expect.
-    static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
-    if (co_await WriteAll(stream, net::buffer(kContinue.data(), kContinue.size()), timeout))
-      co_return false;
+  const milliseconds send_timeout(gw.server.send_timeout_ms);
+  std::string body;  // what ReadBodyFirst() read
+  BodyPace pace{};
+  if (t.request_has_body) {
+    if (!co_await ReadBodyFirst(stream, buffer, scratch, t, body, pace)) co_return false;
   }
+  ClaimShare(ex, t);
   const bool is_head = req.method == "HEAD";
-  const auto t_up = Clock::now();
   beast::error_code ec;
+  const auto t_up = Clock::now();
   // One retry on a fresh connection when a pooled one fails before any response byte, for a
   // request without a body (it cannot be read from the client twice) that is idempotent or of
   // which nothing was written: the upstream may have executed a POST that got no answer.
   for (int attempt = 0; attempt < 2; ++attempt) {
     ec = co_await SendOnce(stream, buffer, scratch, t);
     if (t.client_failed) {
-      Release(std::move(t.up), false);
-      if (ec == bhttp::error::body_limit) {
-        // A chunked body grew past server.max_body_bytes; nothing was sent to the client yet.
-        ReplyProblem(ex, scratch, bhttp::status::payload_too_large, "body_too_large", ec.message());
-        co_await Write(stream, scratch.out, ex.reply_keep);
-      }
-      co_return false;  // the client went away mid-body, or sent too much
+      ReleaseTry(t, false);
+      // Past the part read before connecting: too much, too slow or malformed; or gone.
+      if (RenderBodyError(ex, scratch, ec))
+        co_await Write(stream, scratch.out, false, send_timeout);
+      co_return false;
     }
     if (!t.up || !ec) break;
-    Release(std::move(t.up), false);
+    ReleaseTry(t, false);
     if (!t.pooled || t.request_has_body || ec == beast::error::timeout ||
         !(IsIdempotent(req.method) || t.nothing_written)) {
       break;
@@ -299,22 +437,25 @@ net::awaitable<bool> Worker::Forward(Conn& stream, beast::flat_buffer& buffer, S
     } else {
       ec = co_await ReadOtherHead(*t.up, is_head, rp);
     }
-    if (ec) Release(std::move(t.up), false);
+    if (ec) ReleaseTry(t, false);
   }
   if (t.busy || !t.up || ec) {
     ReplyUpstreamFailure(ex, scratch, t, ec);
-    co_return co_await Write(stream, scratch.out, ex.reply_keep);
+    co_return co_await Write(stream, scratch.out, ex.reply_keep, send_timeout);
   }
   gw.upstream_latency.Observe(SecondsSince(t_up));
   const ResponseFraming f = RenderResponseHead(ex, scratch, simple, rp);
   bool upstream_failed = false;
   if (simple) {
     t.up->buffer.consume(simple->size);
+    // Each write to the client within server.send_timeout_ms: one that stops reading is cut off
+    // and gives its upstream connection back (issue 31).
     ec = co_await RelayLength(t.up->conn, t.up->buffer, stream, scratch.out,
-                              is_head ? 0 : f.length.value_or(0), timeout, &upstream_failed);
+                              is_head ? 0 : f.length.value_or(0), timeout, send_timeout,
+                              &upstream_failed);
   } else {
     ec = co_await Relay(*rp, t.up->conn, t.up->buffer, stream, scratch.out, f.chunked, timeout,
-                        &upstream_failed);
+                        send_timeout, &upstream_failed);
   }
   Finish(ex, scratch, ex.log.upstream_status);
   // Bytes past the response would be read as the next one's: such a connection is not reused.
@@ -324,7 +465,7 @@ net::awaitable<bool> Worker::Forward(Conn& stream, beast::flat_buffer& buffer, S
   const bool ignorable_body = t.request_has_body && IsIdempotent(req.method) && req.method != "PUT";
   const bool reusable = !ec && f.upstream_keep_alive && (simple || rp->is_done()) &&
                         t.up->buffer.size() == 0 && !ignorable_body;
-  Release(std::move(t.up), reusable);
+  ReleaseTry(t, reusable);
   co_return !ec && f.keep;
 }
 

@@ -8,9 +8,11 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cerrno>
 #include <charconv>
+#include <chrono>
 #include <cstring>
 #include <string>
 #include <string_view>
@@ -75,20 +77,41 @@ net::awaitable<beast::error_code> WriteAll(Conn& c, const Buffers& bufs, millise
   co_return ec;
 }
 
-inline net::awaitable<bool> Write(Conn& stream, const std::string& data, bool keep_alive) {
-  const beast::error_code ec =
-      co_await WriteAll(stream, net::buffer(data), std::chrono::seconds(30));
+inline net::awaitable<bool> Write(Conn& stream, const std::string& data, bool keep_alive,
+                                  milliseconds timeout = std::chrono::seconds(30)) {
+  const beast::error_code ec = co_await WriteAll(stream, net::buffer(data), timeout);
   co_return !ec && keep_alive;
 }
 
+// When a client's request body must have arrived (issue 31: a body sent a byte every 0.3 s
+// held an upstream connection for as long as it trickled): up to each point, within `grace` of
+// `start` plus one second per `bytes_per_second` bytes received. A fast upload of any size
+// passes; a trickle runs out within about `grace`.
+struct BodyPace {
+  Clock::time_point start;
+  milliseconds grace;
+  uint64_t bytes_per_second;
+  uint64_t received = 0;
+
+  // The time left for the next read, from `now` (zero when the body is already late).
+  Clock::duration Left(Clock::time_point now = Clock::now()) const {
+    const auto allowed =
+        grace + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(
+                    static_cast<double>(received) / static_cast<double>(bytes_per_second)));
+    return std::max(Clock::duration::zero(), start + allowed - now);
+  }
+};
+
 // Writes `head`, then the body `p` reads from `in`, to `out`, a chunk at a time (a large export
 // never sits in memory whole): in chunked encoding when `chunked`, else as it comes. The head
-// goes out with the first chunk, a small message in one write.
+// goes out with the first chunk, a small message in one write. Each read from `in` waits at most
+// `in_timeout` (or what `pace` leaves, when given), each write to `out` `out_timeout`.
 template <bool isRequest, class Allocator>
 net::awaitable<beast::error_code> Relay(bhttp::parser<isRequest, bhttp::buffer_body, Allocator>& p,
                                         Conn& in, beast::flat_buffer& in_buf, Conn& out,
-                                        std::string_view head, bool chunked, milliseconds timeout,
-                                        bool* in_failed) {
+                                        std::string_view head, bool chunked,
+                                        milliseconds in_timeout, milliseconds out_timeout,
+                                        bool* in_failed, BodyPace* pace = nullptr) {
   // Allocated when there is a body: most requests have none, and the buffer would make this
   // coroutine's frame too large for Asio to recycle.
   std::unique_ptr<char[]> buf;
@@ -101,7 +124,7 @@ net::awaitable<beast::error_code> Relay(bhttp::parser<isRequest, bhttp::buffer_b
       if (!buf) buf = std::make_unique_for_overwrite<char[]>(kRelayChunk);
       p.get().body().data = buf.get();
       p.get().body().size = kRelayChunk;
-      in.ExpiresAfter(timeout);
+      in.ExpiresAfter(pace ? pace->Left() : Clock::duration(in_timeout));
       auto [read_ec, r] = co_await bhttp::async_read(in.socket, in_buf, p, kTuple);
       beast::error_code ec = in.Check(read_ec);
       if (ec == bhttp::error::need_buffer) ec = {};
@@ -110,6 +133,7 @@ net::awaitable<beast::error_code> Relay(bhttp::parser<isRequest, bhttp::buffer_b
         co_return ec;
       }
       n = kRelayChunk - p.get().body().size;
+      if (pace) pace->received += n;
     }
     last = p.is_done();
     std::array<net::const_buffer, 5> bufs;  // empty ones are skipped
@@ -128,7 +152,7 @@ net::awaitable<beast::error_code> Relay(bhttp::parser<isRequest, bhttp::buffer_b
     if (net::buffer_size(bufs) == 0) continue;
     beast::buffers_suffix<decltype(bufs)> rest(bufs);
     beast::error_code ec = WriteNow(out.socket, rest);
-    if (!ec && beast::buffer_bytes(rest) > 0) ec = co_await WriteRest(out, rest, timeout);
+    if (!ec && beast::buffer_bytes(rest) > 0) ec = co_await WriteRest(out, rest, out_timeout);
     if (ec) co_return ec;
   } while (!last);
   co_return beast::error_code{};
@@ -157,11 +181,11 @@ inline net::awaitable<beast::error_code> ReadHead(Conn& c, beast::flat_buffer& b
 }
 
 // Writes `head` and then `length` body bytes from `in` (those already in `in_buf` first) to
-// `out`, as they come.
+// `out`, as they come; each read waits at most `in_timeout`, each write `out_timeout`.
 inline net::awaitable<beast::error_code> RelayLength(Conn& in, beast::flat_buffer& in_buf,
                                                      Conn& out, std::string_view head,
-                                                     uint64_t length, milliseconds timeout,
-                                                     bool* in_failed) {
+                                                     uint64_t length, milliseconds in_timeout,
+                                                     milliseconds out_timeout, bool* in_failed) {
   for (;;) {
     const size_t n = static_cast<size_t>(std::min<uint64_t>(length, in_buf.size()));
     const std::array<net::const_buffer, 2> bufs = {net::buffer(head.data(), head.size()),
@@ -170,13 +194,13 @@ inline net::awaitable<beast::error_code> RelayLength(Conn& in, beast::flat_buffe
     if (net::buffer_size(bufs) > 0) {
       beast::buffers_suffix<decltype(bufs)> rest(bufs);
       beast::error_code ec = WriteNow(out.socket, rest);
-      if (!ec && beast::buffer_bytes(rest) > 0) ec = co_await WriteRest(out, rest, timeout);
+      if (!ec && beast::buffer_bytes(rest) > 0) ec = co_await WriteRest(out, rest, out_timeout);
       if (ec) co_return ec;
     }
     in_buf.consume(n);
     length -= n;
     if (length == 0) co_return beast::error_code{};
-    in.ExpiresAfter(timeout);
+    in.ExpiresAfter(in_timeout);
     auto [ec, r] = co_await in.socket.async_read_some(
         in_buf.prepare(static_cast<size_t>(std::min<uint64_t>(length, kRelayChunk))), kTuple);
     if (ec) {

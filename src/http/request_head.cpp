@@ -136,8 +136,8 @@ namespace {
 // Adds one field of the simple shape to `out`, or says the head is not that shape: framing the
 // general parser must judge (Transfer-Encoding, a body, a second length or Connection field).
 bool KeepField(std::string_view name, std::string_view value, RequestHead& out,
-               std::optional<std::string_view>& connection) {
-  if (out.fields.size() == RequestHead::kMaxFields) return false;
+               std::optional<std::string_view>& connection, size_t max_fields) {
+  if (out.fields.size() >= std::min(max_fields, RequestHead::kMaxFields)) return false;
   if (util::EqualsIgnoreCase(name, "Transfer-Encoding") ||
       util::EqualsIgnoreCase(name, "Proxy-Connection")) {
     return false;
@@ -159,7 +159,8 @@ bool KeepField(std::string_view name, std::string_view value, RequestHead& out,
 
 }  // namespace
 
-HeadParse ParseRequestHead(std::string_view data, size_t max_size, RequestHead& out, size_t* size) {
+HeadParse ParseRequestHead(std::string_view data, size_t max_size, RequestHead& out, size_t* size,
+                           size_t max_fields) {
   out.Clear();
   // One pass over the bytes, each checked once as it is scanned (a head is read per request).
   using Byte = unsigned char;
@@ -220,7 +221,7 @@ HeadParse ParseRequestHead(std::string_view data, size_t max_size, RequestHead& 
     const std::string_view value = view(value_begin, value_end);
     p += 2;
 
-    if (!KeepField(name, value, out, connection)) return HeadParse::kNotSimple;
+    if (!KeepField(name, value, out, connection, max_fields)) return HeadParse::kNotSimple;
   }
   // As Beast's parser decides it: HTTP/1.1 stays open unless told "close", HTTP/1.0 closes
   // unless told "keep-alive".

@@ -47,6 +47,10 @@ void Worker::Release(std::unique_ptr<UpstreamConnection> c, bool reusable) {
     c.reset();
     upstream_open.fetch_sub(1, std::memory_order_relaxed);
   }
+  WakeWaiter();
+}
+
+void Worker::WakeWaiter() {
   if (!pool_waiters.empty()) {
     PoolWaiter* w = pool_waiters.front();
     pool_waiters.pop_front();
@@ -56,24 +60,50 @@ void Worker::Release(std::unique_ptr<UpstreamConnection> c, bool reusable) {
   }
 }
 
-net::awaitable<std::unique_ptr<UpstreamConnection>> Worker::Acquire(beast::error_code& ec,
-                                                                    bool* pooled, bool* busy) {
+Worker::PoolShares Worker::Shares() const {
   const size_t workers = gw.workers.size();
-  const size_t share = std::max<size_t>(1, gw.upstream_config.max_connections / workers);
-  const size_t queue_share = gw.upstream_config.queue_size == 0
-                                 ? 0
-                                 : std::max<size_t>(1, gw.upstream_config.queue_size / workers);
+  PoolShares s;
+  s.connections = std::max<size_t>(1, gw.upstream_config.max_connections / workers);
+  s.queue = gw.upstream_config.queue_size == 0
+                ? 0
+                : std::max<size_t>(1, gw.upstream_config.queue_size / workers);
+  // At least one of each: a pool of one connection is one client's at a time.
+  const auto part = [pct = static_cast<size_t>(gw.upstream_config.max_client_share_percent)](
+                        size_t n) { return n == 0 ? 0 : std::max<size_t>(1, n * pct / 100); };
+  s.client_connections = part(s.connections);
+  s.client_queue = part(s.queue);
+  return s;
+}
+
+net::awaitable<std::unique_ptr<UpstreamConnection>> Worker::Acquire(beast::error_code& ec,
+                                                                    bool* pooled, bool* busy,
+                                                                    ClientShares::Claim& claim) {
+  const PoolShares shares = Shares();
   std::optional<net::steady_timer> timer;
   for (;;) {
+    // Also after a wait: the client's other requests may have taken connections meanwhile.
+    if (!claim.MayHold(shares.client_connections)) {
+      // A connection released for this request is the next waiter's.
+      if (timer) WakeWaiter();
+      break;
+    }
     if (auto c = TakeIdle()) {
       *pooled = true;
       co_return c;
     }
     *pooled = false;
-    if (upstream_open.load(std::memory_order_relaxed) < share) co_return co_await Connect(ec);
+    if (upstream_open.load(std::memory_order_relaxed) < shares.connections) {
+      // Counted before the wait, as upstream_open: requests of one client connecting at once
+      // cannot overshoot its share.
+      claim.Hold();
+      auto c = co_await Connect(ec);
+      if (!c) claim.Unhold();
+      co_return c;
+    }
     // Every connection is busy (slow clients reading large responses hold theirs): wait for one,
-    // in a bounded queue for a bounded time, rather than fail at once.
-    if (pool_waiters.size() >= queue_share) break;
+    // in a bounded queue for a bounded time, rather than fail at once; one client only in its
+    // share of the queue.
+    if (pool_waiters.size() >= shares.queue || !claim.MayQueue(shares.client_queue)) break;
     if (!timer) {
       timer.emplace(ioc);
       timer->expires_after(milliseconds(gw.upstream_config.queue_timeout_ms));
@@ -81,7 +111,9 @@ net::awaitable<std::unique_ptr<UpstreamConnection>> Worker::Acquire(beast::error
     PoolWaiter w{&*timer};
     pool_waiters.push_back(&w);
     pool_waiting.store(pool_waiters.size(), std::memory_order_relaxed);
+    claim.Queue();
     co_await timer->async_wait(kTuple);
+    claim.Unqueue();
     if (!w.granted) {
       pool_waiters.erase(std::find(pool_waiters.begin(), pool_waiters.end(), &w));
       pool_waiting.store(pool_waiters.size(), std::memory_order_relaxed);

@@ -110,11 +110,30 @@ net::awaitable<void> Worker::SweepDeadlines() {
 net::awaitable<beast::error_code> Worker::ReadGeneralHead(Conn& stream, beast::flat_buffer& buffer,
                                                           RequestParser& parser) {
   beast::error_code hec;
+  // Beast's header limit holds for one put() only, and put() takes each whole field line as it
+  // comes: a head sent in pieces could grow without bound (issue 31: 50,000 empty fields passed
+  // a 16 KB limit). Every byte of the head counts, its line ends too: those put() took, and
+  // those still waiting in `buffer`. (Beast's own limit stays as it is: lowered between calls,
+  // its scan for the end of the head can wait for bytes that never come.)
+  const size_t limit = gw.server.max_header_bytes;
+  size_t taken = 0;
   for (;;) {
-    buffer.consume(parser.put(buffer.data(), hec));
+    const size_t used = parser.put(buffer.data(), hec);
+    buffer.consume(used);
+    taken += used;
     if (hec == bhttp::error::need_more) {
       hec = {};
+      if (taken + buffer.size() >= limit) {
+        hec = bhttp::error::header_limit;
+        break;
+      }
     } else if (hec || parser.is_header_done()) {
+      // Every field counts, empty ones too (RFC 9110 5.4: a server may refuse too many). The
+      // fast parser leaves heads of more to this one.
+      const auto& m = parser.get();
+      if (!hec && (taken > limit || static_cast<size_t>(std::distance(m.begin(), m.end())) >
+                                        gw.server.max_header_fields))
+        hec = bhttp::error::header_limit;
       break;
     }
     auto [rec, n] = co_await stream.socket.async_read_some(buffer.prepare(4096), kTuple);
@@ -184,8 +203,8 @@ net::awaitable<void> Worker::Session(tcp::socket socket, Listener listener, Conn
     // go to Beast's parser, whose message then fills the same RequestHead.
     RequestHead& head = scratch.head;
     size_t fast_size = 0;
-    const bool fast = ParseRequestHead(View(buffer), gw.server.max_header_bytes, head,
-                                       &fast_size) == HeadParse::kComplete;
+    const bool fast = ParseRequestHead(View(buffer), gw.server.max_header_bytes, head, &fast_size,
+                                       gw.server.max_header_fields) == HeadParse::kComplete;
     std::optional<RequestParser> parser;  // the general one, and a body's
     beast::error_code hec;
     if (!fast) {
@@ -199,7 +218,7 @@ net::awaitable<void> Worker::Session(tcp::socket socket, Listener listener, Conn
       if (!hec) HeadFromBeast(*parser, head);
     }
     if (hec) {
-      if (RenderHeadError(hec, scratch)) co_await Write(stream, scratch.out, false);
+      if (RenderHeadError(hec, scratch)) co_await Write(stream, scratch.out, false, SendTimeout());
       break;
     }
     bool keep = false;
@@ -228,7 +247,7 @@ net::awaitable<void> Worker::Session(tcp::socket socket, Listener listener, Conn
         beast::buffers_suffix<net::const_buffer> rest(net::buffer(scratch.out));
         beast::error_code wec = WriteNow(stream.socket, rest);
         if (!wec && beast::buffer_bytes(rest) > 0)
-          wec = co_await WriteRest(stream, rest, std::chrono::seconds(30));
+          wec = co_await WriteRest(stream, rest, SendTimeout());
         keep = !wec && ex.reply_keep;
       }
       ex.policy.reset();

@@ -5,9 +5,12 @@
 // forward.cpp (the proxy), upstream_pool.cpp, gateway.cpp (wiring, reload, drain).
 #pragma once
 
+#include "client_share.hpp"
 #include "gateway_impl.hpp"
 
 namespace tollgate::http {
+
+struct BodyPace;  // relay.hpp
 
 // A client connection's place in the connection budgets: its listener's total and, unless the
 // peer is a trusted proxy, its address's count. Released when the connection ends. Not
@@ -62,7 +65,10 @@ struct Worker {
 
   Gateway::Impl& gw;
   size_t index;
-  ConnList conns;         // this thread's connections (before ioc: they may outlive its run)
+  ConnList conns;  // this thread's connections (before ioc: they may outlive its run)
+  // What of this thread's pool each client holds (upstream.max_client_share_percent). Before
+  // ioc too: the claims of requests still waiting when it stops are given back as it frees them.
+  ClientShares client_shares;
   size_t redis_lane = 0;  // with a Redis store: this thread's lane of it
   TopOffenders top;       // GET /admin/top
   // Only this thread touches its sockets: the reactor needs no lock around their operations.
@@ -189,6 +195,12 @@ struct Worker {
   };
   std::deque<PoolWaiter*> pool_waiters;  // oldest first
   std::atomic<size_t> pool_waiting{0};   // pool_waiters.size(), for /metrics
+  // This thread's shares of upstream.max_connections and upstream.queue_size, and the most of
+  // each one client may hold.
+  struct PoolShares {
+    size_t connections, queue, client_connections, client_queue;
+  };
+  PoolShares Shares() const;
 
   net::awaitable<void> Accept(tcp::acceptor& acceptor, Listener listener);
   net::awaitable<void> Session(tcp::socket socket, Listener listener, ConnectionSlot slot);
@@ -235,6 +247,7 @@ struct Worker {
   };
   LastRejection last_rejection;
   Step Pass(Exchange& ex, Scratch& scratch);  // allowed: forwarded, or the decision service's 200
+  milliseconds SendTimeout() const { return milliseconds(gw.server.send_timeout_ms); }
   // Whether our answer keeps the connection: the client's wish, its request read whole, and no
   // shutdown under way.
   bool KeepsAlive(const Exchange& ex) const;
@@ -257,7 +270,13 @@ struct Worker {
     std::unique_ptr<UpstreamConnection> up;
     bool pooled = false;         // taken from the pool (may have been closed under us)
     bool busy = false;           // no connection: the queue was full or the wait too long
+    bool over_share = false;     // busy because the client holds its share of the pool
     bool client_failed = false;  // the client's body could not be read
+    ClientShares::Claim claim;   // the client's place in client_shares
+    // The body read before connecting (BufferBody), whole or its first part, and the pace the
+    // rest must keep.
+    std::string_view body;
+    BodyPace* pace = nullptr;
     bool nothing_written = false;
     bool reached_upstream = false;
     size_t head_size = 0;  // of the answer's head in up->buffer
@@ -274,6 +293,25 @@ struct Worker {
   void AppendProxyHeaders(const Exchange& ex, bool trusted, std::string_view host,
                           util::StringAppender& head);
   static std::string_view ClientIp(const Exchange& ex, bool trusted);
+  // The request body, up to server.body_buffer_bytes of it, into `body` before any upstream
+  // connection is taken (issue 31: a trickling body held one for as long as it trickled).
+  net::awaitable<beast::error_code> BufferBody(Conn& stream, beast::flat_buffer& buffer,
+                                               RequestParser& p, std::string& body, BodyPace& pace);
+  // Before any upstream connection: the go-ahead of `Expect: 100-continue`, then BufferBody()
+  // with `pace` from then on (answering what it could not read). False when the request ended.
+  net::awaitable<bool> ReadBodyFirst(Conn& stream, beast::flat_buffer& buffer, Scratch& scratch,
+                                     UpstreamTry& t, std::string& body, BodyPace& pace);
+  // Starts t.claim for the request's client (upstream.max_client_share_percent).
+  void ClaimShare(const Exchange& ex, UpstreamTry& t);
+  // The answer to a request body that could not be read, into scratch.out: 413 past
+  // server.max_body_bytes, 408 when it came too slowly, 400 when malformed; false when the
+  // client just went away.
+  bool RenderBodyError(Exchange& ex, Scratch& scratch, beast::error_code ec);
+  // Gives t.up back (see Release()) and the client's count of it.
+  void ReleaseTry(UpstreamTry& t, bool reusable) {
+    t.claim.Unhold();
+    Release(std::move(t.up), reusable);
+  }
   net::awaitable<beast::error_code> SendOnce(Conn& stream, beast::flat_buffer& buffer,
                                              Scratch& scratch, UpstreamTry& t);
   net::awaitable<beast::error_code> ReadOtherHead(UpstreamConnection& up, bool is_head,
@@ -295,13 +333,16 @@ struct Worker {
   // An upstream connection: an idle one of the pool that has stayed quiet, else a new one
   // (Connect), else one released to this request while it waits in the queue. Null with
   // `*busy` when the queue is full or the wait ends first; null with `ec` when Connect fails.
+  // `claim`: the client's, whose queue places are bounded too.
   net::awaitable<std::unique_ptr<UpstreamConnection>> Acquire(beast::error_code& ec, bool* pooled,
-                                                              bool* busy);
+                                                              bool* busy,
+                                                              ClientShares::Claim& claim);
   std::unique_ptr<UpstreamConnection> TakeIdle();
   net::awaitable<std::unique_ptr<UpstreamConnection>> Connect(beast::error_code& ec);
   // Gives a connection back: to the pool when `reusable`, else closed; a waiting request gets
   // its turn either way.
   void Release(std::unique_ptr<UpstreamConnection> c, bool reusable);
+  void WakeWaiter();  // the oldest waiting request, if any, gets its turn
   // GET /admin/usage and GET /v1/usage: renders the reply (a coroutine of its own, as only
   // these requests wait on the usage backend) and says the next step.
   // The usage endpoints and those of Gateway::AddAdminEndpoint: steps that await.

@@ -6,6 +6,8 @@
 #   target        CanonicalizeTarget: its contract, and Boost.URL's normalisation
 #                 (src/util/target.cpp), and the folded path of routes (src/util/path_fold.cpp)
 #   admin_guard   AdminGuard's Host allow-list and token (src/http/admin_guard.cpp)
+#   chunked_framing  ChunkedFraming: whole and byte by byte alike, never looser than Beast's
+#                 parser (src/http/chunked_framing.cpp)
 # A fuzzer is rebuilt when a source or a header is newer than it. Crashes are written to
 # FUZZ_DIR (default /tmp/tollgate-fuzz) as NAME-crash-*; replay one with
 # `$FUZZ_DIR/NAME_fuzz FILE`. Needs clang-14 and libclang-rt-14-dev (scripts/install-deps.sh).
@@ -15,7 +17,7 @@ cd "$(dirname "$0")/../.."
 seconds=${1:-60}
 shift || true
 names=("$@")
-[[ ${#names[@]} -eq 0 ]] && names=(request_head target admin_guard)
+[[ ${#names[@]} -eq 0 ]] && names=(request_head target admin_guard chunked_framing)
 out=${FUZZ_DIR:-/tmp/tollgate-fuzz}
 mkdir -p "$out"
 
@@ -30,7 +32,9 @@ sources() {
     request_head) echo tests/fuzz/request_head_fuzz.cpp src/http/request_head.cpp ;;
     target) echo tests/fuzz/target_fuzz.cpp src/util/target.cpp src/util/path_fold.cpp ;;
     admin_guard) echo tests/fuzz/admin_guard_fuzz.cpp src/http/admin_guard.cpp src/util/digest.cpp ;;
-    *) echo "tests/fuzz/run.sh: unknown fuzzer '$1' (request_head, target, admin_guard)" >&2; exit 2 ;;
+    chunked_framing) echo tests/fuzz/chunked_framing_fuzz.cpp src/http/chunked_framing.cpp ;;
+    *) echo "tests/fuzz/run.sh: unknown fuzzer '$1' (request_head, target, admin_guard, chunked_framing)" >&2
+       exit 2 ;;
   esac
 }
 run_flags() {

@@ -25,7 +25,11 @@ Behaviours (one per instance), each a real upstream's:
 - "hold": records every request, then holds its answer until release() / release_all().
 
 With idle_close_ms=N (any behaviour), a keep-alive connection is closed after N ms without a
-request, like Node's keepAliveTimeout.
+request, like Node's keepAliveTimeout. With hold_prefix="/p/" (or a tuple of prefixes; any
+behaviour), requests whose path starts so are held as "hold" holds them; with large_prefix, a
+request for
+"/p/<n>" is answered with a body of n bytes, written 64 KiB at a time (the write blocks while
+the gateway does not read; a connection the gateway closes ends it).
 
 Python 3 standard library only. Every thread is bounded by the stop flag and joined in stop();
 every wait is bounded.
@@ -100,10 +104,13 @@ class Connection:
 
 
 class RawUpstream:
-    def __init__(self, behaviour="normal", idle_close_ms=None, get_body_delay_ms=30):
+    def __init__(self, behaviour="normal", idle_close_ms=None, get_body_delay_ms=30,
+                 hold_prefix=None, large_prefix=None):
         if behaviour not in BEHAVIOURS:
             raise ValueError("behaviour must be one of %s" % (BEHAVIOURS,))
         self.behaviour = behaviour
+        self.hold_prefix = hold_prefix
+        self.large_prefix = large_prefix
         self.idle_close_ms = idle_close_ms
         self.get_body_delay_ms = get_body_delay_ms
         self._lock = threading.Condition()
@@ -295,9 +302,15 @@ class RawUpstream:
                                          struct.pack("ii", 1, 0))
                     conn.sock.close()
                     return
-                if self.behaviour == "hold" and not self._wait_release():
+                held = self.behaviour == "hold" or (
+                    self.hold_prefix is not None and req.path.startswith(self.hold_prefix))
+                if held and not self._wait_release():
                     conn.closed_by = "stop"
                     break
+                if self.large_prefix is not None and req.path.startswith(self.large_prefix):
+                    if not self._send_large(conn, req):
+                        break
+                    continue
                 close = self._wants_close(req)
                 conn.sock.sendall(self._answer(conn, req, close))
                 with self._lock:
@@ -316,6 +329,26 @@ class RawUpstream:
                 conn.sock.close()
             except OSError:
                 pass
+
+    def _send_large(self, conn, req):
+        """Answers with the number of bytes the path ends with; False when the connection ended
+        first (the gateway closed it)."""
+        n = int(req.path.rsplit("/", 1)[1])
+        head = "HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\n"
+        head += "Content-Length: %d\r\n\r\n" % n
+        block = b"x" * 65536
+        try:
+            conn.sock.sendall(head.encode())
+            while n > 0 and not self._stop.is_set():
+                conn.sock.sendall(block[:min(n, len(block))])
+                n -= min(n, len(block))
+        except OSError:
+            conn.closed_by = "peer"
+            return False
+        with self._lock:
+            req.answered = n == 0
+            self._lock.notify_all()
+        return n == 0
 
     def _record(self, conn, req):
         with self._lock:

@@ -40,6 +40,19 @@ struct ServerConfig {
   int header_timeout_ms = 10'000;               // to read a request's headers (slow clients)
   int idle_timeout_ms = 60'000;                 // keep-alive connection with no request
   int drain_timeout_ms = 10'000;                // SIGTERM: time for in-flight requests
+  // Header fields of one request, empty ones too (a folded line is part of its field); more get
+  // 431.
+  size_t max_header_fields = 100;
+  // Request bodies up to this many bytes are read whole before an upstream connection is taken
+  // (a trickling body holds none); larger ones are relayed from there on. 0: relay at once.
+  size_t body_buffer_bytes = 64 * 1024;
+  // A request body must have arrived, at each point, within body_timeout_ms of its head plus one
+  // second per min_body_bytes_per_second bytes received; else 408 body_timeout, and closed.
+  int body_timeout_ms = 10'000;
+  uint64_t min_body_bytes_per_second = 1'024;
+  // Each write to a client (our answer, or up to 16 KiB of a relayed response) must complete
+  // within this; a client that stops reading is cut off.
+  int send_timeout_ms = 10'000;
   // SIGTERM: keep serving this long before the drain (readyz answers 503 from the signal on), so
   // that load balancers and Kubernetes take the replica out before its listeners close.
   int shutdown_delay_ms = 0;
@@ -92,6 +105,10 @@ struct UpstreamConfig {
     bool x_real_ip = true;
     bool forwarded = false;  // RFC 7239: for=, host=, proto=
   } forwarded_headers;
+  // The most of a thread's share of max_connections, and of queue_size, that one client (its
+  // address, and its key when it has one) may hold at once; past it, 503 upstream_busy at once.
+  // Addresses in identity.trusted_proxies are not counted. 100: no cap.
+  int max_client_share_percent = 25;
 };
 
 struct StoreConfig {

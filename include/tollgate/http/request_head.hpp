@@ -38,10 +38,11 @@ enum class HeadParse {
 
 // Parses the head at the start of `data` when it has the shape of almost every API request,
 // and nothing looser: "METHOD SP target SP HTTP/1.x" with CRLF line ends, token field names,
-// no folded lines, at most kMaxFields fields, no Transfer-Encoding, no Content-Length but 0,
-// at most `max_size` bytes. Anything else is kNotSimple and goes to the general parser, which
-// accepts or refuses it (a malformed head is never accepted here).
-HeadParse ParseRequestHead(std::string_view data, size_t max_size, RequestHead& out, size_t* size);
+// no folded lines, at most kMaxFields fields (and at most `max_fields`), no Transfer-Encoding,
+// no Content-Length but 0, at most `max_size` bytes. Anything else is kNotSimple and goes to the
+// general parser, which accepts or refuses it (a malformed head is never accepted here).
+HeadParse ParseRequestHead(std::string_view data, size_t max_size, RequestHead& out, size_t* size,
+                           size_t max_fields = RequestHead::kMaxFields);
 
 // Whether `value`, a comma-separated list (Connection), holds `token` (any case).
 bool HasToken(std::string_view value, std::string_view token);

@@ -36,6 +36,16 @@ TEST(RequestHeadTest, ParsesTheCommonShapeInPlace) {
   EXPECT_LT(h.target.data(), data.data() + data.size());
 }
 
+TEST(RequestHeadTest, MoreFieldsThanAskedForAreLeftToTheGeneralParser) {
+  std::string data = "GET / HTTP/1.1\r\nHost: a\r\n";
+  for (int i = 0; i < 4; ++i) data += "a:\r\n";  // empty fields count too
+  data += "\r\n";
+  RequestHead h;
+  size_t size = 0;
+  EXPECT_EQ(ParseRequestHead(data, 8192, h, &size, 5), HeadParse::kComplete);
+  EXPECT_EQ(ParseRequestHead(data, 8192, h, &size, 4), HeadParse::kNotSimple);
+}
+
 TEST(RequestHeadTest, KeepAliveAsTheVersionAndConnectionSay) {
   struct Case {
     const char* head;
