@@ -383,6 +383,18 @@ int64_t DaysFromCivil(int64_t y, int64_t m, int64_t d) {
 
 }  // namespace
 
+bool MoveViews(const LogLine& l, std::string_view from, const char* to, LogLine& out) {
+  LogLine moved = l;
+  for (std::string_view* v : {&moved.ts, &moved.method, &moved.path, &moved.query, &moved.client,
+                              &moved.key_id, &moved.route, &moved.decision}) {
+    if (v->empty()) continue;
+    if (v->data() < from.data() || v->data() + v->size() > from.data() + from.size()) return false;
+    *v = std::string_view(to + (v->data() - from.data()), v->size());
+  }
+  out = moved;
+  return true;
+}
+
 bool ParseIsoUtc(std::string_view s, int64_t& micros) {
   if (s.size() < 20 || s.back() != 'Z' || s[4] != '-' || s[7] != '-' || s[10] != 'T' ||
       s[13] != ':' || s[16] != ':') {

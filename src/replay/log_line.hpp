@@ -31,6 +31,11 @@ struct LogLine {
   int64_t DecidedMicros() const { return decided_us > 0 ? decided_us : ts_micros - latency_us; }
 };
 
+// `l` with every string moved from the line `from` to the same bytes at `to` (a copy of `from`).
+// False, and `out` unchanged, when a string is not in `from` (an escape decoded into scratch).
+// Every string member of LogLine is moved: one added to it goes here too.
+bool MoveViews(const LogLine& l, std::string_view from, const char* to, LogLine& out);
+
 // The longest line read (bytes, without the newline); longer ones are malformed.
 inline constexpr size_t kMaxLineBytes = 64 * 1024;
 

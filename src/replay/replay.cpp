@@ -9,7 +9,6 @@
 #include <array>
 #include <cerrno>
 #include <cstring>
-#include <functional>
 #include <unordered_map>
 
 #include <tollgate/engine/checks.hpp>
@@ -18,6 +17,7 @@
 #include <tollgate/util/hash.hpp>
 
 #include "replay/log_line.hpp"
+#include "replay/reorder.hpp"
 
 namespace tollgate::replay {
 namespace {
@@ -110,15 +110,6 @@ struct Replayer::State {
     Counts* key = nullptr;
   };
 
-  // A well-formed line held until no line still to come can have been decided before it.
-  struct Held {
-    int64_t decided_us;
-    uint64_t number;  // in the file, 1-based
-    std::string text;
-    bool operator>(const Held& o) const {
-      return decided_us != o.decided_us ? decided_us > o.decided_us : number > o.number;
-    }
-  };
   // Decides the held lines decided at or before `until_us`, earliest first.
   void Release(int64_t until_us);
 
@@ -154,18 +145,17 @@ struct Replayer::State {
   std::vector<Counts> plans;    // by Plan::index (the anonymous limits last)
   Counts invalid_key_plan, no_plan, not_routed_route;
   std::unordered_map<const policy::Route*, Counts> routes;
-  std::vector<Held> held;           // a min-heap (std::greater): the earliest decision first
+  // Well-formed lines held until no line still to come can have been decided before them.
+  ReorderBuffer held;
   int64_t finished_us = INT64_MIN;  // the latest `ts` read
 };
 
 void Replayer::State::Release(int64_t until_us) {
-  while (!held.empty() && held.front().decided_us <= until_us) {
-    std::pop_heap(held.begin(), held.end(), std::greater<>());
-    const Held h = std::move(held.back());
-    held.pop_back();
+  held.Release(until_us, [this](const ReorderBuffer::Line& h) {
+    if (h.parsed) return Line(h.line, h.number);
     LogLine l;
-    if (ParseLogLine(h.text, l, scratch) == nullptr) Line(l, h.number);
-  }
+    if (ParseLogLine(h.Text(), l, scratch) == nullptr) Line(l, h.number);
+  });
 }
 
 Replayer::State::Placed Replayer::State::Decide(const LogLine& l, const policy::Route& route) {
@@ -275,8 +265,7 @@ void Replayer::Feed(std::string_view line) {
   // after shorter ones decided later; deciding in file order gave false differences. A line is
   // held until lines finishing `reorder_window` after its decision have been read.
   s.finished_us = std::max(s.finished_us, l.ts_micros);
-  s.held.push_back({l.DecidedMicros(), s.report.lines, std::string(line)});
-  std::push_heap(s.held.begin(), s.held.end(), std::greater<>());
+  s.held.Push(l, s.report.lines, line);
   s.Release(s.finished_us - s.options.reorder_window.micros());
 }
 
