@@ -252,6 +252,9 @@ int CheckConfig(const std::string& path) {
   for (const std::string& w : tollgate::config::UnreachableRoutes(c.routes)) {
     std::printf("warning: %s\n", w.c_str());
   }
+  for (const std::string& w : tollgate::config::UnknownPlanWarnings(c)) {
+    std::printf("warning: %s\n", w.c_str());
+  }
   return 0;
 }
 

@@ -4,11 +4,10 @@
 #include <sys/stat.h>
 
 #include <algorithm>
-#include <fstream>
 #include <map>
 #include <set>
-#include <sstream>
 
+#include "config/files.hpp"
 #include "config/yaml.hpp"
 
 namespace tollgate::config {
@@ -195,6 +194,7 @@ EnvoyDomain ParseFile(const std::string& file, const std::string& text) {
     Fail("", std::string("not YAML: ") + e.what());
   }
   if (!root || root.IsNull()) Fail("", "the file is empty");
+  internal::RefuseDuplicateKeys(root, "");  // issue 31: YAML would keep one of them
   OnlyKeys(root, "", {"domain", "descriptors"});
   if (!root["domain"]) Fail("domain", "required");
   domain.domain = Str(root["domain"], "domain");
@@ -299,7 +299,8 @@ core::Result<EnvoyRlsConfig> ParseEnvoyRlsConfig(
       config.domains.push_back(std::move(domain));
       config.files.push_back(file);
     } catch (const FieldError& e) {
-      return core::Error{file + ": " + internal::ErrorText(e)};
+      const std::string line = e.line > 0 ? "line " + std::to_string(e.line) + ": " : "";
+      return core::Error{file + ": " + line + internal::ErrorText(e)};
     } catch (const YAML::Exception& e) {
       return core::Error{file + ": " + e.what()};
     }
@@ -325,11 +326,10 @@ core::Result<EnvoyRlsConfig> LoadEnvoyRlsConfig(const std::string& path) {
   }
   std::vector<std::pair<std::string, std::string>> files;
   for (const std::string& p : paths) {
-    std::ifstream in(p);
-    if (!in) return core::Error{p + ": cannot read"};
-    std::stringstream ss;
-    ss << in.rdbuf();
-    files.emplace_back(p, ss.str());
+    // A FIFO or device among the descriptor files would hang the load (issue 31).
+    auto content = internal::ReadRegularFile(p);
+    if (!content) return core::Error{p + ": cannot read: " + content.error()};
+    files.emplace_back(p, std::move(content).value());
   }
   return ParseEnvoyRlsConfig(files);
 }

@@ -1,12 +1,12 @@
 #include "config/keys.hpp"
 
+#include <algorithm>
 #include <cctype>
 #include <cstdint>
-#include <fstream>
 #include <set>
-#include <sstream>
 #include <tollgate/util/digest.hpp>
 
+#include "config/files.hpp"
 #include "config/limits.hpp"
 #include "config/yaml.hpp"
 
@@ -24,7 +24,7 @@ namespace {
 std::string ReadDigest(const YAML::Node& n, const std::string& path) {
   if (n["key"] && n["sha256"]) Fail(path, "give key or sha256, not both");
   if (const YAML::Node key = n["key"]) {
-    const std::string clear = Str(key, Join(path, "key"));
+    const std::string clear = Expanded(key, Join(path, "key"));  // a secret: ${NAME} works
     if (clear.empty()) Fail(Join(path, "key"), "must not be empty");
     return util::Sha256Hex(clear);
   }
@@ -98,33 +98,28 @@ void ReadKeySource(const YAML::Node& keys, const std::string& base_dir, KeySourc
   if (!keys["url"]) Fail("keys.url", "required for keys.source postgres");
   ks.url = Secret(keys["url"], "keys.url");
   if (keys["snapshot"]) {
-    ks.snapshot = Str(keys["snapshot"], "keys.snapshot");
+    ks.snapshot = Expanded(keys["snapshot"], "keys.snapshot");
     if (!ks.snapshot.empty() && ks.snapshot[0] != '/') ks.snapshot = base_dir + "/" + ks.snapshot;
   }
   Set(keys, "resync_seconds", "keys", ks.resync_seconds, 1, 86'400);
 }
 
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return {};
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 // Assigns the YAML of `keys_file` (node `kf`) to `keys`, and its file name to `keys_path`.
 void LoadKeysFile(const YAML::Node& kf, const std::string& base_dir, YAML::Node& keys,
                   std::string& keys_path) {
-  std::string file = Str(kf, "keys_file");
+  std::string file = Expanded(kf, "keys_file");
   if (!file.empty() && file[0] != '/') file = base_dir + "/" + file;
-  const std::string text = ReadFile(file);
-  if (text.empty()) Fail("keys_file", "cannot read '" + file + "'");
+  // A regular file only: a FIFO or a device hung the loader (issue 31).
+  auto text = ReadRegularFile(file);
+  if (!text) Fail("keys_file", "cannot read '" + file + "': " + text.error());
+  if (text->empty()) Fail("keys_file", "'" + file + "' is empty");
   try {
-    keys.reset(YAML::Load(text));  // rebinds: `keys = ...` would write into root["keys"]
+    keys.reset(YAML::Load(*text));  // rebinds: `keys = ...` would write into root["keys"]
   } catch (const YAML::Exception& e) {
     Fail("keys_file", file + ": " + e.what());
   }
   keys_path = file;
+  RefuseDuplicateKeys(keys, keys_path);
 }
 
 }  // namespace
@@ -144,7 +139,16 @@ void ParseKeys(const YAML::Node& root, const std::string& base_dir, Config& c) {
     if (keys) Fail("keys_file", "give keys or keys_file, not both");
     LoadKeysFile(kf, base_dir, keys, keys_path);
   }
-  if (keys) ParseKeyList(keys, keys_path, c);
+  if (!keys) return;
+  try {
+    ParseKeyList(keys, keys_path, c);
+  } catch (FieldError& e) {
+    // The line of an error in the keys file is the keys file's (its path starts with the
+    // file's name).
+    if (e.line == 0 && keys_path != "keys" && e.path.rfind(keys_path, 0) == 0)
+      e.line = LineOf(keys, e.path.substr(keys_path.size()));
+    throw;
+  }
 }
 
 }  // namespace internal
@@ -187,6 +191,36 @@ core::Result<std::vector<OverrideConfig>> ParseOverrides(const OverrideFields& o
   } catch (const YAML::Exception& e) {
     return core::Error{std::string("invalid overrides: ") + e.what()};
   }
+}
+
+std::vector<const KeyConfig*> KeysOfUnknownPlans(const Config& config) {
+  std::set<std::string_view> plans;
+  for (const PlanConfig& p : config.plans) plans.insert(p.name);
+  std::vector<const KeyConfig*> out;
+  for (const KeyConfig& k : config.keys) {
+    if (!plans.count(k.plan)) out.push_back(&k);
+  }
+  return out;
+}
+
+std::vector<std::string> UnknownPlanWarnings(const Config& config) {
+  std::vector<std::pair<std::string, std::vector<const KeyConfig*>>> by_plan;  // file order
+  for (const KeyConfig* k : KeysOfUnknownPlans(config)) {
+    auto it = std::find_if(by_plan.begin(), by_plan.end(),
+                           [k](const auto& p) { return p.first == k->plan; });
+    if (it == by_plan.end()) it = by_plan.insert(by_plan.end(), {k->plan, {}});
+    it->second.push_back(k);
+  }
+  std::vector<std::string> out;
+  for (const auto& [plan, keys] : by_plan) {
+    std::string w = "key '" + keys[0]->id + "'";
+    if (keys.size() > 1) w += " and " + std::to_string(keys.size() - 1) + " more";
+    w += std::string(keys.size() > 1 ? " name" : " names") + " the plan '" + plan +
+         "', which does not exist: " + (keys.size() > 1 ? "they get" : "it gets") +
+         " the strictest plan";
+    out.push_back(std::move(w));
+  }
+  return out;
 }
 
 bool IsFieldSafe(std::string_view text) {

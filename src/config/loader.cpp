@@ -1,6 +1,5 @@
 // The configuration file, section by section: each Parse* step reads one top-level section of
 // the YAML into its struct of config.hpp.
-#include <fstream>
 #include <set>
 #include <sstream>
 
@@ -9,6 +8,7 @@
 #include <tollgate/config/config.hpp>
 #include <tollgate/util/host_port.hpp>
 
+#include "config/files.hpp"
 #include "config/keys.hpp"
 #include "config/limits.hpp"
 #include "config/routes.hpp"
@@ -18,11 +18,13 @@ namespace tollgate::config {
 namespace {
 
 using internal::Bool;
+using internal::Expanded;
 using internal::Fail;
 using internal::Index;
 using internal::Int;
 using internal::IsToken;
 using internal::Join;
+using internal::ListenAddress;
 using internal::Name;
 using internal::OnlyKeys;
 using internal::ParseMode;
@@ -84,8 +86,9 @@ void ParseServer(const YAML::Node& s, ServerConfig& server) {
        "max_header_fields", "body_buffer_bytes", "body_timeout_ms", "min_body_bytes_per_second",
        "send_timeout_ms"});
   // clang-format on
-  if (s["listen"]) server.listen = Str(s["listen"], "server.listen");
-  if (s["admin_listen"]) server.admin_listen = Str(s["admin_listen"], "server.admin_listen");
+  if (s["listen"]) server.listen = ListenAddress(s["listen"], "server.listen");
+  if (s["admin_listen"])
+    server.admin_listen = ListenAddress(s["admin_listen"], "server.admin_listen");
   Set(s, "threads", "server", server.threads, 0, 256);
   Set(s, "max_connections", "server", server.max_connections, 0, 1'000'000);
   Set(s, "max_connections_per_address", "server", server.max_connections_per_address, 0, 1'000'000);
@@ -135,7 +138,7 @@ void ParseUpstream(const YAML::Node& u, UpstreamConfig& upstream) {
   OnlyKeys(u, "upstream",
            {"url", "connect_timeout_ms", "timeout_ms", "max_connections", "queue_size",
             "queue_timeout_ms", "forwarded_headers", "max_client_share_percent"});
-  if (u["url"]) upstream.url = Str(u["url"], "upstream.url");
+  if (u["url"]) upstream.url = Expanded(u["url"], "upstream.url");
   if (const YAML::Node fh = u["forwarded_headers"]) {  // issue 31: the list replaces the default
     auto& h = upstream.forwarded_headers;
     h = {false, false, false, false, false};
@@ -172,8 +175,9 @@ void ParseStoreTls(const YAML::Node& t, StoreConfig& store) {
   auto file = [&t](const char* name, std::string& out) {
     if (!t[name]) return;
     const std::string field = std::string("store.tls.") + name;
-    out = Str(t[name], field);
-    if (!std::ifstream(out).good()) Fail(field, "cannot read '" + out + "'");
+    out = Expanded(t[name], field);
+    auto content = internal::ReadRegularFile(out);
+    if (!content) Fail(field, "cannot read '" + out + "': " + content.error());
   };
   file("ca_file", store.tls_ca_file);
   file("cert_file", store.tls_cert_file);
@@ -246,7 +250,7 @@ void ParsePlans(const YAML::Node& plans, std::vector<PlanConfig>& out, bool requ
       const std::string path = Join("plans", name);
       if (!IsFieldSafe(name) || name.empty())
         Fail(path, "a plan name must not be empty or contain control characters");
-      OnlyKeys(kv.second, path, {"mode", "enforce_percent", "scope", "limits"});
+      OnlyKeys(kv.second, path, {"mode", "enforce_percent", "scope", "limits", "unlimited"});
       PlanConfig p;
       p.name = name;
       if (kv.second["mode"]) p.mode = ParseMode(kv.second["mode"], Join(path, "mode"));
@@ -260,8 +264,21 @@ void ParsePlans(const YAML::Node& plans, std::vector<PlanConfig>& out, bool requ
         if (p.scope != "key" && p.scope != "account")
           Fail(Join(path, "scope"), "must be key or account");
       }
-      if (!kv.second["limits"]) Fail(Join(path, "limits"), "required");
-      p.limits = internal::ParseLimits(kv.second["limits"], Join(path, "limits"), true);
+      // Issue 31: `limits: []` made a plan unlimited without saying so; that takes
+      // `unlimited: true` now, and no limits.
+      const bool unlimited =
+          kv.second["unlimited"] && Bool(kv.second["unlimited"], Join(path, "unlimited"));
+      if (unlimited && kv.second["limits"])
+        Fail(Join(path, "limits"), "an unlimited plan has no limits");
+      if (!unlimited) {
+        if (!kv.second["limits"]) Fail(Join(path, "limits"), "required (or unlimited: true)");
+        p.limits = internal::ParseLimits(kv.second["limits"], Join(path, "limits"), true);
+        if (p.limits.empty()) {
+          Fail(Join(path, "limits"),
+               "must hold 1 to 8 limits; for a plan without limits, write unlimited: true "
+               "instead (a quota with neither allowance nor ceiling meters without limiting)");
+        }
+      }
       out.push_back(std::move(p));
     }
   }
@@ -277,7 +294,7 @@ void ParseAnonymous(const YAML::Node& a, std::vector<LimitConfig>& anonymous) {
 
 void ParseDecision(const YAML::Node& d, DecisionConfig& decision) {
   OnlyKeys(d, "decision", {"listen", "deny_status", "proxy", "request_target"});
-  if (d["listen"]) decision.listen = Str(d["listen"], "decision.listen");
+  if (d["listen"]) decision.listen = ListenAddress(d["listen"], "decision.listen");
   Set(d, "deny_status", "decision", decision.deny_status, 400, 599);
   if (d["proxy"]) {
     const std::string p = Str(d["proxy"], "decision.proxy");
@@ -309,9 +326,9 @@ void ParseRls(const YAML::Node& r, const std::string& base_dir, RlsConfig& rls) 
   OnlyKeys(
       r, "rls",
       {"listen", "domains", "envoy_config", "shadow_mode", "response_headers", "near_limit_ratio"});
-  if (r["listen"]) rls.listen = Str(r["listen"], "rls.listen");
+  if (r["listen"]) rls.listen = ListenAddress(r["listen"], "rls.listen");
   if (r["envoy_config"]) {
-    rls.envoy_config = Str(r["envoy_config"], "rls.envoy_config");
+    rls.envoy_config = Expanded(r["envoy_config"], "rls.envoy_config");
     if (rls.envoy_config.empty()) Fail("rls.envoy_config", "must not be empty");
     if (rls.envoy_config[0] != '/') rls.envoy_config = base_dir + "/" + rls.envoy_config;
   }
@@ -384,26 +401,35 @@ Config Parse(const YAML::Node& root, const std::string& base_dir) {
   return c;
 }
 
-}  // namespace
-
-core::Result<Config> ParseConfig(const std::string& yaml_text, const std::string& base_dir) {
+// `with_line`: errors start with the field's line ("line 7: plans.free.mode: ..."), for a file.
+core::Result<Config> ParseText(const std::string& yaml_text, const std::string& base_dir,
+                               bool with_line) {
+  YAML::Node root;
   try {
-    return Parse(YAML::Load(yaml_text), base_dir);
-  } catch (const internal::FieldError& e) {
-    return core::Error{internal::ErrorText(e)};
+    root.reset(YAML::Load(yaml_text));
+    internal::RefuseDuplicateKeys(root, "");
+    return Parse(root, base_dir);
+  } catch (internal::FieldError& e) {
+    if (with_line && e.line == 0) e.line = internal::LineOf(root, e.path);
+    const std::string at = with_line && e.line > 0 ? "line " + std::to_string(e.line) + ": " : "";
+    return core::Error{at + internal::ErrorText(e)};
   } catch (const YAML::Exception& e) {
     return core::Error{std::string("invalid YAML: ") + e.what()};
   }
 }
 
+}  // namespace
+
+core::Result<Config> ParseConfig(const std::string& yaml_text, const std::string& base_dir) {
+  return ParseText(yaml_text, base_dir, false);
+}
+
 core::Result<Config> LoadConfigFile(const std::string& path, std::string* text) {
-  std::ifstream in(path);
-  if (!in) return core::Error{"cannot read config file '" + path + "'"};
-  std::stringstream ss;
-  ss << in.rdbuf();
-  if (text) *text = ss.str();
+  auto content = internal::ReadRegularFile(path);
+  if (!content) return core::Error{"cannot read config file '" + path + "': " + content.error()};
+  if (text) *text = *content;
   const size_t slash = path.rfind('/');
-  return ParseConfig(ss.str(), slash == std::string::npos ? "." : path.substr(0, slash));
+  return ParseText(*content, slash == std::string::npos ? "." : path.substr(0, slash), true);
 }
 
 }  // namespace tollgate::config

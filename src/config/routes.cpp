@@ -1,6 +1,7 @@
 #include "config/routes.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <set>
 
 #include <tollgate/util/path_fold.hpp>
@@ -198,14 +199,30 @@ CostConfig ParseCost(const YAML::Node& cost, const std::string& path) {
 
 std::vector<std::string> ParseMethods(const YAML::Node& n, const std::string& path) {
   std::vector<std::string> methods;
+  std::vector<std::string> paths;
   if (n.IsSequence()) {
     if (n.size() == 0) Fail(path, "must name at least one method (omit it for any method)");
-    for (size_t i = 0; i < n.size(); ++i) methods.push_back(Str(n[i], internal::Index(path, i)));
+    for (size_t i = 0; i < n.size(); ++i) {
+      paths.push_back(internal::Index(path, i));
+      methods.push_back(Str(n[i], paths.back()));
+    }
   } else {
+    paths.push_back(path);
     methods.push_back(Str(n, path));
   }
-  for (const std::string& m : methods) {
-    if (!IsToken(m)) Fail(path, "must be a method name (GET, POST, ...)");
+  for (size_t i = 0; i < methods.size(); ++i) {
+    const std::string& m = methods[i];
+    if (!IsToken(m)) Fail(paths[i], "must be a method name (GET, POST, ...)");
+    // Issue 31: methods are case-sensitive (RFC 9110) and clients send them upper-case, so a
+    // route of `post` never matched anything.
+    if (std::any_of(m.begin(), m.end(), [](char c) { return c >= 'a' && c <= 'z'; })) {
+      std::string upper = m;
+      for (char& c : upper) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+      Fail(paths[i], "'" + m +
+                         "' would never match: methods are upper-case and matched exactly "
+                         "(write " +
+                         upper + ")");
+    }
   }
   return methods;
 }

@@ -4,13 +4,87 @@
 #include <cctype>
 #include <charconv>
 #include <cstdlib>
-#include <fstream>
-#include <sstream>
+#include <map>
+#include <set>
 #include <tollgate/config/config.hpp>
+#include <tollgate/util/host_port.hpp>
+#include <utility>
+
+#include "config/files.hpp"
 
 namespace tollgate::config::internal {
 
 void Fail(const std::string& path, const std::string& message) { throw FieldError{path, message}; }
+
+void FailAt(const std::string& path, int line, const std::string& message) {
+  throw FieldError{path, message, line};
+}
+
+int LineOf(const YAML::Node& root, const std::string& path) {
+  if (!root || path.empty()) return 0;
+  YAML::Node node;
+  node.reset(root);  // reset, not `=`: assigning a node writes into the one it refers to
+  int line = 0;
+  size_t i = 0;
+  while (i < path.size()) {
+    YAML::Node next;
+    if (path[i] == '[') {
+      const size_t close = path.find(']', i);
+      if (close == std::string::npos || !node.IsSequence()) break;
+      size_t index = 0;
+      const auto [p, ec] = std::from_chars(path.data() + i + 1, path.data() + close, index);
+      if (ec != std::errc() || p != path.data() + close || index >= node.size()) break;
+      next.reset(node[index]);
+      i = close + 1;
+    } else {
+      if (path[i] == '.') ++i;
+      const size_t end = std::min(path.find('.', i), path.find('[', i));
+      const std::string key = path.substr(i, end == std::string::npos ? end : end - i);
+      if (!node.IsMap()) break;
+      const YAML::Node& const_node = node;  // const: operator[] must not add the key
+      const YAML::Node child = const_node[key];
+      if (!child) break;
+      next.reset(child);
+      i = end == std::string::npos ? path.size() : end;
+    }
+    node.reset(next);
+    if (node.Mark().line >= 0) line = node.Mark().line + 1;
+  }
+  return line;
+}
+
+namespace {
+
+void RefuseDuplicates(const YAML::Node& n, const std::string& path,
+                      std::set<std::pair<int, int>>& walked) {
+  if (!n.IsMap() && !n.IsSequence()) return;
+  // Aliases are the node they name: each collection once (a YAML bomb stays linear).
+  if (!walked.insert({n.Mark().pos, static_cast<int>(n.Type())}).second) return;
+  if (n.IsSequence()) {
+    for (size_t i = 0; i < n.size(); ++i) RefuseDuplicates(n[i], Index(path, i), walked);
+    return;
+  }
+  std::map<std::string, int> lines;  // key -> its line
+  for (const auto& kv : n) {
+    if (!kv.first.IsScalar()) continue;  // refused as "must be a string" where it is read
+    const std::string key = kv.first.Scalar();
+    const int line = kv.first.Mark().line + 1;
+    const auto [it, added] = lines.emplace(key, line);
+    if (!added) {
+      FailAt(Join(path, key), line,
+             "given twice (first at line " + std::to_string(it->second) +
+                 "): YAML keeps one of them, so remove the other");
+    }
+    RefuseDuplicates(kv.second, Join(path, key), walked);
+  }
+}
+
+}  // namespace
+
+void RefuseDuplicateKeys(const YAML::Node& n, const std::string& path) {
+  std::set<std::pair<int, int>> walked;
+  if (n) RefuseDuplicates(n, path, walked);
+}
 
 void FailUnder(const std::string& path, const std::string& error) {
   const size_t colon = error.find(": ");
@@ -34,8 +108,9 @@ void RequireMap(const YAML::Node& n, const std::string& path) {
   if (!n.IsMap()) Fail(path, "must be a mapping");
 }
 
-std::string Secret(const YAML::Node& n, const std::string& path) {
-  const std::string text = Str(n, path);
+std::string Expanded(const YAML::Node& n, const std::string& path) {
+  if (!n.IsScalar()) Fail(path, "must be a string");
+  const std::string text = n.Scalar();
   std::string s;  // every ${NAME} replaced
   for (size_t i = 0; i < text.size();) {
     if (text.compare(i, 2, "${") != 0) {
@@ -54,17 +129,34 @@ std::string Secret(const YAML::Node& n, const std::string& path) {
     s += value;
     i = end + 1;
   }
+  return s;
+}
+
+std::string Secret(const YAML::Node& n, const std::string& path) {
+  std::string s = Expanded(n, path);
   if (s.rfind("file:", 0) != 0) return s;
   // file:PATH (PATH may come from the environment: file:${CREDENTIALS_DIRECTORY}/redis-url).
-  const std::string file = s.substr(5);
-  std::ifstream in(file);
-  if (file.empty() || !in) Fail(path, "cannot read the file of '" + text + "'");
-  std::stringstream content;
-  content << in.rdbuf();
-  std::string value = content.str();
+  const std::string text = n.Scalar();
+  auto content = ReadRegularFile(s.substr(5));
+  if (!content) Fail(path, "cannot read the file of '" + text + "': " + content.error());
+  std::string value = std::move(content).value();
   while (!value.empty() && (value.back() == '\n' || value.back() == '\r')) value.pop_back();
   if (value.empty()) Fail(path, "the file of '" + text + "' is empty");
   return value;
+}
+
+std::string ListenAddress(const YAML::Node& n, const std::string& path) {
+  const std::string s = Expanded(n, path);
+  const auto hp = util::SplitHostPort(s);
+  if (!hp) Fail(path, "must be host:port, got '" + s + "'");
+  const std::string& port = hp->port;
+  int value = -1;
+  const auto [p, ec] = std::from_chars(port.data(), port.data() + port.size(), value);
+  if (port.find_first_not_of("0123456789") != std::string::npos || port.size() > 5 ||
+      ec != std::errc() || p != port.data() + port.size() || value > 65535) {
+    Fail(path, "the port must be a number from 1 to 65535 (0: any free one), got '" + port + "'");
+  }
+  return s;
 }
 
 void OnlyKeys(const YAML::Node& n, const std::string& path, std::set<std::string> allowed) {
@@ -77,7 +169,15 @@ void OnlyKeys(const YAML::Node& n, const std::string& path, std::set<std::string
 
 std::string Str(const YAML::Node& n, const std::string& path) {
   if (!n.IsScalar()) Fail(path, "must be a string");
-  return n.as<std::string>();
+  std::string s = n.Scalar();
+  // Issue 31: `${NAME}` is expanded only where docs/configuration.md ("Environment variables")
+  // says; elsewhere it would have been taken as written.
+  if (s.find("${") != std::string::npos) {
+    Fail(path,
+         "'${' is not expanded in this field (environment variables work in addresses, URLs, "
+         "file paths and keys: docs/configuration.md, \"Environment variables\")");
+  }
+  return s;
 }
 
 std::string Name(const YAML::Node& n, const std::string& path) {

@@ -19,9 +19,22 @@ namespace tollgate::config::internal {
 struct FieldError {
   std::string path;
   std::string message;
+  int line = 0;  // 1-based line of the field in its file; 0: unknown yet (LineOf finds it)
 };
 
 [[noreturn]] void Fail(const std::string& path, const std::string& message);
+// Fail, at a known line (1-based).
+[[noreturn]] void FailAt(const std::string& path, int line, const std::string& message);
+
+// The line (1-based) of the node at `path` ("plans.free.limits[0].capacity") under `root`, or
+// of its deepest ancestor found (a missing field: the mapping that lacks it); 0 when not even
+// the first step is found. Best effort: a map key holding '.' or '[' is not followed.
+int LineOf(const YAML::Node& root, const std::string& path);
+
+// Refuses a mapping key given twice anywhere under `n` (yaml-cpp keeps the first and ignores
+// the rest: a second `mode: shadow` did nothing), naming the second one's path and line.
+// Anchors and aliases are walked once.
+void RefuseDuplicateKeys(const YAML::Node& n, const std::string& path);
 
 // Fails with an error of the form "field: message" (core::Limit::Create, KeyWindowLimit) moved
 // under `path`: "path.field: message". An error without "field: " fails at `path` itself.
@@ -39,12 +52,22 @@ void RequireMap(const YAML::Node& n, const std::string& path);
 // Refuses unknown keys: a misspelt field must not be silently ignored.
 void OnlyKeys(const YAML::Node& n, const std::string& path, std::set<std::string> allowed);
 
+// A scalar as written. `${` is refused in it: only the fields read with Expanded or Secret
+// expand environment variables, and a `${NAME}` elsewhere would be taken literally.
 std::string Str(const YAML::Node& n, const std::string& path);
 
-// A string that may hold a secret (a URL with a password): every `${NAME}` is the environment
-// variable NAME, and then `file:PATH` is the file's content (its last line break dropped).
-// Errors name the file or the variable, never a value.
+// A string where every `${NAME}` is the environment variable NAME (addresses, URLs, file
+// paths). Errors name the variable, never a value.
+std::string Expanded(const YAML::Node& n, const std::string& path);
+
+// A string that may hold a secret (a URL with a password): Expanded, and then `file:PATH` is the
+// file's content (its last line break dropped). Errors name the file or the variable, never a
+// value.
 std::string Secret(const YAML::Node& n, const std::string& path);
+
+// A listen address, Expanded: host:port, [v6]:port or :port, the port decimal 0 to 65535 (0:
+// any free port, for tests).
+std::string ListenAddress(const YAML::Node& n, const std::string& path);
 
 // A name that reaches HTTP fields (key ids, accounts, plan and limit names): a CR/LF in one
 // would inject header lines into every upstream request of that key.

@@ -26,6 +26,10 @@ bool DenyCache::TryReject(const store::Batch& batch, std::span<core::Decision> d
   auto it = entries_.find(std::string(batch.scope));
   if (it == entries_.end()) return false;
   const Entry& e = it->second;
+  if (now_us >= e.trusted_until_us) {  // leases taken before it may have come back since
+    entries_.erase(it);
+    return false;
+  }
   const int64_t elapsed = std::max<int64_t>(0, now_us - e.sent_us);
   bool reject = false;
   for (size_t i = 0; i < batch.checks.size(); ++i) {
@@ -96,8 +100,10 @@ void DenyCache::Record(const std::string& scope, std::span<const store::Check> c
     entries_.erase(scope);
     return;
   }
-  Entry e{sent_us, result.now.unix_micros(), {}};
+  Entry e{sent_us, result.now.unix_micros(), INT64_MAX, {}};
   for (size_t i = 0; i < checks.size(); ++i) {
+    // Issue 31: tokens given back by a lease that ends were hidden until the Retry-After.
+    if (checks[i].limit->lease() > 0) e.trusted_until_us = sent_us + options_.leased_bound.micros();
     e.checks.push_back({std::string(checks[i].name), checks[i].limit, BucketOf(*checks[i].limit),
                         level_upper(checks[i], decisions[i]), decisions[i]});
   }
@@ -142,7 +148,12 @@ void DenyCache::Apply(const store::Batch& batch, std::span<core::Decision> decis
   inner_.Apply(batch, decisions,
                [this, scope = std::string(batch.scope), checks = batch.checks, decisions, now_us,
                 done = std::move(done)](store::ApplyResult&& r) {
-                 if (r.error == store::StoreErrc::kOk) {
+                 if (r.error == store::StoreErrc::kOk && r.from_lease) {
+                   // Issue 31: a lease's answer says what the store holds besides the lease
+                   // (its reset is the store's), so a bound made from it hid the lease's own
+                   // tokens: an allowed request from a lease proves only that there were some.
+                   Forget(scope);
+                 } else if (r.error == store::StoreErrc::kOk) {
                    Record(scope, checks, decisions.first(checks.size()), r, now_us);
                  }
                  done(std::move(r));

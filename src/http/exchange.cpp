@@ -223,7 +223,13 @@ void Worker::Finish(Exchange& ex, Scratch& scratch, int status) {
                        static_cast<char>('0' + us / 10 % 10), static_cast<char>('0' + us % 10)};
   line.append(",\"latency_ms\":");
   AppendDecimal(line, us / 1000);
-  line.append(frac, sizeof frac).append("}\n");
+  line.append(frac, sizeof frac);
+  // When it was decided (Identify's clock), for `tollgate replay`'s order (issue 31).
+  if (!rlog.route.empty()) {
+    line.append(",\"decided_us\":");
+    AppendDecimal(line, ex.now.unix_micros());
+  }
+  line.append("}\n");
   gw.log.Access(line);
 }
 

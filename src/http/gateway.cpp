@@ -162,6 +162,7 @@ Gateway::Impl::Impl(std::string path, config::Config config, std::string_view co
   auto built = policy::Policy::Build(std::move(config));
   if (!built) throw std::runtime_error(built.error());
   policy = *built;
+  NoteUnknownPlans(policy->config());
   startup.unlock();
   live.SetConfig(config_text);
   RegisterMetrics();
@@ -232,6 +233,9 @@ void Gateway::Impl::RegisterMetrics() {
                 metrics::ReadOf(holding));
   metrics.Gauge("tollgate_connections", "Open client connections.",
                 [this] { return static_cast<double>(connections.load()); });
+  metrics.Gauge("tollgate_keys_unknown_plan",
+                "Keys whose plan does not exist (they get the strictest plan).",
+                metrics::ReadOf(unknown_plan_keys));
   // Each component declares its own.
   if (memory) memory->ExportMetrics(metrics);
   if (redis) redis->ExportMetrics(metrics);
@@ -274,8 +278,21 @@ core::Result<bool> Gateway::Impl::Install(config::Config config) {
     std::lock_guard lock(policy_mu);
     policy = *built;
   }
+  NoteUnknownPlans((*built)->config());
   generation.fetch_add(1, std::memory_order_release);
   return true;
+}
+
+// Issue 31: keys of a plan that does not exist get the strictest plan: counted, and logged when
+// their number changes (a key source reports every change: not a line each time).
+void Gateway::Impl::NoteUnknownPlans(const config::Config& config) {
+  const std::vector<const config::KeyConfig*> keys = config::KeysOfUnknownPlans(config);
+  if (unknown_plan_keys.exchange(keys.size()) == keys.size() || keys.empty()) return;
+  log.Error(
+      "{\"level\":\"warning\",\"msg\":\"keys name a plan that does not exist: they get "
+      "the strictest plan\",\"keys\":" +
+      std::to_string(keys.size()) + ",\"first_key_id\":\"" + contract::JsonEscape(keys[0]->id) +
+      "\",\"plan\":\"" + contract::JsonEscape(keys[0]->plan) + "\"}");
 }
 
 void Gateway::Impl::Tick() {

@@ -211,6 +211,11 @@ struct Gateway::Impl {
   // Resets count here; a replica that sees it move clears its deny cache.
   std::string ResetEpochKey() const { return store_prefix + ":reset-epoch"; }
   std::string reset_epoch;  // as last read; under deny_mu
+
+  // Keys of a plan that does not exist (issue 31): counted and logged at each install.
+  std::atomic<size_t> unknown_plan_keys{0};
+  void NoteUnknownPlans(const config::Config& config);
+
   std::string store_prefix;
   std::function<void()> on_drain;   // Gateway::OnDrain
   std::function<void()> on_reload;  // Gateway::OnReload

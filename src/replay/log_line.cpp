@@ -20,6 +20,7 @@ enum Member : uint32_t {
   kRoute = 1u << 7,
   kDecision = 1u << 8,
   kLatency = 1u << 9,
+  kDecided = 1u << 10,
   kOther = 0,
 };
 
@@ -54,7 +55,7 @@ Member MemberOf(std::string_view name) {
     case 8:
       return name == "decision" ? kDecision : kOther;
     case 10:
-      return name == "latency_ms" ? kLatency : kOther;
+      return name == "latency_ms" ? kLatency : name == "decided_us" ? kDecided : kOther;
     default:
       return kOther;
   }
@@ -318,13 +319,15 @@ bool MillisToMicros(std::string_view text, int64_t& micros) {
 const char* ReadMemberValue(Reader& r, Member m, LogLine& out) {
   if (m == kOther) return r.SkipValue();
   if (r.p >= r.end) return "truncated";
-  if (m == kStatus || m == kLatency) {
-    if (*r.p != '-' && (*r.p < '0' || *r.p > '9')) {
-      return m == kStatus ? "status: not an integer" : "latency_ms: not a number";
-    }
+  if (m == kStatus || m == kLatency || m == kDecided) {
+    const char* const bad = m == kStatus    ? "status: not an integer"
+                            : m == kDecided ? "decided_us: not an integer"
+                                            : "latency_ms: not a number";
+    if (*r.p != '-' && (*r.p < '0' || *r.p > '9')) return bad;
     std::string_view text;
     if (const char* e = r.ReadNumber(text)) return e;
-    if (m == kStatus) return ToInteger(text, out.status) ? nullptr : "status: not an integer";
+    if (m == kStatus) return ToInteger(text, out.status) ? nullptr : bad;
+    if (m == kDecided) return ToInteger(text, out.decided_us) && out.decided_us > 0 ? nullptr : bad;
     return MillisToMicros(text, out.latency_us) ? nullptr : "latency_ms: not a number";
   }
   if (*r.p != '"') {
@@ -379,6 +382,18 @@ int64_t DaysFromCivil(int64_t y, int64_t m, int64_t d) {
 }
 
 }  // namespace
+
+bool MoveViews(const LogLine& l, std::string_view from, const char* to, LogLine& out) {
+  LogLine moved = l;
+  for (std::string_view* v : {&moved.ts, &moved.method, &moved.path, &moved.query, &moved.client,
+                              &moved.key_id, &moved.route, &moved.decision}) {
+    if (v->empty()) continue;
+    if (v->data() < from.data() || v->data() + v->size() > from.data() + from.size()) return false;
+    *v = std::string_view(to + (v->data() - from.data()), v->size());
+  }
+  out = moved;
+  return true;
+}
 
 bool ParseIsoUtc(std::string_view s, int64_t& micros) {
   if (s.size() < 20 || s.back() != 'Z' || s[4] != '-' || s[7] != '-' || s[10] != 'T' ||

@@ -23,7 +23,18 @@ struct LogLine {
   std::string_view route;     // required ("" when the gateway answered before routing)
   std::string_view decision;  // required
   int64_t latency_us = 0;     // `latency_ms` in microseconds; optional (0)
+  // `decided_us`: when the gateway decided the request, Unix microseconds; optional (0: a log
+  // written before it, or a line answered before routing). Lines are written when requests
+  // finish; replay decides them in this order (issue 31).
+  int64_t decided_us = 0;
+  // The decision's time: `decided_us`, else `ts` less the latency (`ts` has milliseconds only).
+  int64_t DecidedMicros() const { return decided_us > 0 ? decided_us : ts_micros - latency_us; }
 };
+
+// `l` with every string moved from the line `from` to the same bytes at `to` (a copy of `from`).
+// False, and `out` unchanged, when a string is not in `from` (an escape decoded into scratch).
+// Every string member of LogLine is moved: one added to it goes here too.
+bool MoveViews(const LogLine& l, std::string_view from, const char* to, LogLine& out);
 
 // The longest line read (bytes, without the newline); longer ones are malformed.
 inline constexpr size_t kMaxLineBytes = 64 * 1024;

@@ -17,6 +17,7 @@
 #include <tollgate/util/hash.hpp>
 
 #include "replay/log_line.hpp"
+#include "replay/reorder.hpp"
 
 namespace tollgate::replay {
 namespace {
@@ -109,7 +110,10 @@ struct Replayer::State {
     Counts* key = nullptr;
   };
 
-  void Line(const LogLine& l);
+  // Decides the held lines decided at or before `until_us`, earliest first.
+  void Release(int64_t until_us);
+
+  void Line(const LogLine& l, uint64_t number);
   Placed Decide(const LogLine& l, const policy::Route& route);
   Outcome Apply(size_t n) {
     const store::Batch batch{.scope = scopes.primary,
@@ -141,7 +145,18 @@ struct Replayer::State {
   std::vector<Counts> plans;    // by Plan::index (the anonymous limits last)
   Counts invalid_key_plan, no_plan, not_routed_route;
   std::unordered_map<const policy::Route*, Counts> routes;
+  // Well-formed lines held until no line still to come can have been decided before them.
+  ReorderBuffer held;
+  int64_t finished_us = INT64_MIN;  // the latest `ts` read
 };
+
+void Replayer::State::Release(int64_t until_us) {
+  held.Release(until_us, [this](const ReorderBuffer::Line& h) {
+    if (h.parsed) return Line(h.line, h.number);
+    LogLine l;
+    if (ParseLogLine(h.Text(), l, scratch) == nullptr) Line(l, h.number);
+  });
+}
 
 Replayer::State::Placed Replayer::State::Decide(const LogLine& l, const policy::Route& route) {
   Placed out;
@@ -189,8 +204,8 @@ Replayer::State::Placed Replayer::State::Decide(const LogLine& l, const policy::
   return out;
 }
 
-void Replayer::State::Line(const LogLine& l) {
-  if (!clock.AdvanceTo(core::Instant::FromUnixMicros(l.ts_micros - l.latency_us))) {
+void Replayer::State::Line(const LogLine& l, uint64_t number) {
+  if (!clock.AdvanceTo(core::Instant::FromUnixMicros(l.DecidedMicros()))) {
     ++report.clock_held;
   }
   const bool recorded = RecordedRejection(l);
@@ -229,7 +244,7 @@ void Replayer::State::Line(const LogLine& l) {
       break;
   }
   for (Counts* c : {&report.total, route_counts, plan_counts, placed.key}) {
-    if (c) Count(*c, placed.outcome, recorded, report.lines, l.ts);
+    if (c) Count(*c, placed.outcome, recorded, number, l.ts);
   }
 }
 
@@ -246,7 +261,12 @@ void Replayer::Feed(std::string_view line) {
     --s.report.lines;
     return FeedMalformed(reason);
   }
-  s.Line(l);
+  // Issue 31: lines are written when requests finish, so a long request decided first comes
+  // after shorter ones decided later; deciding in file order gave false differences. A line is
+  // held until lines finishing `reorder_window` after its decision have been read.
+  s.finished_us = std::max(s.finished_us, l.ts_micros);
+  s.held.Push(l, s.report.lines, line);
+  s.Release(s.finished_us - s.options.reorder_window.micros());
 }
 
 void Replayer::FeedMalformed(const char* reason) {
@@ -298,8 +318,9 @@ bool Replayer::FeedFile(int fd, std::string& error) {
   return true;
 }
 
-Report Replayer::Finish() const {
-  const State& s = *state_;
+Report Replayer::Finish() {
+  State& s = *state_;
+  s.Release(INT64_MAX);
   Report r = s.report;
   auto add = [](std::vector<Group>& to, std::string_view name, const Counts& c) {
     if (c.requests > 0) to.push_back({std::string(name), c});

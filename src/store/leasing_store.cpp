@@ -58,6 +58,7 @@ void LeasingStore::Apply(const Batch& batch, std::span<core::Decision> decisions
       ApplyResult r;
       r.committed = true;
       r.now = clock_.Now();
+      r.from_lease = true;
       return done(std::move(r));
     }
     if (lease.granting) {
@@ -143,6 +144,7 @@ void LeasingStore::Granted(const GrantCall& call, const std::string& key, Lease:
     ApplyResult ok;
     ok.committed = true;
     ok.now = r.now;
+    ok.from_lease = true;
     w.done(std::move(ok));
   }
   stats_.exact.fetch_add(exact.size(), std::memory_order_relaxed);

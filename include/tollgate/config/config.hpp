@@ -352,8 +352,17 @@ struct Config {
 // prints them as warnings.
 std::vector<std::string> UnreachableRoutes(const std::vector<RouteConfig>& routes);
 
+// The keys whose `plan` names no plan of `config` (they get the strictest plan), in their order.
+// The gateway logs and counts them at each load (tollgate_keys_unknown_plan).
+std::vector<const KeyConfig*> KeysOfUnknownPlans(const Config& config);
+// check-config's warnings about them: one per unknown plan name, with the first key's id and
+// how many more.
+std::vector<std::string> UnknownPlanWarnings(const Config& config);
+
 // Parses YAML text. Errors name the field path ("plans.free.limits[0].capacity: must be > 0").
 core::Result<Config> ParseConfig(const std::string& yaml_text, const std::string& base_dir = ".");
+// A file: errors start with the field's line as well ("line 7: plans.free.mode: given twice
+// (first at line 4): ..."). Only a regular file is read (a FIFO or a device is refused).
 // `text`, when not null, receives the file as read (its hash is the gateway's config version).
 core::Result<Config> LoadConfigFile(const std::string& path, std::string* text = nullptr);
 

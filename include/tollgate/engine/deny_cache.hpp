@@ -23,6 +23,13 @@ struct DenyCacheOptions {
   // Identities remembered at once; beyond it the oldest are forgotten (a forgotten identity
   // only costs a store call). Default 100,000.
   size_t max_entries = 100'000;
+  // How long a bound that covers a leased bucket (`lease: N`) is trusted. Tokens of a lease
+  // granted before the store's answer may come back to the bucket when the lease ends (1 s
+  // after its grant, seen by the next 100 ms sweep), on any replica, which the bound does not
+  // know: past this, the next request asks the store again. Leases granted after the answer
+  // took their tokens after it, so giving back what is left of them never breaks the bound.
+  // Default 1.5 s (the lease's second, a sweep, and the give-back's round trip). Issue 31.
+  core::Duration leased_bound = core::Duration::Millis(1500);
 };
 
 struct DenyCacheStats {
@@ -36,7 +43,9 @@ struct DenyCacheStats {
 // time since the request left bounds the store clock's progress, whatever the offset between
 // the clocks). A request whose cost that bound cannot cover is rejected here, without a store
 // call; nothing the store would allow is ever rejected. Its Retry-After comes from the bound,
-// so it is never later than the store's.
+// so it is never later than the store's. Leases are the exception: a lease's unspent tokens go
+// back to the bucket when it ends, so a bound that covers a leased bucket holds only until
+// every lease taken before it has ended (DenyCacheOptions::leased_bound).
 class DenyCache final : public store::Store {
  public:
   DenyCache(store::Store& inner, DenyCacheOptions options = {},
@@ -66,8 +75,9 @@ class DenyCache final : public store::Store {
   };
   static std::array<int64_t, 3> BucketOf(const core::Limit& limit);
   struct Entry {
-    int64_t sent_us;       // local monotonic time the answered request left
-    int64_t store_now_us;  // the store's time of that answer
+    int64_t sent_us;           // local monotonic time the answered request left
+    int64_t store_now_us;      // the store's time of that answer
+    int64_t trusted_until_us;  // local monotonic; INT64_MAX unless a check is leased
     std::vector<CheckBound> checks;
   };
 

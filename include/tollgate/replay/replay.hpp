@@ -69,7 +69,8 @@ struct Report {
   uint64_t blocked = 0;           // the candidate's deny list refuses it (403)
   uint64_t invalid_cost = 0;      // 400: the candidate's route cannot read the cost
   uint64_t unknown_identity = 0;  // the candidate limits it by key; the log has none to use
-  uint64_t clock_held = 0;        // stamped earlier than the line before: decided at its time
+  uint64_t clock_held = 0;        // decided before a line decided already (a request longer
+                                  // than Options::reorder_window): decided at that line's time
   std::vector<Group> plans;       // by the candidate's plan; by name
   std::vector<Group> routes;      // by the candidate's route label; by name
   std::vector<Group> top_keys;    // most would-be rejections first, then most requests
@@ -78,6 +79,12 @@ struct Report {
 struct Options {
   size_t top_keys = 20;          // Report::top_keys' length at most
   size_t malformed_listed = 10;  // Report::first_malformed's length at most
+  // Lines are decided in the order the gateway decided them (`decided_us`, or `ts` less the
+  // latency), not in file order (when they finished): a line is held until a line that
+  // finished this long after its decision has been read, so requests shorter than this are
+  // put in order exactly; a longer one is decided at the time reached (Report::clock_held).
+  // Memory: the lines of this long. Default 60 s.
+  core::Duration reorder_window = core::Duration::Seconds(60);
 };
 
 // Replays lines one at a time. Not thread-safe; one per replay.
@@ -95,8 +102,9 @@ class Replayer {
   void FeedMalformed(const char* reason);
   // Reads `fd` to its end, line by line. Returns false (and the error) on a read error.
   bool FeedFile(int fd, std::string& error);
-  // The report (sorted; top keys cut to Options::top_keys).
-  Report Finish() const;
+  // Decides the lines still held, then returns the report (sorted; top keys cut to
+  // Options::top_keys).
+  Report Finish();
 
  private:
   struct State;

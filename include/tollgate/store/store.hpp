@@ -60,6 +60,9 @@ struct ApplyResult {
   std::string message;  // set on error
   bool committed = false;
   core::Instant now;  // the time the decisions were made at
+  // Answered from a token lease this replica holds (LeasingStore), not from the store's state:
+  // its remaining and reset are the lease's, no bound of the store's tokens (DenyCache).
+  bool from_lease = false;
 };
 
 // Interface. Implementations are thread-safe: Apply() may be called from any thread.

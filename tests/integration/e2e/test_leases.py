@@ -11,7 +11,9 @@ What it proves (docs/operations.md, "Token leasing"):
     refill during the test: the exact budget is its capacity), the 429s are honest, and the
     tokens a replica holds when the key goes quiet go back to Redis when the lease ends, so the
     whole budget is still spent exactly;
-  - a limit without `lease` stays exact: one call per request.
+  - a limit without `lease` stays exact: one call per request;
+  - tokens a lease gives back are reachable from the other replica soon after, not hidden by
+    its deny cache until the 429's Retry-After (issue 31).
 """
 import json
 import os
@@ -107,6 +109,53 @@ class LeaseTests(RedisTestCase):
         time.sleep(1.5)  # the leases held at the end go back (a replica may have held some)
         admitted += spend(2 * LEASE + 5)
         self.assertEqual(admitted, capacity)  # 117 if the old lease had been kept
+
+    def test_tokens_given_back_are_not_hidden_by_the_other_replicas_deny_cache(self):
+        """Issue 31: a replica holding a lease's unspent tokens while the other exhausts the
+        bucket; the other's deny cache then answered 429 locally for the whole Retry-After
+        (about 1,000 s here) after the tokens came back. Both directions, one key each."""
+        capacity, lease = 40, 10
+        slow = dict(burst(capacity, refill=0.001), lease=lease)  # 1,000 s a token
+        keys = [{"key": "sk-giveback-%d-0123456789" % i, "id": "k-gb-%d" % i, "plan": "slow"}
+                for i in range(2)]
+        cfg = config(self.redis, {"slow": {"limits": [slow]}}, keys)
+        a, b = [self.gateway(cfg, name="tollgate-%s" % n) for n in "ab"]
+        # A replica's first look at the reset epoch (within a second of its start) clears its
+        # deny cache: let it pass, or it would clear what this test is about.
+        time.sleep(1.5)
+        for key, holder, other in ((keys[0]["key"], a, b), (keys[1]["key"], b, a)):
+            with self.subTest(holder=holder is a and "a" or "b"):
+                self.assertEqual(holder.get("/echo", key=key).status, 200)  # holds 9 more
+                admitted = 1
+                r = None
+                for _ in range(capacity):  # the other takes the rest, lease by lease
+                    r = other.get("/echo", key=key)
+                    if r.status != 200:
+                        break
+                    admitted += 1
+                self.assertEqual(r.status, 429, r)
+                self.assertEqual(admitted, capacity - (lease - 1))
+                local_before = metric(other, "tollgate_deny_cache_rejections_total")
+                r = other.get("/echo", key=key)
+                self.assertEqual(r.status, 429)
+                self.assertGreaterEqual(int(r.header("Retry-After")), 900)  # the hidden window
+                self.assertGreater(metric(other, "tollgate_deny_cache_rejections_total"),
+                                   local_before)  # answered by the deny cache
+                # The holder's lease ends 1 s after its grant; its 9 tokens go back to Redis.
+                self.assertTrue(wait_until(
+                    lambda: metric(holder, "tollgate_lease_given_back_tokens_total") >= lease - 1,
+                    5))
+                # Reachable from the other replica within the deny cache's leased bound, far
+                # before the Retry-After it answered.
+                start = time.monotonic()
+                reached = wait_until(lambda: other.get("/echo", key=key).status == 200, 8,
+                                     step=0.1)
+                self.assertTrue(reached, "the given-back tokens stayed hidden for 8 s")
+                sys.stderr.write("[reachable after %.1f s] " % (time.monotonic() - start))
+                rest = 1 + sum(1 for i in range(2 * lease)
+                               if (holder if i % 2 else other).get("/echo", key=key).status == 200)
+                self.assertEqual(admitted + rest, capacity)  # every token spent, none twice
+        self.assertNoDegradation(a, b)
 
     def test_check_config_refuses_a_lease_that_cannot_apply(self):
         for limit, why in (

@@ -14,6 +14,8 @@ import json
 import os
 import subprocess
 import sys
+import threading
+import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -224,6 +226,62 @@ class ReplayTests(harness.GatewayTestCase):
         rows = list(csv.DictReader(io.StringIO(self.replay(c, [], "--format", "csv")
                                                .stdout.decode())))
         self.assertEqual(rows[0]["note"], "the log is empty")
+
+    def test_the_serving_config_over_its_own_log_changes_nothing(self):
+        """Issue 31: lines are written when requests finish, so two slow requests decided first
+        come after the fast ones decided later. Replayed in file order, the serving config
+        reported the slow ones newly rejected and two fast ones newly admitted; in the order of
+        decision there is nothing to report, with decided_us and, for older logs, without."""
+        c = {
+            "store": {"type": "memory"},
+            "server": {"threads": 1, "access_log": True},
+            "plans": {"free": {"limits": [burst(4, refill=0.001)]}},
+            "anonymous": {"limits": [burst(1, refill=0.001)]},
+            "keys": KEYS,
+            "routes": ROUTES,
+        }
+        gw = self.start(c)
+        statuses = {}
+
+        def slow(ms):
+            statuses[ms] = gw.get("/slow?ms=%d" % ms, key=FREE_KEY, timeout=10).status
+
+        slows = [threading.Thread(target=slow, args=(ms,)) for ms in (1500, 900)]
+        for t in slows:  # decided 1st and 2nd, one after the other
+            t.start()
+            time.sleep(0.1)
+        fast = [gw.get("/echo", key=FREE_KEY).status for _ in range(5)]
+        fast += [gw.get("/public/%d" % i).status for i in range(3)]
+        for t in slows:
+            t.join(10)
+        self.assertEqual(statuses, {1500: 200, 900: 200})
+        self.assertEqual(fast, [200, 200, 429, 429, 429, 200, 429, 429])
+        self.assertEqual(gw.process.stop(), 0)
+        lines = [x for x in gw.process.read_stdout().decode().splitlines() if x.strip()]
+        entries = [json.loads(x) for x in lines]
+        keyed = [e for e in entries if e["key_id"] == "k-free"]
+        # The log's order is the order requests finished: the slow ones last.
+        self.assertEqual([e["path"] for e in keyed][-2:], ["/slow", "/slow"])
+        self.assertTrue(all("decided_us" in e for e in entries if e["route"]))
+        decided = [e["decided_us"] for e in keyed]
+        self.assertNotEqual(decided, sorted(decided))
+        self.assertEqual(sorted(decided)[:2], [keyed[-1]["decided_us"], keyed[-2]["decided_us"]])
+
+        old = []  # the same log as written before decided_us: ts less latency_ms
+        for e in entries:
+            e = dict(e)
+            e.pop("decided_us", None)
+            old.append(json.dumps(e, separators=(",", ":")))
+        for name, log in (("decided_us", lines), ("ts less latency_ms", old)):
+            with self.subTest(log=name):
+                r = self.replay(gw.config, log, "--format", "json")
+                self.assertEqual(r.returncode, 0, r)
+                report = json.loads(r.stdout)
+                total = report["total"]
+                self.assertEqual(total["requests"], len(lines))
+                self.assertEqual((total["newly_rejected"], total["newly_admitted"]), (0, 0), total)
+                self.assertEqual(total["rejected"], 3 + 2)
+                self.assertEqual(report["outcomes"].get("clock_held", 0), 0, report["outcomes"])
 
     def test_bad_config_or_log_exits_1_and_usage_2(self):
         r = self.replay({"plans": {"free": {"limits": [burst(-1)]}}}, [])

@@ -130,7 +130,7 @@ store:
   EXPECT_EQ(ErrorOf(store + "  url: rediss://h:1\n  tls: {cert_file: " + pem + "}\n"),
             "store.tls: cert_file and key_file go together");
   EXPECT_EQ(ErrorOf(store + "  url: rediss://h:1\n  tls: {ca_file: /no/such/ca.pem}\n"),
-            "store.tls.ca_file: cannot read '/no/such/ca.pem'");
+            "store.tls.ca_file: cannot read '/no/such/ca.pem': No such file or directory");
   EXPECT_EQ(ErrorOf(store + "  url: rediss://h:1\n  tls: {ca: /ca.pem}\n"),
             "store.tls.ca: unknown field");
 }
@@ -311,7 +311,7 @@ rls: {listen: "127.0.0.1:8083", domains: [{domain: api, key_entry: api_key}]}
                     "keys: {source: mysql, url: x}\n"),
             "keys.source: must be postgres (or give keys as a list)");
   EXPECT_EQ(ErrorOf("plans: {free: {limits: [{name: b, capacity: 5, refill_per_second: 1}]}}\n"
-                    "rls: {listen: x, domains: [{domain: api}]}\n"),
+                    "rls: {listen: '127.0.0.1:8182', domains: [{domain: api}]}\n"),
             "rls.domains[0]: give key_entry or ip_entry");
 }
 
@@ -380,7 +380,7 @@ TEST(Config, KeySourcePathsAreRelativeToTheConfigFile) {
       ErrorOf(std::string(kOnePlan) + "keys: {source: postgres, url: x}\nkeys_file: k.yaml\n"),
       "keys_file: give keys_file or keys.source, not both");
   EXPECT_EQ(ErrorOf(std::string(kOnePlan) + "keys_file: /no/such/keys.yaml\n"),
-            "keys_file: cannot read '/no/such/keys.yaml'");
+            "keys_file: cannot read '/no/such/keys.yaml': No such file or directory");
 }
 
 // Regression: a readable keys_file was always refused with "keys_file: <file>: invalid node;

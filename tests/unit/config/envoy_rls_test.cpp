@@ -145,6 +145,12 @@ TEST(EnvoyRlsConfig, RefusalsNameTheFileAndTheField) {
        "algorithm: quota}}]",
        "a.yaml: descriptors[0].rate_limit.algorithm: must be fixed_window, token_bucket, "
        "sliding_window_counter or sliding_window_log, got 'quota'"},
+      // Issue 31: yaml-cpp kept the first of two equal keys.
+      {"domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, "
+       "requests_per_unit: 1, unit: hour}",
+       "a.yaml: line 4: descriptors[0].rate_limit.unit: given twice (first at line 4): YAML "
+       "keeps one of them, so remove the other"},
+      {"domain: d\ndomain: e\n", "a.yaml: line 2: domain: given twice (first at line 1)"},
       {"domain: [", "a.yaml: not YAML"},
       {"", "a.yaml: the file is empty"},
   };

@@ -57,7 +57,7 @@ TEST(PathPattern, RefusesWhatCanNeverBeMeant) {
 
 TEST(PathPattern, BadPatternIsRefusedNamingTheField) {
   auto c = ParseConfig(
-      "plans:\n  free: {limits: []}\nroutes:\n  - {path: /ok}\n"
+      "plans:\n  free: {unlimited: true}\nroutes:\n  - {path: /ok}\n"
       "  - {path: \"/v1/{a}{b}/x\"}\n");
   ASSERT_FALSE(c.ok());
   EXPECT_NE(c.error().find("routes[1].path"), std::string::npos) << c.error();
@@ -65,7 +65,7 @@ TEST(PathPattern, BadPatternIsRefusedNamingTheField) {
 }
 
 std::vector<std::string> Unreachable(const std::string& routes) {
-  auto c = ParseConfig("plans:\n  free: {limits: []}\nroutes:\n" + routes);
+  auto c = ParseConfig("plans:\n  free: {unlimited: true}\nroutes:\n" + routes);
   EXPECT_TRUE(c.ok()) << c.error();
   return c.ok() ? UnreachableRoutes(c->routes) : std::vector<std::string>{};
 }
@@ -100,7 +100,7 @@ TEST(UnreachableRoutes, NamesEachRouteAnEarlierOneShadows) {
 
 TEST(Routes, MethodListsAndNames) {
   auto c = ParseConfig(
-      "plans:\n  free: {limits: []}\nroutes:\n"
+      "plans:\n  free: {unlimited: true}\nroutes:\n"
       "  - {name: write, path: /v1/items, method: [POST, PUT]}\n"
       "  - {name: read, path: /v1/items, method: GET}\n");
   ASSERT_TRUE(c.ok()) << c.error();
@@ -109,7 +109,8 @@ TEST(Routes, MethodListsAndNames) {
   for (const char* bad :
        {"  - {path: /a, method: []}\n", "  - {path: /a, method: [GET, \"B A D\"]}\n",
         "  - {name: x, path: /a}\n  - {name: x, path: /b}\n"}) {
-    EXPECT_FALSE(ParseConfig(std::string("plans:\n  free: {limits: []}\nroutes:\n") + bad).ok())
+    EXPECT_FALSE(
+        ParseConfig(std::string("plans:\n  free: {unlimited: true}\nroutes:\n") + bad).ok())
         << bad;
   }
 }

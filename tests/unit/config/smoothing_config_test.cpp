@@ -53,11 +53,12 @@ TEST(SmoothingConfig, DelayNeedsABucketAndABound) {
 
 TEST(SmoothingConfig, HeldRequestBoundsAreServerSettings) {
   auto c = ParseConfig(
-      "server: {max_held_requests: 7, max_held_per_identity: 2}\nplans:\n  p: {limits: []}\n");
+      "server: {max_held_requests: 7, max_held_per_identity: 2}\nplans:\n  p: {unlimited: true}\n");
   ASSERT_TRUE(c.ok()) << c.error();
   EXPECT_EQ(c->server.max_held_requests, 7u);
   EXPECT_EQ(c->server.max_held_per_identity, 2u);
-  EXPECT_FALSE(ParseConfig("server: {max_held_requests: -1}\nplans:\n  p: {limits: []}\n").ok());
+  EXPECT_FALSE(
+      ParseConfig("server: {max_held_requests: -1}\nplans:\n  p: {unlimited: true}\n").ok());
 }
 
 }  // namespace

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+
 namespace tollgate::config::internal {
 namespace {
 
@@ -90,6 +92,75 @@ TEST(YamlReaders, IsTokenIsAnRfc9110Token) {
   EXPECT_FALSE(IsToken("X Key"));
   EXPECT_FALSE(IsToken("X:Key"));
   EXPECT_FALSE(IsToken("X-Key\r\n"));
+}
+
+// Issue 31: yaml-cpp keeps the first of two equal keys and ignores the second.
+TEST(YamlDuplicates, ASecondKeyIsRefusedWithItsPathAndLine) {
+  auto line_of = [](const std::string& yaml) {
+    try {
+      RefuseDuplicateKeys(YAML::Load(yaml), "");
+    } catch (const FieldError& e) {
+      return std::to_string(e.line) + " " + ErrorText(e);
+    }
+    return std::string();
+  };
+  EXPECT_EQ(line_of("a: 1\nb: {c: 1}\n"), "");
+  EXPECT_EQ(line_of("a: 1\nb: 2\na: 3\n"),
+            "3 a: given twice (first at line 1): YAML keeps one of them, so remove the other");
+  EXPECT_EQ(line_of("l:\n  - {x: 1}\n  - {x: 1, y: 2, x: 3}\n"),
+            "3 l[1].x: given twice (first at line 3): YAML keeps one of them, so remove the other");
+  EXPECT_EQ(line_of("a:\n  b:\n    c: 1\n\n    c: 2\n"),
+            "5 a.b.c: given twice (first at line 3): YAML keeps one of them, so remove the other");
+  // Quoted or not, the same key.
+  EXPECT_EQ(line_of("mode: enforce\n\"mode\": shadow\n"),
+            "2 mode: given twice (first at line 1): YAML keeps one of them, so remove the other");
+  // An alias is the node it names: walked once, so a "billion laughs" stays linear.
+  std::string bomb = "a0: &a0 {x: 1}\n";
+  for (int i = 1; i < 40; ++i) {
+    const std::string prev = "*a" + std::to_string(i - 1);
+    bomb += "a" + std::to_string(i) + ": &a" + std::to_string(i) + " [" + prev + ", " + prev +
+            ", " + prev + ", " + prev + "]\n";
+  }
+  EXPECT_EQ(line_of(bomb), "");
+  EXPECT_EQ(line_of(bomb + "a0: 2\n"),
+            "41 a0: given twice (first at line 1): YAML keeps one of them, so remove the other");
+}
+
+TEST(YamlDuplicates, LineOfFollowsThePath) {
+  const YAML::Node root = YAML::Load(
+      "server:\n  listen: x\nplans:\n  free:\n    limits:\n      - {name: b}\n      - name: c\n"
+      "        capacity: 0\nroutes: [{path: /a}, {path: /b,\n  method: post}]\n");
+  EXPECT_EQ(LineOf(root, "server.listen"), 2);
+  EXPECT_EQ(LineOf(root, "plans.free.limits[0].name"), 6);
+  EXPECT_EQ(LineOf(root, "plans.free.limits[1].capacity"), 8);
+  EXPECT_EQ(LineOf(root, "plans.free.limits[1].refill"), 7);  // missing: its mapping's line
+  EXPECT_EQ(LineOf(root, "plans.free.limits[9]"), 6);         // the list starts at its first item
+  EXPECT_EQ(LineOf(root, "routes[1].method"), 10);
+  EXPECT_EQ(LineOf(root, "nothing.here"), 0);
+  EXPECT_EQ(LineOf(root, ""), 0);
+  EXPECT_FALSE(root["nothing"]);  // looked up without adding it
+}
+
+TEST(YamlReaders, ListenAddressesAndExpansion) {
+  ::setenv("TOLLGATE_YAML_TEST_PORT", "8443", 1);
+  const YAML::Node n = YAML::Load(
+      "{a: '127.0.0.1:8080', b: '[::1]:0', c: ':65535', d: '127.0.0.1:${TOLLGATE_YAML_TEST_PORT}',"
+      " e: 'h:65536', f: 'h:+80', g: 'h: 80', h: '${1X}', i: 'a${'}");
+  EXPECT_EQ(ListenAddress(n["a"], "a"), "127.0.0.1:8080");
+  EXPECT_EQ(ListenAddress(n["b"], "b"), "[::1]:0");
+  EXPECT_EQ(ListenAddress(n["c"], "c"), ":65535");
+  EXPECT_EQ(ListenAddress(n["d"], "d"), "127.0.0.1:8443");
+  const std::string port = "the port must be a number from 1 to 65535 (0: any free one), got '";
+  EXPECT_EQ(ErrorOf([&] { ListenAddress(n["e"], "e"); }), "e: " + port + "65536'");
+  EXPECT_EQ(ErrorOf([&] { ListenAddress(n["f"], "f"); }), "f: " + port + "+80'");
+  EXPECT_EQ(ErrorOf([&] { ListenAddress(n["g"], "g"); }), "g: " + port + " 80'");
+  EXPECT_EQ(ErrorOf([&] { Expanded(n["h"], "h"); }),
+            "h: '${1X}' does not name an environment variable");
+  EXPECT_EQ(ErrorOf([&] { Expanded(n["i"], "i"); }), "i: '${' without its '}'");
+  EXPECT_EQ(ErrorOf([&] { Str(n["d"], "d"); }),
+            "d: '${' is not expanded in this field (environment variables work in addresses, "
+            "URLs, file paths and keys: docs/configuration.md, \"Environment variables\")");
+  ::unsetenv("TOLLGATE_YAML_TEST_PORT");
 }
 
 }  // namespace

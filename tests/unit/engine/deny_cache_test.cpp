@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <tollgate/store/leasing_store.hpp>
 #include <tollgate/store/memory_store.hpp>
 #include "support/fake_clock.hpp"
 #include "support/limits.hpp"
@@ -117,6 +118,71 @@ TEST(DenyCache, NeverRejectsWhatTheStoreWouldAllow) {
       }
     }
   }
+}
+
+// Issue 31: a lease's unspent tokens go back to the bucket when it ends, on whichever replica
+// held it; a bound made before then hid them until its Retry-After (about 990 s in the report).
+// A bound covering a leased bucket is trusted for DenyCacheOptions::leased_bound only.
+TEST(DenyCache, TokensGivenBackByALeaseAreReachableAfterTheLeasedBound) {
+  testing::FakeClock clock;
+  store::MemoryStore memory({.max_keys = 100, .shards = 1}, clock);
+  CountingStore counting(memory);
+  DenyCache cache(counting, {}, clock);
+  const Limit leased = Limit::Create({.algorithm = core::Algorithm::kTokenBucket,
+                                      .capacity = 5,
+                                      .refill = core::Rate::Parse("0.001", 1).value(),
+                                      .lease = 2})
+                           .value();
+  const Limit exact = Bucket(5, "0.001");
+  for (const Limit* limit : {&leased, &exact}) {
+    SCOPED_TRACE(limit == &leased ? "leased" : "exact");
+    const std::string scope = limit == &leased ? "leased" : "exact";
+    const std::vector<Check> checks = {{"burst", limit, 1}};
+    const Batch batch{.scope = scope, .checks = checks};
+    std::vector<Decision> d(1);
+    for (int i = 0; i < 5; ++i) ASSERT_TRUE(ApplySync(cache, batch, d).committed);
+    ASSERT_FALSE(ApplySync(cache, batch, d).committed);  // the store's 429, remembered
+    const int before = counting.calls;
+    EXPECT_FALSE(ApplySync(cache, batch, d).committed);
+    EXPECT_EQ(counting.calls, before);  // answered locally, Retry-After about 1000 s
+    EXPECT_GT(d[0].retry_after, Duration::Seconds(900));
+    // Tokens come back behind the cache's back (another replica's lease ended; here the
+    // bucket is emptied, which gives back more).
+    memory.Forget(batch);
+    clock.Advance(Duration::Millis(1499));
+    EXPECT_FALSE(ApplySync(cache, batch, d).committed);  // within the bound: still trusted
+    clock.Advance(Duration::Millis(1));
+    const ApplyResult r = ApplySync(cache, batch, d);
+    if (limit == &leased) {
+      EXPECT_TRUE(r.committed);  // the store was asked: the tokens are reachable
+      EXPECT_EQ(counting.calls, before + 1);
+    } else {
+      EXPECT_FALSE(r.committed);  // no lease can give tokens back: the bound holds
+      EXPECT_EQ(counting.calls, before);
+    }
+  }
+}
+
+// Issue 31: an answer from a lease carries the store's reset (what is left besides the lease),
+// so a bound made from it rejected the requests the lease itself still covered.
+TEST(DenyCache, NeverHidesTheTokensOfALeaseThisReplicaHolds) {
+  testing::FakeClock clock;
+  store::MemoryStore memory({.max_keys = 100, .shards = 1}, clock);
+  store::LeasingStore leasing(
+      memory, [](const store::Unspent&) {}, {}, clock);
+  DenyCache cache(leasing, {}, clock);
+  const Limit leased = Limit::Create({.algorithm = core::Algorithm::kTokenBucket,
+                                      .capacity = 10,
+                                      .refill = core::Rate::Parse("0.001", 1).value(),
+                                      .lease = 5})
+                           .value();
+  const std::vector<Check> checks = {{"burst", &leased, 1}};
+  const Batch batch{.scope = "k", .checks = checks};
+  std::vector<Decision> d(1);
+  int allowed = 0;
+  for (int i = 0; i < 12; ++i) allowed += ApplySync(cache, batch, d).committed ? 1 : 0;
+  EXPECT_EQ(allowed, 10);                                // two leases of 5, every token spent
+  EXPECT_EQ(cache.stats().local_rejections.load(), 1u);  // the 12th: the 11th's 429, remembered
 }
 
 }  // namespace

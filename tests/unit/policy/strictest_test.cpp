@@ -60,7 +60,7 @@ TEST(StrictestPlan, IsTheLowestSustainedRateOfTheEnforcedPlans) {
        "  capped: {limits: [{name: b, capacity: 100, refill_per_second: 100}]}\n",
        "enforce", "capped"},
       {"a plan without limits is unlimited",
-       "  open: {limits: []}\n"
+       "  open: {unlimited: true}\n"
        "  capped: {limits: [{name: b, capacity: 100, refill_per_second: 100}]}\n",
        "enforce", "capped"},
       {"ties: the first in the file",

@@ -35,6 +35,29 @@ TEST(LogLine, ReadsTheGatewaysLine) {
   EXPECT_EQ(l.route, "export");
   EXPECT_EQ(l.decision, "rejected");
   EXPECT_EQ(l.latency_us, 42);
+  EXPECT_EQ(l.decided_us, 0);  // a line written before `decided_us`
+  EXPECT_EQ(l.DecidedMicros(), 1'795'989'596'123'000 - 42);
+}
+
+// Issue 31: the decision's own time, to the microsecond (`ts` is the end, to the millisecond).
+TEST(LogLine, ReadsTheDecisionTime) {
+  std::string line = kGood;
+  line.insert(line.size() - 1, R"(,"decided_us":1795989596000007)");
+  LogLine l;
+  ASSERT_EQ(Parse(line, l), nullptr);
+  EXPECT_EQ(l.decided_us, 1'795'989'596'000'007);
+  EXPECT_EQ(l.DecidedMicros(), 1'795'989'596'000'007);
+  for (const char* bad :
+       {"\"1795989596000007\"", "-5", "0", "1.5", "1e15", "null", "99999999999999999999"}) {
+    std::string b = kGood;
+    b.insert(b.size() - 1, std::string(R"(,"decided_us":)") + bad);
+    const char* error = Parse(b, l);
+    ASSERT_NE(error, nullptr) << b;
+    EXPECT_EQ(std::string(error), "decided_us: not an integer") << b;
+  }
+  std::string twice = line;
+  twice.insert(twice.size() - 1, R"(,"decided_us":1)");
+  EXPECT_NE(Parse(twice, l), nullptr);
 }
 
 TEST(LogLine, QueryAndLatencyAreOptionalOthersRequired) {

@@ -51,12 +51,14 @@ struct L {
   int status = 200;
   std::string latency = "0.100";
   std::string client = "10.0.0.1";
+  std::string decided;  // decided_us, when not empty
   std::string Text() const {
     return R"({"ts":")" + ts + R"(","method":"GET","path":")" + path + R"(","query":")" + query +
            R"(","status":)" + std::to_string(status) + R"(,"client":")" + client +
            R"(","peer":"10.0.0.1","request_id":"r","key_id":")" + key_id +
            R"(","plan":"free","route":")" + route + R"(","decision":")" + decision +
-           R"(","cost":1,"upstream_status":200,"latency_ms":)" + latency + "}";
+           R"(","cost":1,"upstream_status":200,"latency_ms":)" + latency +
+           (decided.empty() ? "" : R"(,"decided_us":)" + decided) + "}";
   }
 };
 
@@ -111,7 +113,7 @@ TEST(Replay, CountsRejectionsAndWhatChanged) {
   EXPECT_FALSE(ExceedsShare(rep, 0.5));
 }
 
-TEST(Replay, TheClockIsTheLogsTimeLessTheLatency) {
+TEST(Replay, TheClockIsEachLinesDecisionTime) {
   Replayer r(Build());
   // capacity 2, 1 token a second.
   r.Feed(L{.ts = "2026-11-29T21:59:56.000Z"}.Text());
@@ -120,13 +122,59 @@ TEST(Replay, TheClockIsTheLogsTimeLessTheLatency) {
   r.Feed(L{.ts = "2026-11-29T21:59:57.100Z"}.Text());  // 1.1 tokens: allowed
   // Logged 2.0 s later but started 1.9 s before that: decided at 57.2 (0.1 token): rejected.
   r.Feed(L{.ts = "2026-11-29T21:59:59.100Z", .latency = "1900.000"}.Text());
-  // Stamped before the line above: decided at its time (57.2), the clock held.
+  // Stamped before the line above: decided before 57.1, at 56.9999 (0.9999 token): rejected.
   r.Feed(L{.ts = "2026-11-29T21:59:57.000Z"}.Text());
   const Report rep = r.Finish();
   EXPECT_EQ(rep.total.rejected, 3u);
   EXPECT_EQ(rep.total.first_rejection_line, 3u);
   EXPECT_EQ(rep.total.first_rejection_ts, "2026-11-29T21:59:56.500Z");
-  EXPECT_EQ(rep.clock_held, 1u);
+  EXPECT_EQ(rep.clock_held, 0u);
+}
+
+// Issue 31: the serving config replayed over its own log reported false differences, lines
+// being decided in file order (when requests finished). A long request decided first, then two
+// short ones: the gateway admitted the long one and the first short one and rejected the second
+// (capacity 2); the file has the short ones first.
+TEST(Replay, DecidesLinesInTheOrderTheyWereDecided) {
+  struct Case {
+    const char* why;
+    std::vector<L> lines;  // in file order
+  };
+  const Case cases[] = {
+      {"decided_us",
+       {L{.ts = "2026-11-29T21:59:56.003Z", .latency = "1.500", .decided = "1795989596001000"},
+        L{.ts = "2026-11-29T21:59:56.004Z",
+          .decision = "rejected",
+          .status = 429,
+          .latency = "1.000",
+          .decided = "1795989596002000"},
+        L{.ts = "2026-11-29T21:59:59.000Z", .latency = "3000.000", .decided = "1795989596000000"}}},
+      {"ts less latency_ms (logs before decided_us)",
+       {L{.ts = "2026-11-29T21:59:56.010Z", .latency = "5.000"},
+        L{.ts = "2026-11-29T21:59:56.020Z",
+          .decision = "rejected",
+          .status = 429,
+          .latency = "5.000"},
+        L{.ts = "2026-11-29T21:59:59.000Z", .latency = "3000.000"}}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.why);
+    Replayer r(Build());
+    for (const L& l : c.lines) r.Feed(l.Text());
+    const Report rep = r.Finish();
+    EXPECT_EQ(rep.total.requests, 3u);
+    EXPECT_EQ(rep.total.rejected, 1u);
+    EXPECT_EQ(rep.total.newly_rejected, 0u);
+    EXPECT_EQ(rep.total.newly_admitted, 0u);
+    EXPECT_EQ(rep.total.first_rejection_line, 2u);  // the line's own number in the file
+    EXPECT_EQ(rep.clock_held, 0u);
+  }
+  // A request longer than the reorder window is decided at the time reached, and counted.
+  Replayer r(Build(), {.reorder_window = core::Duration::Seconds(1)});
+  r.Feed(L{.ts = "2026-11-29T21:59:56.010Z", .latency = "5.000"}.Text());
+  r.Feed(L{.ts = "2026-11-29T21:59:58.000Z", .latency = "5.000"}.Text());  // releases the first
+  r.Feed(L{.ts = "2026-11-29T21:59:59.000Z", .latency = "3000.000"}.Text());
+  EXPECT_EQ(r.Finish().clock_held, 1u);
 }
 
 TEST(Replay, ShadowCandidatesCountWouldBeRejections) {
