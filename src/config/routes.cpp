@@ -111,16 +111,16 @@ core::Result<PathPattern> PathPattern::ParseFolded(std::string_view path) {
   return p;
 }
 
-bool PathPattern::Matches(std::string_view path) const {
+bool PathPattern::Matches(std::string_view path, bool format_suffix) const {
   size_t pos = 1;  // canonical: starts with '/'
   for (size_t i = 0; i < segments.size(); ++i) {
     const Segment& s = segments[i];
     const auto got = NextSegment(path, pos);
     if (!got || got->empty()) return false;
     if (!s.param.empty() || *got == s.literal) continue;
-    // Folded: the path's last segment may carry a format suffix ("export.csv").
+    // The path's last segment may carry a format suffix ("export.csv").
     const bool last = i + 1 == segments.size() && pos >= path.size();
-    if (!folded || !last || !got->starts_with(s.literal) ||
+    if (!format_suffix || !last || !got->starts_with(s.literal) ||
         !util::IsFormatSuffix(got->substr(s.literal.size()))) {
       return false;
     }

@@ -57,8 +57,10 @@ size_t AppendRouteChecks(const policy::Route& route, const policy::Plan& plan,
     if (!limit) continue;  // unlimited for this plan
     if (rl.exempt_enforced_keys && key && key->enforced) continue;
     // Issue 31: a shadow caller must not walk past (yet drain) a limit that protects everyone.
+    // kEnforce: whoever calls, as soon as anything is enforced (the global mode, or this
+    // caller's own limits in a rollout that enforces some plans first).
     const bool enforced = rl.mode == Mode::kCaller    ? caller_enforced
-                          : rl.mode == Mode::kEnforce ? global_enforced
+                          : rl.mode == Mode::kEnforce ? global_enforced || caller_enforced
                                                       : false;
     config::LimitScope scope = rl.scope;
     if (scope == config::LimitScope::kDefault) {

@@ -2,7 +2,6 @@
 
 #include <tollgate/util/digest.hpp>
 #include <tollgate/util/hash.hpp>
-#include <tollgate/util/path_fold.hpp>
 #include <tollgate/util/query.hpp>
 
 #include <arpa/inet.h>
@@ -78,6 +77,17 @@ std::optional<std::array<uint8_t, 16>> ParseAddress(std::string_view text) {
   return std::nullopt;
 }
 
+namespace {
+// An IPv6 address without its zone ("fe80::1%eth0", "fe80::1%25eth0"): the zone names an
+// interface of the proxy, not another client.
+std::string_view WithoutZone(std::string_view address) {
+  const size_t percent = address.find('%');
+  return percent != std::string_view::npos && address.find(':') < percent
+             ? address.substr(0, percent)
+             : address;
+}
+}  // namespace
+
 std::optional<std::array<uint8_t, 16>> ParseForwardedAddress(std::string_view hop) {
   if (hop.size() >= 2 && hop.front() == '"' && hop.back() == '"') {
     hop = hop.substr(1, hop.size() - 2);
@@ -96,7 +106,7 @@ std::optional<std::array<uint8_t, 16>> ParseForwardedAddress(std::string_view ho
     if (close == std::string_view::npos) return std::nullopt;
     const std::string_view rest = hop.substr(close + 1);
     if (!rest.empty() && !(rest.front() == ':' && is_port(rest.substr(1)))) return std::nullopt;
-    return ParseAddress(hop.substr(1, close - 1));
+    return ParseAddress(WithoutZone(hop.substr(1, close - 1)));
   }
   // One ':' is an IPv4 address with a port ("1.2.3.4:5678"); more are an IPv6 address.
   const size_t colon = hop.find(':');
@@ -105,7 +115,7 @@ std::optional<std::array<uint8_t, 16>> ParseForwardedAddress(std::string_view ho
     hop = hop.substr(0, colon);
     if (hop.find('.') == std::string_view::npos) return std::nullopt;
   }
-  return ParseAddress(hop);
+  return ParseAddress(WithoutZone(hop));
 }
 
 core::Result<Cidr> ParseCidr(std::string_view text) {
@@ -204,12 +214,15 @@ std::optional<core::Error> Policy::BuildKeys(const config::Config& config) {
     if (kc.mode) {
       k.enforced = *kc.mode == config::Mode::kEnforce;
     } else if (!plan_config) {
-      // A key of an unknown plan is always enforced (issue 31): the strictest plan may itself
-      // be rolling out (enforce_percent: 1), and its shadow share must not make a misnamed
-      // plan unlimited.
-      k.enforced = true;
+      // A key of an unknown plan is enforced unless everything is in shadow mode (issue 31):
+      // the strictest plan may itself be rolling out (enforce_percent: 1), and its shadow share
+      // must not make a misnamed plan unlimited.
+      k.enforced = config.mode == config::Mode::kEnforce;
     } else if (k.plan->enforce_percent) {
-      k.enforced = InEnforcedCohort(k.id, *k.plan->enforce_percent);
+      // A plan counted per account draws its cohort by account: keys of one account share one
+      // budget, and a shadow key must not drain what its enforced siblings are held to.
+      k.enforced =
+          InEnforcedCohort(k.plan->per_account ? k.account : k.id, *k.plan->enforce_percent);
     } else {
       k.enforced = k.plan->enforced;
     }
@@ -285,8 +298,8 @@ std::optional<core::Error> Policy::CheckStoreCanSpanScopes(const config::StoreCo
                          "Redis Cluster (a request's keys must share one slot)"};
     }
   }
-  for (size_t i = 0; i < routes_.size(); ++i) {
-    if (!routes_[i].limits.empty()) {
+  for (size_t i = 0; i < routes_.routes().size(); ++i) {
+    if (!routes_.routes()[i].limits.empty()) {
       return core::Error{"routes[" + std::to_string(i) +
                          "].limits: route limits need one Redis, not Redis Cluster (a request's "
                          "keys must share one slot)"};
@@ -313,15 +326,16 @@ std::optional<core::Error> Policy::BuildRoutes(const config::Config& config) {
     r.name = rc.name;
     r.label = RouteLabel(rc);
     r.pattern = rc.pattern;
-    // Matched by whole segments (see Match): "/public/*" and "/v1/export*" are both the
-    // segment prefix "/public" or "/v1/export"; an exact "/login/" is "/login".
+    r.fold = !rc.exact_match;
+    r.exact_pattern = r.fold ? config::PathPattern::Parse(rc.path).value() : rc.pattern;
+    // Matched by whole segments (see RouteTable::Match): "/public/*" and "/v1/export*" are both
+    // the segment prefix "/public" or "/v1/export"; an exact "/login/" is "/login".
     for (const auto& s : r.pattern.segments) r.literal.append("/").append(s.literal);
+    for (const auto& s : r.exact_pattern.segments) r.exact_literal.append("/").append(s.literal);
     r.methods = rc.methods;
     r.cost = rc.cost;
     r.fail_mode = rc.fail_mode;
     r.identity = rc.identity;
-    r.fold = !rc.exact_match;
-    any_fold_ = any_fold_ || r.fold;
     const bool by_address =
         r.identity == config::RouteIdentity::kIp || r.identity == config::RouteIdentity::kKeyOrIp;
     if (by_address && anonymous_.limits.empty() && rc.limits.empty()) {
@@ -330,7 +344,7 @@ std::optional<core::Error> Policy::BuildRoutes(const config::Config& config) {
                          " needs anonymous.limits or limits of its own"};
     }
     if (auto error = BuildRouteLimits(rc, "routes[" + std::to_string(i) + "]", r)) return error;
-    routes_.push_back(std::move(r));
+    routes_.Add(std::move(r));
   }
   return std::nullopt;
 }
@@ -415,66 +429,38 @@ const Key* Policy::FindById(std::string_view id) const {
 }
 
 namespace {
-bool RouteMatchesPath(const Route& r, std::string_view path) {
-  if (r.pattern.templated) return r.pattern.Matches(path);
-  // `path` is canonical (util/target.hpp): no empty or dot segments. An exact route matches
-  // with or without one trailing slash; a prefix route matches its own path and anything
-  // below it, never a longer segment ("/public" is not a prefix of "/publicity").
-  if (path.substr(0, r.literal.size()) != r.literal) return false;
-  std::string_view rest = path.substr(r.literal.size());
-  if (rest.empty() || rest == "/") return true;
-  if (r.pattern.prefix && rest.front() == '/') return true;
-  // A folding route takes a format suffix on its last segment ("/v1/export.csv"): Rails routes
-  // "(.:format)" to the same action, and Spring's suffix match did by default.
-  if (rest.back() == '/') rest.remove_suffix(1);
-  return r.pattern.folded && util::IsFormatSuffix(rest);
-}
-
 // Whether a query parameter named `name` (decoded) is read as the cost parameter `param` by a
-// common parser: the name in any case (ASP.NET's query collection), leading spaces dropped
-// (PHP), and the array and map forms of qs (Express), Rack and PHP: "pages[]", "pages[0]",
-// "pages[a]", "pages[a][b]".
+// common parser (issue 31). Compared in any case (ASP.NET's query collection), cut at a NUL
+// (PHP's C strings), after leading spaces (PHP), as each parser takes the name's base:
+//   - qs (Express): before the first '[' ("pages[]", "pages[0]", "pages[a][b]");
+//   - Rack 2: after leading '[' and ']', up to the next ("[pages]", "pages]");
+//   - PHP: before a '[' that a ']' closes, with ' ' and '.' read as '_', and an unclosed '['
+//     read as '_' too ("page.count", "page count", "page[count" are all "page_count").
 bool IsCostParam(std::string_view name, std::string_view param) {
+  name = name.substr(0, name.find('\0'));
   while (!name.empty() && name.front() == ' ') name.remove_prefix(1);
-  if (name.size() < param.size() || !util::EqualsIgnoreCase(name.substr(0, param.size()), param)) {
-    return false;
+  auto is = [param](std::string_view base) { return util::EqualsIgnoreCase(base, param); };
+  if (is(name.substr(0, name.find('[')))) return true;
+  const size_t rack_begin = name.find_first_not_of("[]");
+  if (rack_begin != std::string_view::npos) {
+    const std::string_view rest = name.substr(rack_begin);
+    if (is(rest.substr(0, rest.find_first_of("[]")))) return true;
   }
-  const std::string_view rest = name.substr(param.size());
-  return rest.empty() || rest.front() == '[';
-}
-
-bool RouteMatchesMethod(const Route& r, std::string_view method) {
-  // Methods are case-sensitive (RFC 9110 9.1), but some upstreams upper-case them before
-  // routing (Werkzeug: "post" runs a POST handler), so a folding route compares them in any
-  // case (issue 31). HEAD is GET without the body, and costs and limits what GET does.
-  if (r.methods.empty()) return true;
-  for (const std::string& m : r.methods) {
-    if (r.fold) {
-      if (util::EqualsIgnoreCase(m, method) ||
-          (util::EqualsIgnoreCase(method, "HEAD") && m == "GET")) {
-        return true;
-      }
-    } else if (m == method || (method == "HEAD" && m == "GET")) {
-      return true;
+  if (name.size() != param.size() && name.find('[') == std::string_view::npos) return false;
+  std::string php;
+  for (size_t i = 0; i < name.size(); ++i) {
+    const char c = name[i];
+    if (c == '[' && name.find(']', i) != std::string_view::npos) break;
+    php.push_back(c == ' ' || c == '.' || c == '[' ? '_' : c);
+    if (c == '[') {  // unclosed: PHP keeps the rest as it is
+      php.append(name.substr(i + 1));
+      break;
     }
   }
-  return false;
+  return is(php);
 }
-}  // namespace
 
-const Route& Policy::Match(std::string_view method, std::string_view path) const {
-  // The folded form is made once per request, and only for a path that can fold.
-  std::string_view folded = path;
-  if (any_fold_ && util::PathNeedsFold(path)) {
-    thread_local std::string buffer;
-    util::FoldPath(path, buffer);
-    folded = buffer;
-  }
-  for (const Route& r : routes_) {
-    if (RouteMatchesMethod(r, method) && RouteMatchesPath(r, r.fold ? folded : path)) return r;
-  }
-  return default_route_;
-}
+}  // namespace
 
 core::Result<int64_t> Policy::Cost(const Route& route, std::string_view query) const {
   const config::CostConfig& c = route.cost;

@@ -44,8 +44,8 @@ char FoldedUnicode(std::string_view s, size_t& taken) {
     taken = 6;  // U+017F LATIN SMALL LETTER LONG S
     return 's';
   }
-  if (b[0] == 0xC4 && b[1] == 0xB1) {
-    taken = 6;  // U+0131 LATIN SMALL LETTER DOTLESS I
+  if (b[0] == 0xC4 && (b[1] == 0xB1 || b[1] == 0xB0)) {
+    taken = 6;  // U+0131 LATIN SMALL LETTER DOTLESS I, U+0130 CAPITAL I WITH DOT ABOVE
     return 'i';
   }
   return 0;
@@ -133,12 +133,8 @@ void FoldPath(std::string_view path, std::string& out) {
 }
 
 bool IsFormatSuffix(std::string_view rest) {
-  if (rest.size() < 2 || rest.size() > 17 || rest[0] != '.') return false;
-  for (const char c : rest.substr(1)) {
-    const bool alnum = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
-    if (!alnum) return false;
-  }
-  return true;
+  return rest.size() >= 2 && rest[0] == '.' &&
+         rest.find_first_of("/.?", 1) == std::string_view::npos;
 }
 
 }  // namespace tollgate::util

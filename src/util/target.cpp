@@ -236,8 +236,16 @@ bool HasLookalikeSeparator(std::string_view path) {
       "%EF%B9%A8",  // U+FE68 SMALL REVERSE SOLIDUS
       "%E2%88%95",  // U+2215 DIVISION SLASH
       "%E2%81%84",  // U+2044 FRACTION SLASH
+      "%E2%80%A6",  // U+2026 HORIZONTAL ELLIPSIS ("...")
+      // Overlong UTF-8 of '.', '/' and '\', which lax decoders read as the ASCII byte.
+      "%C0%AE",
+      "%C0%AF",
+      "%C1%9C",
+      "%E0%80%AE",
+      "%E0%80%AF",
+      "%E0%81%9C",
   };
-  for (size_t at = path.find("%E"); at != std::string_view::npos; at = path.find("%E", at + 1)) {
+  for (size_t at = path.find("%"); at != std::string_view::npos; at = path.find("%", at + 1)) {
     const std::string_view rest = path.substr(at);
     for (const std::string_view form : kForms) {
       if (rest.starts_with(form)) return true;

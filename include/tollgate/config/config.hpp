@@ -261,9 +261,7 @@ struct PathPattern {
   std::vector<Segment> segments;
   bool prefix = false;
   bool templated = false;  // some segment is `{name}`
-  // Parsed from the folded path (util/path_fold.hpp) and matched against folded paths: the last
-  // literal segment also matches with a format suffix ("/v1/export" matches "/v1/export.csv").
-  bool folded = false;
+  bool folded = false;     // parsed from the folded path (util/path_fold.hpp)
 
   // Parses a route path; errors say what is wrong ("two wildcards in one segment").
   static core::Result<PathPattern> Parse(std::string_view path);
@@ -271,8 +269,9 @@ struct PathPattern {
   // a route matched by the folded form (the default, `match: fold`).
   static core::Result<PathPattern> ParseFolded(std::string_view path);
   // Whether the canonical `path` (util/target.hpp; folded when `folded`) matches: exact patterns
-  // with or without one trailing slash, prefixes by whole segments.
-  bool Matches(std::string_view path) const;
+  // with or without one trailing slash, prefixes by whole segments. `format_suffix`: the last
+  // literal segment also matches with a format suffix ("/v1/export" matches "/v1/export.csv").
+  bool Matches(std::string_view path, bool format_suffix = false) const;
   // Whether every path this pattern matches is also matched by `earlier`.
   bool CoveredBy(const PathPattern& earlier) const;
 };

@@ -55,8 +55,8 @@ size_t ChecksFor(const policy::Plan& plan, const policy::Key* key, int64_t cost,
 // after the `n` checks already in `out`; returns the new count. A limit of scope key or account
 // is skipped for an anonymous caller, a limit `unlimited` for the plan, and a limit with
 // `exempt_enforced_keys` for a key whose limits are enforced. Whether a check rejects follows
-// the limit's `mode`: `caller_enforced` (the caller's mode), `global_enforced` (the global
-// `mode`, for limits that hold every caller) or never. REQUIRES: scopes filled.
+// the limit's `mode`: `caller_enforced` (the caller's mode), `global_enforced` or
+// `caller_enforced` (limits that hold every caller), or never. REQUIRES: scopes filled.
 size_t AppendRouteChecks(const policy::Route& route, const policy::Plan& plan,
                          const policy::Key* key, int64_t cost, bool caller_enforced,
                          bool global_enforced, const Scopes& scopes, std::span<store::Check> out,

@@ -13,6 +13,7 @@
 #include <tollgate/config/config.hpp>
 #include <tollgate/core/limit.hpp>
 #include <tollgate/core/result.hpp>
+#include <tollgate/policy/route_table.hpp>
 #include <tollgate/util/ascii.hpp>
 
 namespace tollgate::policy {
@@ -80,35 +81,6 @@ struct Key {
 
   // The limit that applies to plan limit `i` at `now` (an override until it expires).
   const core::Limit& LimitAt(size_t i, core::Instant now) const;
-};
-
-// A route's own limit, resolved per plan.
-struct RouteLimit {
-  std::string check_name;                                   // "<route>:<limit>"
-  config::LimitScope scope = config::LimitScope::kDefault;  // kDefault: the caller's identity
-  // By Plan::index (the anonymous limits last): that plan's limit, or nullopt: unlimited.
-  std::vector<std::optional<core::Limit>> per_plan;
-  // Whose mode decides whether it rejects, and whether enforced keys skip it
-  // (config::RouteLimitConfig).
-  config::RouteLimitConfig::Mode mode = config::RouteLimitConfig::Mode::kCaller;
-  bool exempt_enforced_keys = false;
-};
-
-struct Route {
-  std::string name;
-  // How the access log and `tollgate replay` name it: `name`, else its methods and path as
-  // written ("GET,HEAD /v1/items/{id}", "/v1/export*"), and "(default)" for the default route
-  // (no route matched). Never empty.
-  std::string label = "(default)";
-  std::vector<RouteLimit> limits;
-  config::PathPattern pattern;
-  std::string literal;  // the path of a pattern without {name} segments (the common case)
-  std::vector<std::string> methods;  // empty: any
-  config::CostConfig cost;
-  config::FailMode fail_mode = config::FailMode::kOpen;
-  config::RouteIdentity identity = config::RouteIdentity::kKey;
-  // Matched against the folded path, methods in any case (config::RouteConfig::exact_match).
-  bool fold = true;
 };
 
 // The most requests per second `plan` admits in the long run: the lowest of its limits'
@@ -180,12 +152,10 @@ class Policy {
   // By the key as presented (hashed here: keys are only compared as digests).
   const Key* FindByKey(std::string_view presented) const;
   const Key* FindById(std::string_view id) const;
-  // First matching route, or the default route (identity key, cost 1, fail open). `path` is
-  // canonical (util/target.hpp). Exact routes match with one trailing slash too; prefix routes
-  // match whole segments; a GET route matches HEAD. A folding route (the default) matches the
-  // folded path (util/path_fold.hpp: case, trailing dots, full-width letters, ';' parameters,
-  // a format suffix) and the method in any case; a `match: exact` route, byte for byte.
-  const Route& Match(std::string_view method, std::string_view path) const;
+  // The route a request meets (RouteTable::Match).
+  const Route& Match(std::string_view method, std::string_view path) const {
+    return routes_.Match(method, path);
+  }
   // The request's cost from the route and the query string ("pages=120&x=1"). Errors are
   // client errors (400): a count that is not a non-negative integer.
   core::Result<int64_t> Cost(const Route& route, std::string_view query) const;
@@ -241,9 +211,7 @@ class Policy {
   std::vector<Key> keys_;
   std::unordered_map<std::string, size_t> by_digest_;  // raw 32-byte digest
   std::unordered_map<std::string, size_t> by_id_;
-  std::vector<Route> routes_;
-  bool any_fold_ = false;  // some route folds: Match folds the path
-  Route default_route_;
+  RouteTable routes_;
   std::vector<Cidr> trusted_;
   DenyList deny_;
 };

@@ -18,7 +18,8 @@ bool PathNeedsFold(std::string_view path);
 //   - %XX of a visible ASCII byte other than '/', '\', '%', ';', '?' and '#' decoded (servers
 //     that decode before routing), and the UTF-8 forms that Unicode normalisation (NFKC) or a
 //     case-insensitive comparison turns into an ASCII letter or digit read as that character:
-//     full-width U+FF01-U+FF5E, U+017F (long s), U+212A (Kelvin sign), U+0131 (dotless i);
+//     full-width U+FF01-U+FF5E, U+017F (long s), U+212A (Kelvin sign), U+0131 (dotless i),
+//     U+0130 (capital I with dot: Java lower-cases it to 'i');
 //   - ASCII letters lower-cased (case-insensitive routers);
 //   - trailing '.' and ' ' removed (Windows and IIS: "/login." is "/login"); a segment left
 //     empty is dropped.
@@ -26,8 +27,8 @@ bool PathNeedsFold(std::string_view path);
 void FoldPath(std::string_view path, std::string& out);
 
 // Whether `rest`, what follows an exact route's last segment, is a format suffix that routers
-// take as the same route (Rails' "(.:format)", Spring's suffix match): '.' and 1 to 16 letters
-// or digits, and nothing after them.
+// take as the same route (Rails' "(.:format)", Spring's suffix match): '.' and one or more
+// characters other than '/', '.' and '?', and nothing after them.
 bool IsFormatSuffix(std::string_view rest);
 
 }  // namespace tollgate::util

@@ -78,6 +78,11 @@ LOGIN_SPELLINGS = [
     ("post", "/login"),
     ("Post", "/LOGIN"),
     ("pOsT", "/Login."),
+    ("POST", "/login.json-x"),                                       # Rails' (.:format)
+    ("POST", "/login.a_b"),
+    ("POST", "/login.js%20on"),
+    ("POST", "/login.abcdefghijklmnopqrstuvwxyz"),
+    ("POST", "/log%C4%B0n"),                                         # capital I with dot
 ]
 
 
@@ -134,11 +139,47 @@ class SpellingTests(GatewayTestCase):
                        "/public/%ef%bc%8e%ef%bc%8e%ef%bc%8flogin", "/public%EF%BC%BClogin",
                        "/public/%E2%80%A5/login", "/public/%E2%80%A4%E2%80%A4/login",
                        "/public/%EF%B9%92%EF%B9%92/login", "/public%E2%88%95login",
-                       "/public%EF%B9%A8login", "/public%E2%81%84login"]:
+                       "/public%EF%B9%A8login", "/public%E2%81%84login",
+                       "/public/%E2%80%A6/login", "/public/%C0%AE%C0%AE/login",
+                       "/public%C0%AFlogin", "/public%c1%9clogin",
+                       "/public/%E0%80%AE%E0%80%AE/login"]:
             status, data = raw_request(gw.port, "POST", target)
             self.assertEqual(status, 400, target)
             self.assertIn(b"invalid_request_target", data, target)
         self.assertEqual(self.upstream.stats()["received"], 0)
+
+    def test_no_spelling_meets_a_looser_route_than_its_exact_one(self):
+        # A case-sensitive upstream routes "/Status" to "/{page}", "/v1/items/..." to the item
+        # handler, and "/v1/report.pdf" to its own route: the fold and the format suffix must
+        # not take them to a looser route.
+        cfg = spelling_config()
+        cfg["routes"] = [
+            {"name": "report", "path": "/v1/report"},
+            {"name": "pdf", "path": "/v1/report.pdf", "cost": 50},
+            {"name": "items", "path": "/v1/items", "identity": "none"},
+            {"name": "item", "path": "/v1/items/{id}", "cost": 10},
+            {"name": "status", "path": "/status", "identity": "none"},
+            {"name": "page", "path": "/{page}", "identity": "ip",
+             "limits": [{"name": "per-ip", "capacity": 2, "refill_per_second": SLOW}]},
+        ]
+        gw = self.start(cfg)
+        for target in ("/Status", "/STATUS", "/status.", "/Status.json", "/other"):
+            address = fresh_address()
+            got = [raw_request(gw.port, "GET", target, [("X-Forwarded-For", address)])[0]
+                   for _ in range(3)]
+            self.assertEqual(got, [200, 200, 429], target)
+        self.assertEqual([raw_request(gw.port, "GET", "/status")[0] for _ in range(4)], [200] * 4)
+        h = [("X-API-Key", KEY)]
+        for target, cost in (("/v1/report.pdf", 50), ("/v1/report.csv", 1), ("/V1/Report.PDF", 50),
+                             ("/v1/items/...", 10), ("/v1/items/%20", 10), ("/v1/items/7", 10)):
+            status, data = raw_request(gw.port, "GET", target, h)
+            self.assertEqual(status, 200, target)
+            m = re.search(rb"RateLimit-Remaining: (\d+)", data, re.I)
+            self.assertIsNotNone(m, target)
+            before = int(m.group(1))
+            status, data = raw_request(gw.port, "GET", target, h)
+            after = int(re.search(rb"RateLimit-Remaining: (\d+)", data, re.I).group(1))
+            self.assertEqual(before - after, cost, target)
 
     def test_an_exact_route_matches_byte_for_byte(self):
         gw = self.start(spelling_config())
@@ -196,6 +237,9 @@ COST_FORMS = [
     ("x=1;pages=5000", 100),
     ("pages=1;pages=5000", 100),
     ("pag%65s[]=5000", 100),
+    ("[pages]=5000", 100),                                            # Rack 2
+    ("pages]=5000", 100),
+    ("pages%00=5000", 100),                                           # PHP cuts at NUL
     ("pages=1", 1),
     ("pagesx=5000", 1),
     ("xpages=5000", 1),
@@ -205,13 +249,14 @@ COST_FORMS = [
 class CostFormTests(GatewayTestCase):
     def test_every_form_of_the_cost_parameter_is_charged(self):
         keys = [{"key": "sk-cost-%02d-0123456789" % i, "id": "c%02d" % i, "plan": "big"}
-                for i in range(len(COST_FORMS) + 2)]
+                for i in range(len(COST_FORMS) + 10)]
         gw = self.start({
             "server": {"threads": 2, "access_log": False},
             "store": {"type": "memory"},
             "plans": {"big": {"limits": [burst(1000)]}},
             "keys": keys,
-            "routes": [{"path": "/v1/export", "cost": {"query": "pages", "per": 50, "min": 1}}],
+            "routes": [{"path": "/v1/export", "cost": {"query": "pages", "per": 50, "min": 1}},
+                       {"path": "/v1/list", "cost": {"query": "per_page", "per": 50}}],
             "headers": ["ratelimit"],
         })
         for (query, cost), key in zip(COST_FORMS, keys):
@@ -221,6 +266,18 @@ class CostFormTests(GatewayTestCase):
             m = re.search(rb"RateLimit-Remaining: (\d+)", data, re.I)
             self.assertIsNotNone(m, query)
             self.assertEqual(int(m.group(1)), 1000 - cost, query)
+        # PHP reads ' ', '.' and an unclosed '[' in a name as '_'.
+        php_forms = ("per_page=5000", "per.page=5000", "per%20page=5000", "per+page=5000",
+                     "per[page=5000", "PER.PAGE=5000")
+        for query, key in zip(php_forms, keys[len(COST_FORMS):]):
+            h = [("X-API-Key", key["key"])]
+            status, data = raw_request(gw.port, "GET", "/v1/list?" + query, h)
+            self.assertEqual(status, 200, query)
+            m = re.search(rb"RateLimit-Remaining: (\d+)", data, re.I)
+            remaining = int(m.group(1))
+            status, data = raw_request(gw.port, "GET", "/v1/list?" + query, h)
+            self.assertEqual(remaining - int(re.search(rb"RateLimit-Remaining: (\d+)", data,
+                                                       re.I).group(1)), 100, query)
         # What is not a count is refused, in any form.
         for query in ("pages[]=abc", "pages[0]=-1", "PAGES=1e3"):
             status, data = raw_request(gw.port, "GET", "/v1/export?" + query,
@@ -245,6 +302,8 @@ class ForwardedForTests(GatewayTestCase):
             ["[2001:db8::7]:443", "[2001:db8::7]", "2001:db8::8"],  # one /64
             ["\"[2001:db8:1::7]:443\"", "2001:db8:1::9", "[2001:db8:1::1]:80"],
             ["9.9.9.9, 198.51.100.2:80", "198.51.100.2:81, 127.0.0.1:9", "198.51.100.2"],
+            ["fe80::1%eth0", "[fe80::1%25eth0]:443", "fe80::2"],  # a zone is the proxy's
+            ["[::ffff:198.51.100.5]:80", "198.51.100.5:0080", "::ffff:198.51.100.5"],
         ]
         for row in rows:
             got = [gw.get("/public/x", headers={"X-Forwarded-For": xff}).status for xff in row]
@@ -339,15 +398,15 @@ class SharedLimitTests(GatewayTestCase):
         self.redis = RedisServer(self)
         self.upstream = harness.Upstream(self)
 
-    def start_replicas(self, *routes):
+    def start_replicas(self, *routes, mode="enforce"):
         cfg = {
             "server": {"threads": 2, "access_log": False},
             "store": {"type": "redis", "url": self.redis.url, "prefix": "promise",
                       "timeout_ms": 500, "connect_timeout_ms": 1000},
-            "mode": "enforce",
+            "mode": mode,
             "identity": PEER_IS_PROXY,
             "plans": {"dark": {"mode": "shadow", "limits": [burst(1000)]},
-                      "live": {"limits": [burst(1000)]}},
+                      "live": {"mode": "enforce", "limits": [burst(1000)]}},
             "keys": [{"key": DARK_KEY, "id": "k-dark", "plan": "dark"},
                      {"key": LIVE_KEY, "id": "k-live", "plan": "live"}],
             "routes": list(routes),
@@ -399,9 +458,25 @@ class SharedLimitTests(GatewayTestCase):
                              "limits": [{"name": "per-ip", "scope": "ip", "capacity": 1,
                                          "refill_per_second": SLOW, "mode": "caller"}]})
         address = fresh_address()
+        # The shadow key is counted, never held; an enforced key from that address is held.
         self.assertEqual([self.send(i, "/v1/quiet", DARK_KEY, address).status for i in range(3)],
                          [200, 200, 200])
-        self.assertEqual(self.send(0, "/v1/quiet", LIVE_KEY, fresh_address()).status, 200)
+        self.assertEqual(self.send(0, "/v1/quiet", LIVE_KEY, address).status, 429)
+        other = fresh_address()
+        self.assertEqual([self.send(i, "/v1/quiet", LIVE_KEY, other).status for i in range(2)],
+                         [200, 429])
+
+    def test_an_enforced_plan_is_held_to_shared_limits_under_a_global_shadow_mode(self):
+        # The rollout's "enforce plan by plan" step: mode: shadow, one plan enforced.
+        self.start_replicas({"name": "search", "path": "/v1/search",
+                             "limits": [{"name": "per-ip", "scope": "ip", "capacity": 2,
+                                         "refill_per_second": SLOW}]}, mode="shadow")
+        address = fresh_address()
+        self.assertEqual([self.send(i, "/v1/search", LIVE_KEY, address).status for i in range(3)],
+                         [200, 200, 429])
+        # Everything else is in shadow mode: the shadow key is never held.
+        self.assertEqual([self.send(i, "/v1/search", DARK_KEY, fresh_address()).status
+                          for i in range(4)], [200] * 4)
 
 
 if __name__ == "__main__":

@@ -214,11 +214,13 @@ routes:
           {"search:quiet", false},
           {"search:follows", false},
           {"search:until", shared}}},
+        // An enforced caller is held to them under a global shadow mode too (a rollout that
+        // enforces some plans first).
         {"k-live",
          {{"burst", true},
           {"search:mine", true},
-          {"search:upstream", shared},
-          {"search:addr", shared},
+          {"search:upstream", true},
+          {"search:addr", true},
           {"search:quiet", false},
           {"search:follows", true}}},
     };

@@ -55,6 +55,9 @@ TEST(RouteMatch, EverySpellingAnUpstreamRoutesAlikeMeetsTheRoute) {
       {"POST", "/loginx", ""},
       {"POST", "/login.tar.gz", ""},
       {"POST", "/login-json", ""},
+      {"POST", "/login.json-x", "login"},
+      {"POST", "/login.a_b", "login"},
+      {"POST", "/log%C4%B0n", "login"},
       {"GET", "/V1/EXPORT", "export"},
       {"GET", "/v1/export.csv", "export"},
       {"GET", "/v1/Users/7/messages", "user"},
@@ -69,6 +72,42 @@ TEST(RouteMatch, EverySpellingAnUpstreamRoutesAlikeMeetsTheRoute) {
     const Route& r = p->Match(c.method, c.path);
     EXPECT_EQ(r.name, c.route) << c.method << " " << c.path;
   }
+}
+
+TEST(RouteMatch, TheStrictestRouteOfTheSpellingsApplies) {
+  // Issue 31 review: a fold or a format suffix must never take a request to a looser route
+  // than the one its exact spelling meets (a case-sensitive upstream routes by that one).
+  auto p = Build(R"(
+plans:
+  free: {limits: [{name: burst, capacity: 20, refill_per_second: 1}]}
+routes:
+  - {name: report, path: /v1/report}
+  - {name: report_pdf, path: /v1/report.pdf, cost: 50}
+  - {name: items, path: /v1/items, identity: none}
+  - {name: item, path: "/v1/items/{id}", cost: 10}
+  - {name: status, path: /status, identity: none}
+  - name: page
+    path: "/{page}"
+    limits: [{name: per-ip, scope: ip, capacity: 2, refill_per_second: 1}]
+)");
+  const struct {
+    const char* path;
+    const char* route;
+  } cases[] = {
+      {"/v1/report.pdf", "report_pdf"},
+      {"/v1/report.csv", "report"},
+      {"/V1/REPORT.PDF", "report_pdf"},
+      {"/v1/items/...", "item"},
+      {"/v1/items/%20", "item"},
+      {"/v1/items/7", "item"},
+      {"/v1/items", "items"},
+      {"/status", "status"},
+      {"/Status", "page"},
+      {"/STATUS.", "page"},
+      {"/other", "page"},
+  };
+  for (const auto& c : cases) EXPECT_EQ(p->Match("GET", c.path).name, c.route) << c.path;
+  EXPECT_GT(Strictness(p->Match("GET", "/other")), Strictness(p->Match("GET", "/status")));
 }
 
 TEST(RouteMatch, ExactMatchingEverywhereWhenTheServerSaysSo) {
@@ -117,6 +156,11 @@ TEST(RouteMatch, CostReadsEveryFormACommonParserReads) {
       {"xpages=5000", 1},
       {"pages[]=abc", -1},
       {"pages[]=-5", -1},
+      {"[pages]=5000", 100},
+      {"pages]=5000", 100},
+      {"]pages=5000", 100},
+      {"pages%00=5000", 100},
+      {"pages%00x=5000", 100},
   };
   for (const auto& c : cases) {
     auto cost = p->Cost(r, c.query);
@@ -126,6 +170,25 @@ TEST(RouteMatch, CostReadsEveryFormACommonParserReads) {
       ASSERT_TRUE(cost.ok()) << c.query << ": " << cost.error();
       EXPECT_EQ(*cost, c.cost) << c.query;
     }
+  }
+}
+
+TEST(RouteMatch, CostNamesAsPhpManglesThem) {
+  auto p = Build(R"(
+plans:
+  free: {limits: [{name: burst, capacity: 20, refill_per_second: 1}]}
+routes:
+  - {name: list, path: /v1/list, cost: {query: per_page, per: 50, min: 1}}
+)");
+  const Route& r = p->Match("GET", "/v1/list");
+  for (const char* q : {"per_page=5000", "per.page=5000", "per%20page=5000", "per+page=5000",
+                        "per[page=5000", "PER.PAGE=5000", "per_page[]=5000"}) {
+    auto cost = p->Cost(r, q);
+    ASSERT_TRUE(cost.ok()) << q;
+    EXPECT_EQ(*cost, 100) << q;
+  }
+  for (const char* q : {"perxpage=5000", "per..page=5000", "per_page_=5000"}) {
+    EXPECT_EQ(*p->Cost(r, q), 1) << q;
   }
 }
 
@@ -151,6 +214,10 @@ TEST(RouteMatch, ForwardedForEntriesWithPorts) {
       {"unknown", "10.0.0.1", true},
       {"_hidden", "10.0.0.1", true},
       {"1.2.3:80", "10.0.0.1", true},
+      {"fe80::1%eth0", "fe80::/64", false},
+      {"[fe80::1%25eth0]:443", "fe80::/64", false},
+      {"[::ffff:1.2.3.4]:80", "1.2.3.4", false},
+      {"1.2.3.4:0080", "1.2.3.4", false},
   };
   for (const auto& c : cases) {
     bool unparsed = false;
@@ -191,6 +258,48 @@ keys:
   EXPECT_TRUE(p->FindById("key-5")->enforced);
   EXPECT_FALSE(p->FindById("key-6")->enforced);
   EXPECT_FALSE(p->FindById("key-7")->enforced);  // its own plan's cohort: 85 >= 1
+}
+
+TEST(RouteMatch, AKeyOfAnUnknownPlanFollowsAGlobalShadowMode) {
+  auto p = Build(R"(
+mode: shadow
+plans:
+  slow: {mode: enforce, limits: [{name: b, capacity: 1, refill_per_hour: 1}]}
+keys:
+  - {key: k1, id: key-0, plan: nosuch}
+  - {key: k2, id: key-1, plan: slow}
+)");
+  EXPECT_FALSE(p->FindById("key-0")->enforced);
+  EXPECT_TRUE(p->FindById("key-1")->enforced);
+}
+
+TEST(RouteMatch, APlanCountedPerAccountDrawsItsCohortByAccount) {
+  // Keys of one account share its budget: one cohort for all of them.
+  std::string yaml = R"(
+plans:
+  team: {scope: account, enforce_percent: 50, limits: [{name: b, capacity: 4, refill_per_hour: 1}]}
+keys:
+)";
+  for (int a = 0; a < 20; ++a) {
+    for (int k = 0; k < 5; ++k) {
+      yaml += "  - {key: k-" + std::to_string(a) + "-" + std::to_string(k) + ", id: key-" +
+              std::to_string(a) + "-" + std::to_string(k) + ", account: acct-" + std::to_string(a) +
+              ", plan: team}\n";
+    }
+  }
+  auto p = Build(yaml);
+  int enforced_accounts = 0;
+  for (int a = 0; a < 20; ++a) {
+    const bool first = p->FindById("key-" + std::to_string(a) + "-0")->enforced;
+    enforced_accounts += first;
+    for (int k = 1; k < 5; ++k) {
+      EXPECT_EQ(p->FindById("key-" + std::to_string(a) + "-" + std::to_string(k))->enforced, first)
+          << a;
+    }
+    EXPECT_EQ(first, InEnforcedCohort("acct-" + std::to_string(a), 50));
+  }
+  EXPECT_GT(enforced_accounts, 0);
+  EXPECT_LT(enforced_accounts, 20);
 }
 
 }  // namespace

@@ -31,6 +31,7 @@ TEST(PathFold, FoldsWhatUpstreamsRouteAlike) {
       {"/%EF%BC%AC%EF%BC%AF%EF%BC%A7%EF%BC%A9%EF%BC%AE", "/login"},  // full-width LOGIN
       {"/%EF%BD%8Cogin", "/login"},                                  // full-width l
       {"/lo%C4%B1n", "/loin"},                                       // dotless i
+      {"/log%C4%B0n", "/login"},                                     // capital I with dot
       {"/%C5%BFearch", "/search"},                                   // long s
       {"/%E2%84%AAeys", "/keys"},                                    // Kelvin sign
       {"/a%21b", "/a!b"},
@@ -62,10 +63,14 @@ TEST(PathFold, NeedsFoldIsTrueWheneverTheFoldDiffers) {
 }
 
 TEST(PathFold, FormatSuffix) {
-  for (const char* s : {".json", ".csv", ".x", ".mp4", ".HTML"})
+  // Rails' (.:format): '.' and anything but '/', '.' and '?'.
+  for (const char* s : {".json", ".csv", ".x", ".mp4", ".HTML", ".json-x", ".a_b", ".js%20on",
+                        ".abcdefghijklmnopqrstuvwxyz0123456789"}) {
     EXPECT_TRUE(IsFormatSuffix(s)) << s;
-  for (const char* s : {"", ".", "json", ".json/x", ".a-b", ".json.gz", "..", ".12345678901234567"})
+  }
+  for (const char* s : {"", ".", "json", ".json/x", ".json.gz", "..", ".a?b"}) {
     EXPECT_FALSE(IsFormatSuffix(s)) << s;
+  }
 }
 
 }  // namespace
