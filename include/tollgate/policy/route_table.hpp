@@ -77,5 +77,6 @@ class RouteTable {
 // (larger: stricter): limited at all (identity not none), then the fail mode (closed, local,
 // open), then having limits of its own, then a cost above 1.
 int Strictness(const Route& route);
+inline bool Stricter(const Route& a, const Route& b) { return Strictness(a) > Strictness(b); }
 
 }  // namespace tollgate::policy

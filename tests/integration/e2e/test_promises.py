@@ -181,6 +181,39 @@ class SpellingTests(GatewayTestCase):
             after = int(re.search(rb"RateLimit-Remaining: (\d+)", data, re.I).group(1))
             self.assertEqual(before - after, cost, target)
 
+    def test_every_method_override_meets_the_overridden_methods_route(self):
+        # A POST that an upstream's method-override support runs as DELETE meets the DELETE
+        # route's limit too (the stricter of the two routes).
+        cfg = spelling_config()
+        cfg["keys"] = [{"key": "sk-override-%02d-0123456789" % i, "id": "o%02d" % i, "plan": "big"}
+                       for i in range(16)]
+        cfg["routes"] = [{"name": "remove", "path": "/v1/items/{id}", "method": "DELETE",
+                          "limits": [{"name": "deletes", "capacity": 1,
+                                      "refill_per_second": SLOW}]}]
+        gw = self.start(cfg)
+        forms = [
+            ([("X-HTTP-Method-Override", "DELETE")], ""),
+            ([("x-http-method-override", "delete")], ""),
+            ([("X_HTTP_Method_Override", "DELETE")], ""),
+            ([("X-HTTP-Method", "DELETE")], ""),
+            ([("X-Method-Override", "DELETE")], ""),
+            ([("X-HTTP-Method-Override", "GET, DELETE")], ""),
+            ([("X-HTTP-Method-Override", "PUT"), ("X-HTTP-Method-Override", "DELETE")], ""),
+            ([], "?_method=DELETE"),
+            ([], "?x=1&_method=delete"),
+        ]
+        for i, (headers, query) in enumerate(forms):
+            h = headers + [("X-API-Key", cfg["keys"][i]["key"])]
+            got = [raw_request(gw.port, "POST", "/v1/items/7" + query, h)[0] for _ in range(2)]
+            self.assertEqual(got, [200, 429], (headers, query))
+        # Only a POST is overridden (as the frameworks do); a plain POST meets the default route.
+        h = [("X-API-Key", cfg["keys"][15]["key"])]
+        self.assertEqual([raw_request(gw.port, "POST", "/v1/items/7", h)[0] for _ in range(3)],
+                         [200] * 3)
+        h = [("X-API-Key", cfg["keys"][14]["key"]), ("X-HTTP-Method-Override", "DELETE")]
+        self.assertEqual([raw_request(gw.port, "PUT", "/v1/items/7", h)[0] for _ in range(3)],
+                         [200] * 3)
+
     def test_an_exact_route_matches_byte_for_byte(self):
         gw = self.start(spelling_config())
         h = [("X-API-Key", KEY)]
