@@ -5,6 +5,8 @@
 #   request_head  ParseRequestHead against Beast's parser (src/http/request_head.cpp)
 #   target        CanonicalizeTarget: its contract, and Boost.URL's normalisation
 #                 (src/util/target.cpp), and the folded path of routes (src/util/path_fold.cpp)
+#   upstream_head HeadEnd and ParseSimpleHead against Beast's response parser
+#                 (src/http/upstream_head.cpp)
 # A fuzzer is rebuilt when a source or a header is newer than it. Crashes are written to
 # FUZZ_DIR (default /tmp/tollgate-fuzz) as NAME-crash-*; replay one with
 # `$FUZZ_DIR/NAME_fuzz FILE`. Needs clang-14 and libclang-rt-14-dev (scripts/install-deps.sh).
@@ -14,7 +16,7 @@ cd "$(dirname "$0")/../.."
 seconds=${1:-60}
 shift || true
 names=("$@")
-[[ ${#names[@]} -eq 0 ]] && names=(request_head target)
+[[ ${#names[@]} -eq 0 ]] && names=(request_head target upstream_head)
 out=${FUZZ_DIR:-/tmp/tollgate-fuzz}
 mkdir -p "$out"
 
@@ -28,7 +30,8 @@ sources() {
   case $1 in
     request_head) echo tests/fuzz/request_head_fuzz.cpp src/http/request_head.cpp ;;
     target) echo tests/fuzz/target_fuzz.cpp src/util/target.cpp src/util/path_fold.cpp ;;
-    *) echo "tests/fuzz/run.sh: unknown fuzzer '$1' (request_head, target)" >&2; exit 2 ;;
+    upstream_head) echo tests/fuzz/upstream_head_fuzz.cpp src/http/upstream_head.cpp ;;
+    *) echo "tests/fuzz/run.sh: unknown fuzzer '$1' (request_head, target, upstream_head)" >&2; exit 2 ;;
   esac
 }
 run_flags() {
@@ -41,13 +44,13 @@ build() {
   local name=$1 bin="$out/$1_fuzz"
   local srcs
   read -r -a srcs <<<"$(sources "$name")"
-  if [[ -x $bin && -z $(find include "${srcs[@]}" tests/fuzz/run.sh -newer "$bin" -print -quit) ]]; then
+  if [[ -x $bin && -z $(find include src/http/*.hpp "${srcs[@]}" tests/fuzz/run.sh -newer "$bin" -print -quit) ]]; then
     return 0
   fi
   echo "tests/fuzz/run.sh: building $bin" >&2
   # Boost.URL is compiled into target_fuzz (boost/url/src.hpp), with the sanitizers.
   clang++-14 -std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
-    -DBOOST_ASIO_NO_DEPRECATED -Iinclude "${srcs[@]}" -o "$bin.tmp"
+    -DBOOST_ASIO_NO_DEPRECATED -Iinclude -Isrc "${srcs[@]}" -o "$bin.tmp"
   mv "$bin.tmp" "$bin"
 }
 
