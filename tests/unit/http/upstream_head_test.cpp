@@ -89,10 +89,11 @@ TEST(UpstreamHeadTest, LeavesOtherShapesToBeast) {
   }
 }
 
-// Regression (found by tests/fuzz/upstream_head_fuzz.cpp): heads Beast's parser refuses were
-// read here and relayed as they came: a status line without the SP after the code, field names
-// that are not tokens, control bytes in a value or the reason phrase (a lone CR relayed to a
-// client can end a line there).
+// Regression: heads Beast's parser refuses were read here and relayed as they came: a status
+// line without the SP after the code and a field name with '=' (both found by
+// tests/fuzz/upstream_head_fuzz.cpp), other names that are not tokens, control bytes in a value
+// or the reason phrase (a lone CR relayed to a client can end a line there;
+// tests/integration/e2e/test_upstream_head.py shows it through the binary).
 TEST(UpstreamHeadTest, NeverTakesWhatBeastRefuses) {
   using namespace std::string_view_literals;
   for (const std::string_view head : {
