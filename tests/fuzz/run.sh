@@ -8,6 +8,8 @@
 #   admin_guard   AdminGuard's Host allow-list and token (src/http/admin_guard.cpp)
 #   chunked_framing  ChunkedFraming: whole and byte by byte alike, never looser than Beast's
 #                 parser (src/http/chunked_framing.cpp)
+#   upstream_head HeadEnd and ParseSimpleHead against Beast's response parser
+#                 (src/http/upstream_head.cpp)
 # A fuzzer is rebuilt when a source or a header is newer than it. Crashes are written to
 # FUZZ_DIR (default /tmp/tollgate-fuzz) as NAME-crash-*; replay one with
 # `$FUZZ_DIR/NAME_fuzz FILE`. Needs clang-14 and libclang-rt-14-dev (scripts/install-deps.sh).
@@ -17,7 +19,7 @@ cd "$(dirname "$0")/../.."
 seconds=${1:-60}
 shift || true
 names=("$@")
-[[ ${#names[@]} -eq 0 ]] && names=(request_head target admin_guard chunked_framing)
+[[ ${#names[@]} -eq 0 ]] && names=(request_head target admin_guard chunked_framing upstream_head)
 out=${FUZZ_DIR:-/tmp/tollgate-fuzz}
 mkdir -p "$out"
 
@@ -33,7 +35,8 @@ sources() {
     target) echo tests/fuzz/target_fuzz.cpp src/util/target.cpp src/util/path_fold.cpp ;;
     admin_guard) echo tests/fuzz/admin_guard_fuzz.cpp src/http/admin_guard.cpp src/util/digest.cpp ;;
     chunked_framing) echo tests/fuzz/chunked_framing_fuzz.cpp src/http/chunked_framing.cpp ;;
-    *) echo "tests/fuzz/run.sh: unknown fuzzer '$1' (request_head, target, admin_guard, chunked_framing)" >&2
+    upstream_head) echo tests/fuzz/upstream_head_fuzz.cpp src/http/upstream_head.cpp ;;
+    *) echo "tests/fuzz/run.sh: unknown fuzzer '$1' (request_head, target, admin_guard, chunked_framing, upstream_head)" >&2
        exit 2 ;;
   esac
 }
@@ -47,13 +50,13 @@ build() {
   local name=$1 bin="$out/$1_fuzz"
   local srcs
   read -r -a srcs <<<"$(sources "$name")"
-  if [[ -x $bin && -z $(find include "${srcs[@]}" tests/fuzz/run.sh -newer "$bin" -print -quit) ]]; then
+  if [[ -x $bin && -z $(find include src/http/*.hpp "${srcs[@]}" tests/fuzz/run.sh -newer "$bin" -print -quit) ]]; then
     return 0
   fi
   echo "tests/fuzz/run.sh: building $bin" >&2
   # Boost.URL is compiled into target_fuzz (boost/url/src.hpp), with the sanitizers.
   clang++-14 -std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
-    -DBOOST_ASIO_NO_DEPRECATED -Iinclude "${srcs[@]}" -o "$bin.tmp" -lcrypto
+    -DBOOST_ASIO_NO_DEPRECATED -Iinclude -Isrc "${srcs[@]}" -o "$bin.tmp" -lcrypto
   mv "$bin.tmp" "$bin"
 }
 
