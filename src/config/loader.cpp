@@ -1,5 +1,7 @@
 // The configuration file, section by section: each Parse* step reads one top-level section of
 // the YAML into its struct of config.hpp.
+#include <algorithm>
+#include <charconv>
 #include <set>
 #include <sstream>
 
@@ -50,12 +52,19 @@ void ParseAdminGuard(const YAML::Node& s, ServerConfig& server) {
   if (s["admin_token"]) {
     server.admin_token = Secret(s["admin_token"], "server.admin_token");
     if (server.admin_token.empty()) Fail("server.admin_token", "must not be empty");
+    // A bearer token is one token68 (RFC 9110 11.2): blanks or controls could never be sent.
+    if (std::any_of(server.admin_token.begin(), server.admin_token.end(),
+                    [](char c) { return static_cast<unsigned char>(c) <= 0x20 || c == 0x7f; })) {
+      Fail("server.admin_token", "must not hold blanks or control characters");
+    }
   }
   if (s["admin_hosts"]) {
     server.admin_hosts = StrList(s["admin_hosts"], "server.admin_hosts");
     for (size_t i = 0; i < server.admin_hosts.size(); ++i) {
       const std::string& h = server.admin_hosts[i];
-      if (h.empty() || h.find_first_of(" \t/@?#") != std::string::npos) {
+      if (h.empty() ||
+          h.find_first_not_of("abcdefghijklmnopqrstuvwxyz"
+                              "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-_:[]") != std::string::npos) {
         Fail(Index("server.admin_hosts", i), "must be a host name or address, got '" + h + "'");
       }
     }
@@ -160,6 +169,22 @@ void ParseUpstream(const YAML::Node& u, UpstreamConfig& upstream) {
     }
   }
   if (upstream.url.rfind("http://", 0) != 0) Fail("upstream.url", "must start with http://");
+  {
+    // The port, when given, names one (issue 31: ":99999" connected to 99999 - 65536).
+    std::string_view authority = std::string_view(upstream.url).substr(7);
+    authority = authority.substr(0, authority.find_first_of("/?#"));
+    const size_t colon = authority.rfind(':');
+    if (colon != std::string_view::npos && authority.find(']', colon) == std::string_view::npos) {
+      const std::string_view port = authority.substr(colon + 1);
+      int value = 0;
+      const auto [p, ec] = std::from_chars(port.data(), port.data() + port.size(), value);
+      if (port.empty() || port.size() > 5 || ec != std::errc() || p != port.data() + port.size() ||
+          value < 1 || value > 65535) {
+        Fail("upstream.url",
+             "the port must be a number from 1 to 65535, got '" + std::string(port) + "'");
+      }
+    }
+  }
   Set(u, "connect_timeout_ms", "upstream", upstream.connect_timeout_ms, 1, 600'000);
   Set(u, "timeout_ms", "upstream", upstream.timeout_ms, 1, 3'600'000);
   Set(u, "max_connections", "upstream", upstream.max_connections, 1, 100'000);

@@ -64,15 +64,40 @@ inline bool IsHopByHopOrFraming(std::string_view name) {
 // forwarder drops them from any other peer (docs/http-contract.md, "Proxy headers").
 inline bool IsProxyHeader(std::string_view name) {
   static constexpr std::string_view kNames[] = {
-      "forwarded",           "forwarded-for",    "x-forwarded",
-      "x-real-ip",           "x-client-ip",      "client-ip",
-      "true-client-ip",      "cf-connecting-ip", "cf-connecting-ipv6",
-      "cf-pseudo-ipv4",      "fastly-client-ip", "x-cluster-client-ip",
-      "x-appengine-user-ip", "x-originating-ip", "x-remote-ip",
-      "x-remote-addr",       "x-proxyuser-ip",   "x-original-forwarded-for",
-      "x-url-scheme",        "front-end-https",  "x-original-url",
-      "x-rewrite-url",       "x-original-uri",   "x-original-method",
-      "x-original-host",     "x-host",
+      "forwarded",
+      "forwarded-for",
+      "x-forwarded",
+      "x-real-ip",
+      "x-client-ip",
+      "client-ip",
+      "true-client-ip",
+      "cf-connecting-ip",
+      "cf-connecting-ipv6",
+      "cf-pseudo-ipv4",
+      "fastly-client-ip",
+      "x-cluster-client-ip",
+      "x-appengine-user-ip",
+      "x-originating-ip",
+      "x-remote-ip",
+      "x-remote-addr",
+      "x-proxyuser-ip",
+      "x-original-forwarded-for",
+      "x-url-scheme",
+      "front-end-https",
+      "x-original-url",
+      "x-rewrite-url",
+      "x-original-uri",
+      "x-original-method",
+      "x-original-host",
+      "x-host",
+      // Java's helpers, Envoy, Azure and Akamai (issue 31 review); Via names the proxies.
+      "proxy-client-ip",
+      "wl-proxy-client-ip",
+      "x-envoy-external-address",
+      "x-azure-clientip",
+      "x-azure-socketip",
+      "akamai-client-ip",
+      "via",
   };
   if (ReadsAs(name, "x-forwarded-", true)) return true;
   return std::any_of(std::begin(kNames), std::end(kNames),
@@ -80,7 +105,8 @@ inline bool IsProxyHeader(std::string_view name) {
 }
 
 // Appends the end-to-end fields as "Name: value\r\n" lines. Dropped: hop-by-hop and framing
-// fields, those named in Connection, and those `skip` says the gateway sets itself.
+// fields, those named in Connection (but Host, which a request must carry), and those `skip`
+// says the gateway sets itself.
 // `for_each(fn)` calls fn(name, value) for each field, in order.
 template <class ForEach, class Skip>
 void AppendEndToEndFields(ForEach for_each, util::StringAppender& out, Skip skip) {
@@ -89,7 +115,7 @@ void AppendEndToEndFields(ForEach for_each, util::StringAppender& out, Skip skip
     if (!util::EqualsIgnoreCase(name, "Connection")) return;
     util::AnyListElement(v, [&named](std::string_view token) {
       if (!token.empty() && !util::EqualsIgnoreCase(token, "close") &&
-          !util::EqualsIgnoreCase(token, "keep-alive")) {
+          !util::EqualsIgnoreCase(token, "keep-alive") && !util::EqualsIgnoreCase(token, "Host")) {
         named.push_back(token);
       }
       return false;  // every element

@@ -130,8 +130,11 @@ void Worker::RenderForwardHead(Exchange& ex, Scratch& scratch) {
     // HTTP/1.0 may omit Host; HTTP/1.1, which we send, may not (RFC 9112 3.2).
     head << "Host: " << gw.upstream.authority << "\r\n";
   }
-  head << "X-Forwarded-For: " << ex.forwarded_for << (ex.forwarded_for.empty() ? "" : ", ")
-       << ex.peer << "\r\nX-Request-Id: " << RequestId(ex) << "\r\n";
+  // The client's list only from a trusted proxy (issue 31: an upstream that reads the left-most
+  // entry would believe an untrusted client's own), then the peer's address.
+  const std::string_view forwarded_for = trusted ? ex.forwarded_for : std::string_view();
+  head << "X-Forwarded-For: " << forwarded_for << (forwarded_for.empty() ? "" : ", ") << ex.peer_ip
+       << "\r\nX-Request-Id: " << RequestId(ex) << "\r\n";
   AppendProxyHeaders(ex, trusted, replace_host ? ex.authority : req.Get("Host"), head);
   if (ex.key)
     head << "X-Tollgate-Key-Id: " << ex.key->id << "\r\nX-Tollgate-Plan: " << ex.plan->name

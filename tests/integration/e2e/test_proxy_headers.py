@@ -37,7 +37,8 @@ PROXY_HEADERS = [
     "X-Original-Forwarded-For", "X-Originating-IP", "X-Remote-IP", "X-Remote-Addr",
     "X-AppEngine-User-IP", "X-ProxyUser-IP", "X-Url-Scheme", "Front-End-Https",
     "X-Original-URL", "X-Rewrite-URL", "X-Original-URI", "X-Original-Method", "X-Original-Host",
-    "X-Host",
+    "X-Host", "Proxy-Client-IP", "WL-Proxy-Client-IP", "X-Envoy-External-Address",
+    "X-Azure-ClientIP", "X-Azure-SocketIP", "Akamai-Client-IP", "Via",
 ]
 # What tollgate sets by default (upstream.forwarded_headers).
 OWN = ("x-forwarded-proto", "x-forwarded-host", "x-real-ip")
@@ -67,7 +68,12 @@ class ProxyHeaderTableTests(HostileCase):
         if xff:
             h.append(("X-Forwarded-For", xff))
         mark = self.upstream.mark()
-        r = self.get("/public/echo", headers=h, source=source)
+        # Each on its own connection, closed at once: hundreds of rows from one address stay
+        # under server.max_connections_per_address.
+        r, client = self.exchange(hostile.request_bytes("GET", "/public/echo", h, b""),
+                                  source=source)
+        client.close()
+        self.assertIsNotNone(r, "no response")
         self.assertEqual(r.status, 200, r)
         reqs = self.upstream.requests_since(mark)
         self.assertEqual(len(reqs), 1, reqs)
@@ -101,8 +107,24 @@ class ProxyHeaderTableTests(HostileCase):
             if norm(k) in OWN or norm(k) == "x-forwarded-for":
                 continue
             self.assertNotIn(norm(k), {norm(h) for h in PROXY_HEADERS}, req)
-        self.assertEqual(self.own(req, "x-forwarded-for"), ["198.51.100.7, " + UNTRUSTED], req)
+        # An untrusted client's own X-Forwarded-For is not passed on either (an upstream that
+        # reads its left-most entry would believe it): only the peer, however it is spelt.
+        self.assertEqual(self.own(req, "x-forwarded-for"), [UNTRUSTED], req)
         self.assertEqual(self.own(req, "x-real-ip"), [UNTRUSTED], req)
+        for spelt in spellings("X-Forwarded-For"):
+            for lines in (1, 2):
+                with self.subTest(xff=spelt, lines=lines):
+                    req = self.send([(spelt, "6.6.6.%d" % n) for n in range(lines)], UNTRUSTED)
+                    self.assertEqual(self.own(req, "x-forwarded-for"), [UNTRUSTED], req)
+                    self.assertNotIn("6.6.6.", repr(req.headers), req)
+        # Connection cannot make the upstream lose the Host (nor any field tollgate sets).
+        for named in ("Host", "host", "Host, X-Forwarded-For", "X-Real-IP, Host"):
+            with self.subTest(connection=named):
+                req = self.send([("Connection", named)], UNTRUSTED)
+                self.assertEqual([v for k, v in req.headers if norm(k) == "host"], [hostile.HOST],
+                                 req)
+                self.assertEqual(self.own(req, "x-forwarded-for"), [UNTRUSTED], req)
+                self.assertEqual(self.own(req, "x-real-ip"), [UNTRUSTED], req)
 
     def test_trusted_proxy_headers_are_kept(self):
         i = 0
