@@ -4,6 +4,7 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <string_view>
 #include <vector>
 
@@ -100,7 +101,17 @@ inline bool IsProxyHeader(std::string_view name) {
       "via",
   };
   if (ReadsAs(name, "x-forwarded-", true)) return true;
-  return std::any_of(std::begin(kNames), std::end(kNames),
+  // By length: a field is compared with the few names of its own length only (this runs for
+  // every field of every forwarded request).
+  static constexpr size_t kLongest = 32;
+  static const auto by_length = [] {
+    std::array<std::vector<std::string_view>, kLongest + 1> t;
+    for (const std::string_view n : kNames) t[n.size()].push_back(n);
+    return t;
+  }();
+  if (name.size() > kLongest) return false;
+  const auto& same = by_length[name.size()];
+  return std::any_of(same.begin(), same.end(),
                      [name](std::string_view n) { return ReadsAs(name, n); });
 }
 
