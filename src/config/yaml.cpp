@@ -1,5 +1,7 @@
 #include "config/yaml.hpp"
 
+#include <tollgate/util/ascii.hpp>
+
 #include <algorithm>
 #include <cctype>
 #include <charconv>
@@ -186,15 +188,7 @@ std::string Name(const YAML::Node& n, const std::string& path) {
   return s;
 }
 
-bool IsToken(std::string_view s) {
-  static constexpr std::string_view kSpecials = "!#$%&'*+-.^_`|~";
-  if (s.empty()) return false;
-  for (char ch : s) {
-    const auto c = static_cast<unsigned char>(ch);
-    if (!std::isalnum(c) && kSpecials.find(ch) == std::string_view::npos) return false;
-  }
-  return true;
-}
+bool IsToken(std::string_view s) { return util::IsToken(s); }
 
 int64_t Int(const YAML::Node& n, const std::string& path, int64_t min, int64_t max) {
   if (!n.IsScalar()) Fail(path, "must be an integer");

@@ -10,16 +10,10 @@
 namespace tollgate::http {
 namespace {
 
-constexpr bool IsVisibleAscii(unsigned char c) { return c > 0x20 && c < 0x7f; }
+using util::IsToken;
+using util::kTokenChars;
 
-// RFC 9110 tchar.
-constexpr std::array<bool, 256> kTokenChars = [] {
-  std::array<bool, 256> t{};
-  for (unsigned char c : std::string_view("!#$%&'*+-.^_`|~")) t[c] = true;
-  for (int c = '0'; c <= '9'; ++c) t[c] = true;
-  for (int c = 'a'; c <= 'z'; ++c) t[c] = t[c - 'a' + 'A'] = true;
-  return t;
-}();
+constexpr bool IsVisibleAscii(unsigned char c) { return c > 0x20 && c < 0x7f; }
 
 // RFC 3986 reg-name: unreserved and sub-delims (no '@' of userinfo, no '%', space or '/').
 constexpr std::array<bool, 256> kRegNameChars = [] {
@@ -29,14 +23,6 @@ constexpr std::array<bool, 256> kRegNameChars = [] {
   for (int c = 'a'; c <= 'z'; ++c) t[c] = t[c - 'a' + 'A'] = true;
   return t;
 }();
-
-bool IsToken(std::string_view s) {
-  if (s.empty()) return false;
-  for (char c : s) {
-    if (!kTokenChars[static_cast<unsigned char>(c)]) return false;
-  }
-  return true;
-}
 
 // A comma-separated list of tokens, empty elements allowed (what Beast's parser requires of
 // Connection).

@@ -13,20 +13,7 @@
 namespace tollgate::http {
 namespace {
 
-// RFC 9110 5.6.2 tchar (the request head parser keeps the same table for requests).
-constexpr std::array<bool, 256> kTokenChars = [] {
-  std::array<bool, 256> t{};
-  for (unsigned char c : std::string_view("!#$%&'*+-.^_`|~")) t[c] = true;
-  for (int c = '0'; c <= '9'; ++c) t[c] = true;
-  for (int c = 'a'; c <= 'z'; ++c) t[c] = t[c - 'a' + 'A'] = true;
-  return t;
-}();
-
-bool IsToken(std::string_view s) {
-  return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) {
-    return kTokenChars[static_cast<unsigned char>(c)];
-  });
-}
+using util::IsToken;
 
 // RFC 9110 5.5 field-vchar, SP and HTAB (obs-text allowed, as Beast's parser allows it); the
 // reason phrase has the same alphabet (RFC 9112 4). A lone CR, a NUL or another control byte

@@ -1,10 +1,29 @@
 // ASCII helpers for protocol text: header names, tokens, comma-separated lists. Pure.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <string_view>
 
 namespace tollgate::util {
+
+// RFC 9110 5.6.2 tchar: the bytes of a token (a method, a field name, a list element).
+inline constexpr std::array<bool, 256> kTokenChars = [] {
+  std::array<bool, 256> t{};
+  for (unsigned char c : std::string_view("!#$%&'*+-.^_`|~")) t[c] = true;
+  for (int c = '0'; c <= '9'; ++c) t[c] = true;
+  for (int c = 'a'; c <= 'z'; ++c) t[c] = t[c - 'a' + 'A'] = true;
+  return t;
+}();
+
+// Whether `s` is a token (RFC 9110 5.6.2): one or more tchar.
+inline bool IsToken(std::string_view s) {
+  if (s.empty()) return false;
+  for (const char c : s) {
+    if (!kTokenChars[static_cast<unsigned char>(c)]) return false;
+  }
+  return true;
+}
 
 // Trims spaces and tabs (HTTP's optional whitespace) from both ends.
 inline std::string_view Trim(std::string_view s) {
