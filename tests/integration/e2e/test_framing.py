@@ -34,6 +34,9 @@ from test_hostile import HOST, HostileCase, RawClient, fresh_ip, gateway_config 
 LIMIT = 16384   # server.max_header_bytes (the default)
 FIELDS = 100    # server.max_header_fields (the default)
 BAD_HEAD = {400, 431}
+# Past server.body_buffer_bytes (64 KiB): 96 KiB of well-formed chunks come first, so what follows
+# reaches the gateway after an upstream connection was taken and the first part relayed.
+AFTER_BUFFER = b"18000\r\n" + b"a" * 0x18000 + b"\r\n"
 
 
 def head_of(path, lines, eol=b"\r\n"):
@@ -204,6 +207,46 @@ class ChunkedTableTests(HostileCase):
                 self.assertEqual(got, [], "forwarded")
                 c.close()
 
+    def test_table_after_body_buffer(self):
+        """The same rows after 96 KiB of well-formed chunks, past server.body_buffer_bytes
+        (issue 31: there, `0\\r\\nX: y\\n\\r\\n` got no answer for 15 s while the upstream
+        connection stayed held). The upstream got the first part: it is never answered there,
+        its connection is closed, and the client gets 400 (413) at once, not at the body
+        timeout (408, but for the rows cut short by a half-close, which may end either way)."""
+        for name, body, status, half_close in CHUNKED_ROWS:
+            with self.subTest(row=name):
+                path = "/public/chunked-after-" + name
+                raw = (b"POST " + path.encode() + b" HTTP/1.1\r\nHost: " + HOST.encode() +
+                       b"\r\nTransfer-Encoding: chunked\r\nX-Forwarded-For: " +
+                       fresh_ip().encode() + b"\r\n\r\n" + AFTER_BUFFER + body)
+                mark = self.upstream.mark()
+                c = RawClient(self.port, timeout=5)
+                self.addCleanup(c.close)
+                c.send(raw)
+                if half_close:
+                    c.sock.shutdown(socket.SHUT_WR)
+                began = time.monotonic()
+                try:
+                    r = c.response("POST")
+                except socket.timeout:
+                    self.fail("no answer within 5 s (a hang)")
+                took = time.monotonic() - began
+                expected = status if isinstance(status, set) else {status}
+                self.assertIsNotNone(r, "closed without an answer")
+                self.assertIn(r.status, expected, r)
+                if r.status != 408:
+                    self.assertLess(took, 1.5, "answered after %.1f s" % took)
+                self.assertTrue(c.closed_within(2), "the connection stayed open")
+                c.close()
+                reqs = [q for q in self.upstream.requests_since(mark) if q.path == path]
+                self.assertLessEqual(len(reqs), 1, reqs)
+                self.assertTrue(all(not q.answered for q in reqs), "the upstream answered it")
+                conns = [u for u in self.upstream.connections()
+                         if any(q.conn_id == u.id for q in reqs)]
+                self.assertTrue(self.upstream.wait_for(
+                    lambda up: all(u.closed_by is not None for u in conns), timeout=2),
+                    "the upstream connection stayed held")
+
     def test_well_formed_forms_are_forwarded(self):
         """What is valid stays valid: extensions, leading zeros, upper-case hex, trailers."""
         rows = [
@@ -238,9 +281,6 @@ def _rss_kb(pid):
     raise AssertionError("no VmRSS in /proc/%d/status" % pid)
 
 
-# Past server.body_buffer_bytes (64 KiB): 96 KiB of well-formed chunks come first, so the endless
-# part reaches the gateway after an upstream connection was taken and the first part relayed.
-AFTER_BUFFER = b"18000\r\n" + b"a" * 0x18000 + b"\r\n"
 ENDLESS_SEND_BYTES = 96 << 20  # what a row sends at most: an unbounded gateway grows by as much
 ENDLESS_SEND_S = 4.0           # and for at most this long
 RSS_GROWTH_KB = 64 << 10       # a bounded gateway grows by far less
