@@ -49,6 +49,22 @@ struct ClientBody {
   std::optional<ChunkedFraming> framing;  // a chunked body's, until its end
   size_t scanned = 0;       // bytes at the start of the connection's buffer the framing has seen
   size_t max_buffered = 0;  // the most the connection's buffer may hold while the body is read
+
+  // A body's reading, its pace started now: a chunked body's framing with its trailer section
+  // held to the head's limits (server.max_header_bytes, max_header_fields); the buffer bounded
+  // by what Beast's parser may hold while it waits for a line's end (a size line or the trailer
+  // section, which the framing bounds) and what one read brings.
+  static ClientBody Start(bool chunked, size_t max_header_bytes, size_t max_header_fields,
+                          milliseconds grace, uint64_t bytes_per_second) {
+    ClientBody b{.pace = {.grace = grace, .bytes_per_second = bytes_per_second}};
+    b.pace.Start();
+    if (chunked) {
+      b.framing.emplace(
+          ChunkedLimits{.trailer_bytes = max_header_bytes, .trailer_fields = max_header_fields});
+    }
+    b.max_buffered = max_header_bytes + ChunkedLimits{}.line_bytes + 2 * 16 * 1024;
+    return b;
+  }
 };
 
 // Decoded body bytes, up to `room` of them, into `data` (`*got` of them): returns once some are

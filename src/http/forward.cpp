@@ -282,19 +282,13 @@ net::awaitable<bool> Worker::ReadBodyFirst(Conn& stream, beast::flat_buffer& buf
       co_return false;
   }
   // The body's time counts from here (after the go-ahead: the client waited for it).
-  client.pace = {milliseconds(gw.server.body_timeout_ms), gw.server.min_body_bytes_per_second};
-  client.pace.Start();
   // A chunked body's framing is checked as it arrives, before Beast decodes it: Beast waits for
   // a CRLF after a bare LF (its answer would be a 408 rather than a 400), and for the end of a
   // line or of the trailers with no limit (issue 31: an endless extension or trailer section
   // grew memory by hundreds of MB a second).
-  if (ex.body_parser->chunked()) {
-    client.framing.emplace(ChunkedLimits{.trailer_bytes = gw.server.max_header_bytes,
-                                         .trailer_fields = gw.server.max_header_fields});
-  }
-  // What Beast's parser may hold while it waits for a line's end: a size line or the trailer
-  // section, which the framing bounds, and what one read brought.
-  client.max_buffered = gw.server.max_header_bytes + ChunkedLimits{}.line_bytes + 2 * kRelayChunk;
+  client = ClientBody::Start(ex.body_parser->chunked(), gw.server.max_header_bytes,
+                             gw.server.max_header_fields, milliseconds(gw.server.body_timeout_ms),
+                             gw.server.min_body_bytes_per_second);
   const beast::error_code ec = co_await BufferBody(stream, buffer, *ex.body_parser, body, client);
   if (ec) {
     if (RenderBodyError(ex, scratch, ec)) co_await Write(stream, scratch.out, false, send_timeout);
