@@ -381,9 +381,10 @@ net::awaitable<bool> Worker::Forward(Conn& stream, beast::flat_buffer& buffer, S
   const milliseconds timeout(gw.upstream_config.timeout_ms);
   const milliseconds send_timeout(gw.server.send_timeout_ms);
   std::string body;  // what ReadBodyFirst() read
-  ClientBody client_body;
   if (t.request_has_body) {
-    if (!co_await ReadBodyFirst(stream, buffer, scratch, t, body, client_body)) co_return false;
+    if (!co_await ReadBodyFirst(stream, buffer, scratch, t, body, scratch.client_body)) {
+      co_return false;
+    }
   }
   ClaimShare(ex, t);
   const bool is_head = req.method == "HEAD";

@@ -5,12 +5,11 @@
 // forward.cpp (the proxy), upstream_pool.cpp, gateway.cpp (wiring, reload, drain).
 #pragma once
 
+#include "client_body.hpp"
 #include "client_share.hpp"
 #include "gateway_impl.hpp"
 
 namespace tollgate::http {
-
-struct ClientBody;  // client_body.hpp
 
 // A client connection's place in the connection budgets: its listener's total and, unless the
 // peer is a trusted proxy, its address's count. Released when the connection ends. Not
@@ -429,6 +428,9 @@ struct Scratch {
   SimpleHead upstream_head;
   RequestHead head;
   Exchange exchange;
+  // How a forwarded request's body is read (set by ReadBodyFirst): here rather than in
+  // Forward()'s frame, which every forwarded request allocates, bodiless ones too.
+  ClientBody client_body;
 };
 
 inline double SecondsSince(Clock::time_point start) {
