@@ -130,6 +130,7 @@ ChunkedFraming::State ChunkedFraming::Next(unsigned char c) {
     case State::kData:  // Scan() skips data
     case State::kDone:
     case State::kBad:
+    case State::kTooLarge:
       break;
   }
   return next;
@@ -137,7 +138,8 @@ ChunkedFraming::State ChunkedFraming::Next(unsigned char c) {
 
 ChunkedFraming::Result ChunkedFraming::Scan(std::string_view data, size_t* used) {
   size_t i = 0;
-  while (i < data.size() && state_ != State::kDone && state_ != State::kBad) {
+  while (i < data.size() && state_ != State::kDone && state_ != State::kBad &&
+         state_ != State::kTooLarge) {
     if (state_ == State::kData) {
       const size_t n = static_cast<size_t>(std::min<uint64_t>(left_, data.size() - i));
       left_ -= n;
@@ -145,11 +147,31 @@ ChunkedFraming::Result ChunkedFraming::Scan(std::string_view data, size_t* used)
       if (left_ == 0) state_ = State::kDataCr;
       continue;
     }
+    const State before = state_;
+    const bool trailer = before >= State::kTrailerStart && before <= State::kFinalLf;
+    if (trailer ? ++trailer_bytes_ > limits_.trailer_bytes : ++line_bytes_ > limits_.line_bytes) {
+      state_ = trailer ? State::kTooLarge : State::kBad;
+      break;
+    }
     state_ = Next(static_cast<unsigned char>(data[i++]));
+    if (state_ == State::kData || state_ == State::kTrailerStart || before == State::kDataLf) {
+      line_bytes_ = 0;  // a size line, or the CRLF after a chunk's data, ended
+    } else if (before == State::kTrailerStart && state_ == State::kTrailerName &&
+               ++trailer_fields_ > limits_.trailer_fields) {
+      state_ = State::kTooLarge;
+    }
   }
   if (used) *used = i;
-  if (state_ == State::kDone) return Result::kDone;
-  return state_ == State::kBad ? Result::kBad : Result::kMore;
+  switch (state_) {
+    case State::kDone:
+      return Result::kDone;
+    case State::kBad:
+      return Result::kBad;
+    case State::kTooLarge:
+      return Result::kTooLarge;
+    default:
+      return Result::kMore;
+  }
 }
 
 }  // namespace tollgate::http

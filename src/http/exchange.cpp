@@ -8,6 +8,7 @@
 #include <tollgate/util/clock.hpp>
 #include <tollgate/util/query.hpp>
 
+#include "client_body.hpp"
 #include "endpoints.hpp"
 #include "fields.hpp"
 #include "ui_assets.hpp"
@@ -62,15 +63,17 @@ net::awaitable<Step> Worker::ServeAdminHook(Conn& stream, beast::flat_buffer& bu
   std::string& body = scratch.body;
   body.assign(ex.method == "GET" ? ex.query : std::string_view());  // a GET's input: its query
   if (RequestParser* p = ex.body_parser) {
+    // Read as the forwarder reads bodies (client_body.hpp: framing and buffer bounded, issue 31),
+    // with no gap longer than server.header_timeout_ms.
+    ClientBody client = ClientBody::Start(
+        p->chunked(), gw.server.max_header_bytes, gw.server.max_header_fields,
+        milliseconds(gw.server.header_timeout_ms), gw.server.min_body_bytes_per_second);
     auto chunk = std::make_unique_for_overwrite<char[]>(kMaxBody);
     while (!p->is_done()) {
-      p->get().body().data = chunk.get();
-      p->get().body().size = kMaxBody;
-      stream.ExpiresAfter(milliseconds(gw.server.header_timeout_ms));
-      auto [read_ec, n] = co_await bhttp::async_read(stream.socket, buffer, *p, kTuple);
-      beast::error_code ec = stream.Check(read_ec);
-      if (ec == bhttp::error::need_buffer) ec = {};
-      body.append(chunk.get(), kMaxBody - p->get().body().size);
+      size_t n = 0;
+      const beast::error_code ec =
+          co_await ReadBodySome(stream, buffer, *p, client, chunk.get(), kMaxBody, &n);
+      body.append(chunk.get(), n);
       if (ec || body.size() > kMaxBody) {
         ex.client_keep_alive = false;
         co_return ReplyProblem(

@@ -166,6 +166,9 @@ net::awaitable<beast::error_code> Worker::SendOnce(Conn& stream, beast::flat_buf
     co_return ec;
   }
   t.claim.Hold();
+  // The rest of the body keeps the pace from here, with no credit for what came before (issue
+  // 31: a body sent fast up to its last byte held a connection for received/rate seconds).
+  if (t.client_body) t.client_body->pace.Start();
   const milliseconds timeout(gw.upstream_config.timeout_ms);
   bool after_request = false;
   if (t.request_has_body) {
@@ -193,7 +196,7 @@ net::awaitable<beast::error_code> Worker::SendOnce(Conn& stream, beast::flat_buf
     if (!ec && beast::buffer_bytes(rest) > 0) ec = co_await WriteRest(t.up->conn, rest, timeout);
     if (!ec && !done) {
       ec = co_await Relay(*ex.body_parser, stream, buffer, t.up->conn, {}, chunked, timeout,
-                          timeout, &t.client_failed, t.pace);
+                          timeout, &t.client_failed, t.client_body);
       if (t.client_failed) co_return ec;
     }
   } else {
@@ -233,48 +236,17 @@ net::awaitable<beast::error_code> Worker::ReadOtherHead(UpstreamConnection& up, 
 
 net::awaitable<beast::error_code> Worker::BufferBody(Conn& stream, beast::flat_buffer& buffer,
                                                      RequestParser& p, std::string& body,
-                                                     BodyPace& pace) {
+                                                     ClientBody& client) {
   const size_t most = gw.server.body_buffer_bytes;
-  // A chunked body's framing is checked as it arrives, before Beast decodes it: Beast waits for
-  // a CRLF after a bare LF, and its answer would be a 408 rather than a 400.
-  std::optional<ChunkedFraming> framing;
-  if (p.chunked()) framing.emplace();
-  size_t scanned = 0;  // bytes at the start of `buffer` the framing has seen
-  beast::error_code ec;
   while (!p.is_done() && body.size() < most) {
-    if (framing && scanned < buffer.size()) {
-      size_t used = 0;
-      const auto r = framing->Scan(View(buffer).substr(scanned), &used);
-      if (r == ChunkedFraming::Result::kBad) co_return bhttp::error::bad_chunk;
-      scanned = r == ChunkedFraming::Result::kDone ? scanned + used : buffer.size();
-      if (r == ChunkedFraming::Result::kDone) framing.reset();
-    }
     const size_t had = body.size();
     const size_t room = std::min(most - had, kRelayChunk);
     body.resize(had + room);
-    p.get().body().data = body.data() + had;
-    p.get().body().size = room;
-    const size_t taken = buffer.size() == 0 ? 0 : p.put(buffer.data(), ec);
-    buffer.consume(taken);
-    scanned -= std::min(scanned, taken);
-    const size_t got = room - p.get().body().size;
+    size_t got = 0;
+    const beast::error_code ec =
+        co_await ReadBodySome(stream, buffer, p, client, body.data() + had, room, &got);
     body.resize(had + got);
-    pace.received += got;
-    if (ec == bhttp::error::need_buffer) {
-      ec = {};
-      continue;  // the room is full: more room, or enough
-    }
-    if (ec && ec != bhttp::error::need_more) co_return ec;
-    ec = {};
-    if (p.is_done() || taken > 0) continue;
-    stream.ExpiresAfter(pace.Left());
-    auto [rec, n] = co_await stream.socket.async_read_some(buffer.prepare(kRelayChunk), kTuple);
-    if (rec == net::error::eof) {
-      p.put_eof(ec);  // a body cut short: partial_message
-      co_return ec ? ec : beast::error_code(bhttp::error::partial_message);
-    }
-    if (rec) co_return stream.Check(rec);
-    buffer.commit(n);
+    if (ec) co_return ec;
   }
   co_return beast::error_code{};
 }
@@ -283,6 +255,10 @@ bool Worker::RenderBodyError(Exchange& ex, Scratch& scratch, beast::error_code e
   if (ec == bhttp::error::body_limit) {
     // A chunked body grew past server.max_body_bytes; nothing was sent to the client yet.
     ReplyProblem(ex, scratch, bhttp::status::payload_too_large, "body_too_large", ec.message());
+  } else if (ec == bhttp::error::header_limit) {
+    // A chunked body's trailer section past server.max_header_bytes or max_header_fields.
+    ReplyProblem(ex, scratch, bhttp::status::request_header_fields_too_large, "header_too_large",
+                 "the request's trailer section is too large");
   } else if (ec == beast::error::timeout) {
     ReplyProblem(ex, scratch, bhttp::status::request_timeout, "body_timeout",
                  "the request body did not arrive in time");
@@ -298,7 +274,7 @@ bool Worker::RenderBodyError(Exchange& ex, Scratch& scratch, beast::error_code e
 
 net::awaitable<bool> Worker::ReadBodyFirst(Conn& stream, beast::flat_buffer& buffer,
                                            Scratch& scratch, UpstreamTry& t, std::string& body,
-                                           BodyPace& pace) {
+                                           ClientBody& client) {
   Exchange& ex = scratch.exchange;
   const milliseconds send_timeout(gw.server.send_timeout_ms);
   if (util::EqualsIgnoreCase(ex.head->Get("Expect"), "100-continue")) {
@@ -309,15 +285,20 @@ net::awaitable<bool> Worker::ReadBodyFirst(Conn& stream, beast::flat_buffer& buf
       co_return false;
   }
   // The body's time counts from here (after the go-ahead: the client waited for it).
-  pace = {Clock::now(), milliseconds(gw.server.body_timeout_ms),
-          gw.server.min_body_bytes_per_second};
-  const beast::error_code ec = co_await BufferBody(stream, buffer, *ex.body_parser, body, pace);
+  // A chunked body's framing is checked as it arrives, before Beast decodes it: Beast waits for
+  // a CRLF after a bare LF (its answer would be a 408 rather than a 400), and for the end of a
+  // line or of the trailers with no limit (issue 31: an endless extension or trailer section
+  // grew memory by hundreds of MB a second).
+  client = ClientBody::Start(ex.body_parser->chunked(), gw.server.max_header_bytes,
+                             gw.server.max_header_fields, milliseconds(gw.server.body_timeout_ms),
+                             gw.server.min_body_bytes_per_second);
+  const beast::error_code ec = co_await BufferBody(stream, buffer, *ex.body_parser, body, client);
   if (ec) {
     if (RenderBodyError(ex, scratch, ec)) co_await Write(stream, scratch.out, false, send_timeout);
     co_return false;
   }
   t.body = body;
-  t.pace = &pace;
+  t.client_body = &client;
   co_return true;
 }
 
@@ -403,9 +384,10 @@ net::awaitable<bool> Worker::Forward(Conn& stream, beast::flat_buffer& buffer, S
   const milliseconds timeout(gw.upstream_config.timeout_ms);
   const milliseconds send_timeout(gw.server.send_timeout_ms);
   std::string body;  // what ReadBodyFirst() read
-  BodyPace pace{};
   if (t.request_has_body) {
-    if (!co_await ReadBodyFirst(stream, buffer, scratch, t, body, pace)) co_return false;
+    if (!co_await ReadBodyFirst(stream, buffer, scratch, t, body, scratch.client_body)) {
+      co_return false;
+    }
   }
   ClaimShare(ex, t);
   const bool is_head = req.method == "HEAD";

@@ -21,6 +21,7 @@
 #include <boost/beast/core/buffers_suffix.hpp>
 #include <boost/beast/http.hpp>
 
+#include "client_body.hpp"
 #include "conn.hpp"
 #include "upstream_head.hpp"
 
@@ -83,35 +84,17 @@ inline net::awaitable<bool> Write(Conn& stream, const std::string& data, bool ke
   co_return !ec && keep_alive;
 }
 
-// When a client's request body must have arrived (issue 31: a body sent a byte every 0.3 s
-// held an upstream connection for as long as it trickled): up to each point, within `grace` of
-// `start` plus one second per `bytes_per_second` bytes received. A fast upload of any size
-// passes; a trickle runs out within about `grace`.
-struct BodyPace {
-  Clock::time_point start;
-  milliseconds grace;
-  uint64_t bytes_per_second;
-  uint64_t received = 0;
-
-  // The time left for the next read, from `now` (zero when the body is already late).
-  Clock::duration Left(Clock::time_point now = Clock::now()) const {
-    const auto allowed =
-        grace + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(
-                    static_cast<double>(received) / static_cast<double>(bytes_per_second)));
-    return std::max(Clock::duration::zero(), start + allowed - now);
-  }
-};
-
 // Writes `head`, then the body `p` reads from `in`, to `out`, a chunk at a time (a large export
 // never sits in memory whole): in chunked encoding when `chunked`, else as it comes. The head
 // goes out with the first chunk, a small message in one write. Each read from `in` waits at most
-// `in_timeout` (or what `pace` leaves, when given), each write to `out` `out_timeout`.
+// `in_timeout`, each write to `out` `out_timeout`. A client's request body is read through
+// `client` (ReadBodySome(): its pace and framing, instead of `in_timeout`).
 template <bool isRequest, class Allocator>
 net::awaitable<beast::error_code> Relay(bhttp::parser<isRequest, bhttp::buffer_body, Allocator>& p,
                                         Conn& in, beast::flat_buffer& in_buf, Conn& out,
                                         std::string_view head, bool chunked,
                                         milliseconds in_timeout, milliseconds out_timeout,
-                                        bool* in_failed, BodyPace* pace = nullptr) {
+                                        bool* in_failed, ClientBody* client = nullptr) {
   // Allocated when there is a body: most requests have none, and the buffer would make this
   // coroutine's frame too large for Asio to recycle.
   std::unique_ptr<char[]> buf;
@@ -122,18 +105,25 @@ net::awaitable<beast::error_code> Relay(bhttp::parser<isRequest, bhttp::buffer_b
     size_t n = 0;
     if (!p.is_done()) {
       if (!buf) buf = std::make_unique_for_overwrite<char[]>(kRelayChunk);
-      p.get().body().data = buf.get();
-      p.get().body().size = kRelayChunk;
-      in.ExpiresAfter(pace ? pace->Left() : Clock::duration(in_timeout));
-      auto [read_ec, r] = co_await bhttp::async_read(in.socket, in_buf, p, kTuple);
-      beast::error_code ec = in.Check(read_ec);
-      if (ec == bhttp::error::need_buffer) ec = {};
+      beast::error_code ec;
+      if (client) {
+        // Not async_read(): it would grow `in_buf` without bound while Beast's parser waits for a
+        // line end (issue 31: an endless chunk extension or trailer section past
+        // server.body_buffer_bytes), and it never answered bad framing there.
+        ec = co_await ReadBodySome(in, in_buf, p, *client, buf.get(), kRelayChunk, &n);
+      } else {
+        p.get().body().data = buf.get();
+        p.get().body().size = kRelayChunk;
+        in.ExpiresAfter(in_timeout);
+        auto [read_ec, r] = co_await bhttp::async_read(in.socket, in_buf, p, kTuple);
+        ec = in.Check(read_ec);
+        if (ec == bhttp::error::need_buffer) ec = {};
+        n = kRelayChunk - p.get().body().size;
+      }
       if (ec) {
         *in_failed = true;
         co_return ec;
       }
-      n = kRelayChunk - p.get().body().size;
-      if (pace) pace->received += n;
     }
     last = p.is_done();
     std::array<net::const_buffer, 5> bufs;  // empty ones are skipped

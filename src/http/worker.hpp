@@ -5,12 +5,11 @@
 // forward.cpp (the proxy), upstream_pool.cpp, gateway.cpp (wiring, reload, drain).
 #pragma once
 
+#include "client_body.hpp"
 #include "client_share.hpp"
 #include "gateway_impl.hpp"
 
 namespace tollgate::http {
-
-struct BodyPace;  // relay.hpp
 
 // A client connection's place in the connection budgets: its listener's total and, unless the
 // peer is a trusted proxy, its address's count. Released when the connection ends. Not
@@ -273,10 +272,10 @@ struct Worker {
     bool over_share = false;     // busy because the client holds its share of the pool
     bool client_failed = false;  // the client's body could not be read
     ClientShares::Claim claim;   // the client's place in client_shares
-    // The body read before connecting (BufferBody), whole or its first part, and the pace the
-    // rest must keep.
+    // The body read before connecting (BufferBody), whole or its first part, and how the rest
+    // is read (its pace and framing).
     std::string_view body;
-    BodyPace* pace = nullptr;
+    ClientBody* client_body = nullptr;
     bool nothing_written = false;
     bool reached_upstream = false;
     size_t head_size = 0;  // of the answer's head in up->buffer
@@ -296,16 +295,20 @@ struct Worker {
   // The request body, up to server.body_buffer_bytes of it, into `body` before any upstream
   // connection is taken (issue 31: a trickling body held one for as long as it trickled).
   net::awaitable<beast::error_code> BufferBody(Conn& stream, beast::flat_buffer& buffer,
-                                               RequestParser& p, std::string& body, BodyPace& pace);
-  // Before any upstream connection: the go-ahead of `Expect: 100-continue`, then BufferBody()
-  // with `pace` from then on (answering what it could not read). False when the request ended.
+                                               RequestParser& p, std::string& body,
+                                               ClientBody& client);
+  // Before any upstream connection: the go-ahead of `Expect: 100-continue`, then `client` set up
+  // (its pace from then on, a chunked body's framing within server.max_header_bytes and
+  // max_header_fields for its trailers) and BufferBody() (answering what it could not read).
+  // False when the request ended.
   net::awaitable<bool> ReadBodyFirst(Conn& stream, beast::flat_buffer& buffer, Scratch& scratch,
-                                     UpstreamTry& t, std::string& body, BodyPace& pace);
+                                     UpstreamTry& t, std::string& body, ClientBody& client);
   // Starts t.claim for the request's client (upstream.max_client_share_percent).
   void ClaimShare(const Exchange& ex, UpstreamTry& t);
   // The answer to a request body that could not be read, into scratch.out: 413 past
-  // server.max_body_bytes, 408 when it came too slowly, 400 when malformed; false when the
-  // client just went away.
+  // server.max_body_bytes, 408 when it came too slowly, 431 for a trailer section past
+  // server.max_header_bytes or max_header_fields, 400 when malformed; false when the client
+  // just went away.
   bool RenderBodyError(Exchange& ex, Scratch& scratch, beast::error_code ec);
   // Gives t.up back (see Release()) and the client's count of it.
   void ReleaseTry(UpstreamTry& t, bool reusable) {
@@ -425,6 +428,9 @@ struct Scratch {
   SimpleHead upstream_head;
   RequestHead head;
   Exchange exchange;
+  // How a forwarded request's body is read (set by ReadBodyFirst): here rather than in
+  // Forward()'s frame, which every forwarded request allocates, bodiless ones too.
+  ClientBody client_body;
 };
 
 inline double SecondsSince(Clock::time_point start) {

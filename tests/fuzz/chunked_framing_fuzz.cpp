@@ -1,7 +1,8 @@
 // libFuzzer target: ChunkedFraming on arbitrary bytes, against Beast's parser. Whatever the
 // scanner says of a body it must say the same whether the bytes come at once or one at a time,
 // and a body it says ended must be one Beast's parser accepts whole, ending at the same byte
-// (the scanner is stricter than Beast, never looser: the gateway decodes with Beast).
+// (the scanner is stricter than Beast, never looser: the gateway decodes with Beast); and tighter
+// limits never accept what the default ones refuse.
 #include <tollgate/http/chunked_framing.hpp>
 
 #include <cstddef>
@@ -28,6 +29,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   if (r != rb) std::abort();
   if (r == ChunkedFraming::Result::kDone && at != used) std::abort();
+  // Tighter limits (issue 31) only ever refuse more: never a body the default ones refuse.
+  ChunkedFraming tight(
+      tollgate::http::ChunkedLimits{.line_bytes = 16, .trailer_bytes = 32, .trailer_fields = 2});
+  const ChunkedFraming::Result rt = tight.Scan(body);
+  if (rt == ChunkedFraming::Result::kDone && r != ChunkedFraming::Result::kDone) std::abort();
+  if (r == ChunkedFraming::Result::kBad && rt == ChunkedFraming::Result::kMore) std::abort();
   if (r != ChunkedFraming::Result::kDone) return 0;
 
   static constexpr std::string_view kHead =

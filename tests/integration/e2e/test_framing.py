@@ -34,6 +34,9 @@ from test_hostile import HOST, HostileCase, RawClient, fresh_ip, gateway_config 
 LIMIT = 16384   # server.max_header_bytes (the default)
 FIELDS = 100    # server.max_header_fields (the default)
 BAD_HEAD = {400, 431}
+# Past server.body_buffer_bytes (64 KiB): 96 KiB of well-formed chunks come first, so what follows
+# reaches the gateway after an upstream connection was taken and the first part relayed.
+AFTER_BUFFER = b"18000\r\n" + b"a" * 0x18000 + b"\r\n"
 
 
 def head_of(path, lines, eol=b"\r\n"):
@@ -204,6 +207,46 @@ class ChunkedTableTests(HostileCase):
                 self.assertEqual(got, [], "forwarded")
                 c.close()
 
+    def test_table_after_body_buffer(self):
+        """The same rows after 96 KiB of well-formed chunks, past server.body_buffer_bytes
+        (issue 31: there, `0\\r\\nX: y\\n\\r\\n` got no answer for 15 s while the upstream
+        connection stayed held). The upstream got the first part: it is never answered there,
+        its connection is closed, and the client gets 400 (413) at once, not at the body
+        timeout (408, but for the rows cut short by a half-close, which may end either way)."""
+        for name, body, status, half_close in CHUNKED_ROWS:
+            with self.subTest(row=name):
+                path = "/public/chunked-after-" + name
+                raw = (b"POST " + path.encode() + b" HTTP/1.1\r\nHost: " + HOST.encode() +
+                       b"\r\nTransfer-Encoding: chunked\r\nX-Forwarded-For: " +
+                       fresh_ip().encode() + b"\r\n\r\n" + AFTER_BUFFER + body)
+                mark = self.upstream.mark()
+                c = RawClient(self.port, timeout=5)
+                self.addCleanup(c.close)
+                c.send(raw)
+                if half_close:
+                    c.sock.shutdown(socket.SHUT_WR)
+                began = time.monotonic()
+                try:
+                    r = c.response("POST")
+                except socket.timeout:
+                    self.fail("no answer within 5 s (a hang)")
+                took = time.monotonic() - began
+                expected = status if isinstance(status, set) else {status}
+                self.assertIsNotNone(r, "closed without an answer")
+                self.assertIn(r.status, expected, r)
+                if r.status != 408:
+                    self.assertLess(took, 1.5, "answered after %.1f s" % took)
+                self.assertTrue(c.closed_within(2), "the connection stayed open")
+                c.close()
+                reqs = [q for q in self.upstream.requests_since(mark) if q.path == path]
+                self.assertLessEqual(len(reqs), 1, reqs)
+                self.assertTrue(all(not q.answered for q in reqs), "the upstream answered it")
+                conns = [u for u in self.upstream.connections()
+                         if any(q.conn_id == u.id for q in reqs)]
+                self.assertTrue(self.upstream.wait_for(
+                    lambda up: all(u.closed_by is not None for u in conns), timeout=2),
+                    "the upstream connection stayed held")
+
     def test_well_formed_forms_are_forwarded(self):
         """What is valid stays valid: extensions, leading zeros, upper-case hex, trailers."""
         rows = [
@@ -227,6 +270,115 @@ class ChunkedTableTests(HostileCase):
                 self.assertEqual((r.status, r.code), (200, None), r)
                 got = [q for q in self.upstream.requests_since(mark) if q.path == path]
                 self.assertEqual([q.body for q in got], [decoded], got)
+
+
+def _rss_kb(pid):
+    """The gateway's VmRSS now, in KiB."""
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise AssertionError("no VmRSS in /proc/%d/status" % pid)
+
+
+ENDLESS_SEND_BYTES = 96 << 20  # what a row sends at most: an unbounded gateway grows by as much
+ENDLESS_SEND_S = 4.0           # and for at most this long
+RSS_GROWTH_KB = 64 << 10       # a bounded gateway grows by far less
+
+# (name, what starts the endless part, the unit repeated without end, expected statuses)
+ENDLESS_ROWS = [
+    ("trailer_fields", b"0\r\n", b"X-a: b\r\n", {431}),
+    ("trailer_empty_fields", b"0\r\n", b"a:\r\n", {431}),
+    ("trailer_long_fields", b"0\r\n", b"X-Long: " + b"v" * 1000 + b"\r\n", {431}),
+    ("trailer_one_endless_value", b"0\r\nX-a: ", b"v", {431}),
+    ("trailer_one_endless_name", b"0\r\nX", b"n", {431}),
+    ("trailer_value_blanks", b"0\r\nX-a:", b" \t", {431}),
+    ("extension_token_value", b"1;a=", b"b", {400}),
+    ("extension_quoted_value", b"1;a=\"", b"q", {400}),
+    ("extension_name", b"1;", b"n", {400}),
+    ("extension_blanks_after_semicolon", b"1;", b" ", {400}),
+    ("extension_blanks_after_name", b"1;a", b"\t", {400}),
+    ("extension_many_short", b"1", b";a=b", {400}),
+    ("extension_many_quoted", b"1", b";a=\"b c\"", {400}),
+    ("size_leading_zeros", b"", b"0", {400}),
+    ("size_hex_digits", b"", b"f", {400, 413}),
+    ("size_then_blanks", b"5", b" ", {400}),
+    ("size_then_tabs", b"5", b"\t", {400}),
+]
+
+
+class EndlessFramingTests(HostileCase):
+    """A chunked body's size line, extension or trailer section sent without end, from the
+    body's first byte and after server.body_buffer_bytes (issue 31: one connection grew the
+    gateway's memory from 59 MB to 570 MB in 4 s and was never answered). Each gets its answer
+    (431 for a trailer section past server.max_header_bytes or max_header_fields, 400 for a size
+    line past 4 KiB) within a few seconds, well before server.body_timeout_ms (10 s here, the
+    default: the answer is not a timeout), the connection is closed, and the gateway's memory
+    stays bounded (its VmHWM grows by less than 64 MB over the row; an unbounded one grows by
+    what was sent, up to 96 MB)."""
+
+    @classmethod
+    def config(cls):
+        return gateway_config(anon=100000)
+
+    def endless(self, path, start, unit):
+        """Sends the head, `start`, then `unit` over and over until the gateway closes the
+        connection (or ENDLESS_SEND_BYTES / ENDLESS_SEND_S); returns (the answer or None, seconds
+        until the sending stopped)."""
+        raw = (b"POST " + path.encode() + b" HTTP/1.1\r\nHost: " + HOST.encode() +
+               b"\r\nTransfer-Encoding: chunked\r\nX-Forwarded-For: " + fresh_ip().encode() +
+               b"\r\n\r\n" + start)
+        block = unit * max(1, (64 << 10) // len(unit))
+        c = RawClient(self.port, timeout=6)
+        self.addCleanup(c.close)
+        c.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 20)
+        began = time.monotonic()
+        sent = 0
+        c.sock.settimeout(0.5)
+        try:
+            c.sock.sendall(raw)
+            while sent < ENDLESS_SEND_BYTES and time.monotonic() - began < ENDLESS_SEND_S:
+                c.sock.sendall(block)
+                sent += len(block)
+        except socket.timeout:
+            pass  # the gateway stopped reading: its answer is read below
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # refused and closed
+        stopped = time.monotonic() - began
+        c.sock.settimeout(6)
+        try:
+            r = c.response("POST")
+        except (socket.timeout, ConnectionResetError):
+            r = None
+        return c, r, stopped
+
+    def test_endless_lines_are_answered_and_memory_is_bounded(self):
+        pid = self.gateway.pid
+        for where, prefix in (("first", b""), ("after_buffer", AFTER_BUFFER)):
+            for name, start, unit, statuses in ENDLESS_ROWS:
+                with self.subTest(row=name, where=where):
+                    path = "/public/endless-%s-%s" % (where, name)
+                    mark = self.upstream.mark()
+                    hwm, rss = self.gateway.vm_hwm_kb(), _rss_kb(pid)
+                    c, r, stopped = self.endless(path, prefix + start, unit)
+                    grown = self.gateway.vm_hwm_kb() - hwm
+                    self.assertIsNotNone(r, "no answer (sent for %.1f s; VmRSS %d -> %d KiB)"
+                                         % (stopped, rss, _rss_kb(pid)))
+                    self.assertIn(r.status, statuses, r)
+                    self.assertIn(r.code, ("bad_request", "header_too_large", "body_too_large"),
+                                  r)
+                    self.assertTrue(c.closed_within(2), "the connection stayed open")
+                    self.assertLess(grown, RSS_GROWTH_KB, "VmHWM grew by %d KiB" % grown)
+                    c.close()
+                    # Nothing of it was answered by the upstream: the body never ended there.
+                    time.sleep(0.02)
+                    got = [q for q in self.upstream.requests_since(mark)
+                           if q.path == path and q.answered]
+                    self.assertEqual(got, [], "the upstream answered it")
+                    if where == "first":
+                        got = [q for q in self.upstream.requests_since(mark) if q.path == path]
+                        self.assertEqual(got, [], "forwarded")
+                    self.assertTrue(self.gateway.healthy(), "the gateway is not healthy")
 
 
 def main():

@@ -18,6 +18,8 @@ X-Forwarded-For by the trusted peer 127.0.0.1):
   once for that client, 200 for the others.
 - SendTimeoutTests: a client that stops reading is cut off after server.send_timeout_ms, and
   its upstream connection is freed.
+- StalledLargeBodyTests: large bodies from distinct addresses sent fast, then stalled, lose
+  their upstream connection after server.body_timeout_ms of silence; another address gets 200.
 - BodyTimeoutTests: a body slower than server.body_timeout_ms / min_body_bytes_per_second
   allow gets 408 body_timeout and is never forwarded; a fast large body is forwarded whole.
 
@@ -337,6 +339,105 @@ class BodyTimeoutTests(_Starvation):
                 got = [q for q in self.upstream.requests_since(mark) if q.path == path]
                 self.assertEqual(len(got), 1, got)
                 self.assertEqual(got[0].body, body)
+
+
+class StalledLargeBodyTests(HostileCase):
+    """Large bodies sent fast up to their last byte, then stalled (issue 31 review: 4 addresses
+    sending 307,199 of 307,200 bytes held a pool of 4 for body_timeout + received/rate, about
+    310 s, and a fifth address got 503 upstream_busy at 1, 6 and 11 s). Once an upstream
+    connection is held, no gap in the body may be longer than server.body_timeout_ms (2 s here),
+    and the bytes read before connecting earn no time: each hog is cut off with 408 after about
+    2 s of silence, and a victim from another address gets 200 within 8 s. One thread, a pool of
+    4 connections, the default upstream.max_client_share_percent (one connection an address)."""
+
+    HOG_ADDRESSES = ["127.0.0.%d" % i for i in range(10, 14)]  # one connection each
+    VICTIM = "127.0.0.50"
+    LENGTH = 307200
+    VICTIM_BOUND_S = 8.0
+
+    @classmethod
+    def config(cls):
+        c = gateway_config(anon=100000)
+        c["server"] = dict(c["server"], threads=1, body_timeout_ms=2000)
+        c["upstream"] = {"timeout_ms": 20000, "max_connections": 4, "queue_size": 4}
+        return c
+
+    # (name, framing, then: "stall" | seconds between single bytes after the burst)
+    ROWS = [
+        ("content_length_stall", "length", "stall"),
+        ("chunked_stall", "chunked", "stall"),
+        ("content_length_byte_a_second", "length", 1.0),
+        ("chunked_byte_a_second", "chunked", 1.0),
+    ]
+
+    def test_stalled_bodies_free_the_pool_for_another_address(self):
+        for name, framing, then in self.ROWS:
+            with self.subTest(row=name):
+                mark = self.upstream.mark()
+                path = "/public/up-" + name
+                # All but the last byte; a trickle sends at most 30 more of the 100 left.
+                burst = b"a" * (self.LENGTH - (1 if then == "stall" else 100))
+                if framing == "length":
+                    head = request_bytes("POST", path, [("Content-Length", str(self.LENGTH))])
+                else:
+                    head = request_bytes("POST", path, [("Transfer-Encoding", "chunked")])
+                    burst = b"%x\r\n" % self.LENGTH + burst
+                hogs = []
+                for address in self.HOG_ADDRESSES:
+                    c = RawClient(self.port, source=address)
+                    self.addCleanup(c.close)
+                    c.send(head + burst)
+                    hogs.append(c)
+                stop = threading.Event()
+
+                def trickle():
+                    for _ in range(30):  # bounded; stopped below
+                        if stop.wait(then):
+                            return
+                        for c in hogs:
+                            try:
+                                c.send(b"b")
+                            except OSError:
+                                pass
+                t = None
+                if then != "stall":
+                    t = threading.Thread(target=trickle, daemon=True)
+                    t.start()
+                try:
+                    self.assertTrue(self.upstream.wait_requests(4, since=mark, timeout=5),
+                                    "the hogs did not reach the upstream: nothing tested")
+                    began = time.monotonic()
+                    answer = None
+                    for i in range(100):  # bounded by VICTIM_BOUND_S
+                        v = RawClient(self.port, source=self.VICTIM)
+                        self.addCleanup(v.close)
+                        v.send(request_bytes("GET", "/public/victim-%s-%d" % (name, i)))
+                        answer = v.response()
+                        v.close()
+                        if answer is not None and answer.status == 200:
+                            break
+                        if time.monotonic() - began > self.VICTIM_BOUND_S:
+                            break
+                        time.sleep(0.25)
+                    took = time.monotonic() - began
+                    self.assertIsNotNone(answer, "the victim got no answer")
+                    self.assertEqual((answer.status, answer.code), (200, None),
+                                     "victim after %.1f s: %r" % (took, answer))
+                    # The hogs were cut off with 408 (their bodies never ended).
+                    for c in hogs:
+                        c.sock.settimeout(3)
+                        r = c.response("POST")
+                        self.assertIsNotNone(r, "a hog got no answer")
+                        self.assertEqual((r.status, r.code), (408, "body_timeout"), r)
+                finally:
+                    stop.set()
+                    if t:
+                        t.join(timeout=5)
+                    for c in hogs:
+                        c.close()
+                got = [q for q in self.upstream.requests_since(mark)
+                       if q.path == path and q.answered]
+                self.assertEqual(got, [], "a stalled body was answered by the upstream")
 
 
 def main():
