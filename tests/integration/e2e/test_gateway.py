@@ -487,8 +487,9 @@ class IdentityTests(GatewayTestCase):
             statuses.append(r.status)
             if r.status == 200:
                 echoed = r.json()["headers"]
-                # Passed on, with the real peer appended; identity headers are the gateway's own.
-                self.assertEqual(echoed["X-Forwarded-For"], "10.0.0.%d, 127.0.0.1" % (i + 1))
+                # Not passed on (issue 31): the upstream gets the real peer alone; identity
+                # headers are the gateway's own.
+                self.assertEqual(echoed["X-Forwarded-For"], "127.0.0.1")
                 self.assertNotIn("X-Tollgate-Key-Id", echoed)
         self.assertEqual(statuses, [200, 200, 200, 429, 429])
         self.assertEqual(policy_quota(r, "ip"), 3, r)
