@@ -7,6 +7,7 @@
 #include <string>
 #include <string_view>
 
+#include <tollgate/contract/log_decision.hpp>
 #include <tollgate/util/clock.hpp>
 
 namespace tollgate::http {
@@ -41,7 +42,7 @@ struct RequestLog {
   // The query parameter the route's cost counts (`cost: {query: pages}`): the one parameter of
   // the query the log keeps (others may carry secrets). Empty: none is logged.
   std::string_view cost_param;
-  std::string_view decision = "none";
+  contract::LogDecision decision = contract::LogDecision::kNone;
   int64_t cost = 0;
   int upstream_status = 0;
 };

@@ -15,7 +15,7 @@ void Worker::CountDecision(Exchange& ex, const policy::Plan& plan, std::span<con
   ModeCounter(ex.generation, plan, enforced).fetch_add(1, std::memory_order_relaxed);
   if (v.shadow_rejections > 0) {
     ShadowRejectionCounter(ex.generation, plan).fetch_add(1, std::memory_order_relaxed);
-    ex.log.decision = "shadow_rejected";
+    ex.log.decision = contract::LogDecision::kShadowRejected;
   }
   if (v.local) {  // the store failed; this replica's share of each limit decided
     gw.metrics.Counter("tollgate_degraded_total").fetch_add(1, std::memory_order_relaxed);
@@ -23,7 +23,8 @@ void Worker::CountDecision(Exchange& ex, const policy::Plan& plan, std::span<con
     if (v.kind == engine::Verdict::Kind::kRejected) {
       RejectionCounter(ex.generation, plan, v.code).fetch_add(1, std::memory_order_relaxed);
     }
-    ex.log.decision = v.allowed() ? "local_allowed" : "local_rejected";
+    ex.log.decision =
+        v.allowed() ? contract::LogDecision::kLocalAllowed : contract::LogDecision::kLocalRejected;
     gw.metrics
         .Counter("tollgate_local_decisions_total",
                  v.allowed() ? "result=\"allowed\"" : "result=\"rejected\"")
@@ -32,21 +33,23 @@ void Worker::CountDecision(Exchange& ex, const policy::Plan& plan, std::span<con
   }
   switch (v.kind) {
     case engine::Verdict::Kind::kAllowed:
-      if (ex.log.decision == "none") ex.log.decision = "allowed";
+      if (ex.log.decision == contract::LogDecision::kNone) {
+        ex.log.decision = contract::LogDecision::kAllowed;
+      }
       break;
     case engine::Verdict::Kind::kDegraded:
-      ex.log.decision = "degraded";
+      ex.log.decision = contract::LogDecision::kDegraded;
       gw.metrics.Counter("tollgate_degraded_total").fetch_add(1, std::memory_order_relaxed);
       gw.LogStoreFailure(v.store_error);
       break;
     case engine::Verdict::Kind::kUnavailable:
-      ex.log.decision = "unavailable";
+      ex.log.decision = contract::LogDecision::kUnavailable;
       gw.metrics.Counter("tollgate_limiter_unavailable_total")
           .fetch_add(1, std::memory_order_relaxed);
       gw.LogStoreFailure(v.store_error);
       break;
     case engine::Verdict::Kind::kRejected:
-      ex.log.decision = "rejected";
+      ex.log.decision = contract::LogDecision::kRejected;
       RejectionCounter(ex.generation, plan, v.code).fetch_add(1, std::memory_order_relaxed);
       break;
   }

@@ -179,10 +179,12 @@ void Worker::Finish(Exchange& ex, Scratch& scratch, int status) {
   gw.requests_by_class[static_cast<size_t>(std::clamp(status / 100, 2, 5) - 2)]->fetch_add(
       1, std::memory_order_relaxed);
   const RequestLog& rlog = ex.log;
-  const bool rejected = rlog.decision == "rejected" || rlog.decision == "local_rejected";
+  using contract::LogDecision;
+  const bool rejected = contract::IsRejection(rlog.decision);
   if (gw.server.top_offenders &&
-      (rejected || rlog.decision == "allowed" || rlog.decision == "shadow_rejected" ||
-       rlog.decision == "degraded" || rlog.decision == "local_allowed")) {
+      (rejected || rlog.decision == LogDecision::kAllowed ||
+       rlog.decision == LogDecision::kShadowRejected || rlog.decision == LogDecision::kDegraded ||
+       rlog.decision == LogDecision::kLocalAllowed)) {
     top.Record(rejected, rlog.key_id, ex.client.empty() ? ex.peer : std::string_view(ex.client),
                ex.now.unix_micros() / 1'000'000);
   }
@@ -215,7 +217,7 @@ void Worker::Finish(Exchange& ex, Scratch& scratch, int status) {
   AppendJsonEscaped(line, rlog.plan);
   line.append("\",\"route\":\"");
   AppendJsonEscaped(line, rlog.route);
-  line.append("\",\"decision\":\"").append(rlog.decision).append("\",\"cost\":");
+  line.append("\",\"decision\":\"").append(contract::NameOf(rlog.decision)).append("\",\"cost\":");
   AppendDecimal(line, rlog.cost);
   line.append(",\"upstream_status\":");
   AppendDecimal(line, rlog.upstream_status);
@@ -454,7 +456,7 @@ Step Worker::Identify(Exchange& ex, Scratch& scratch, const RequestHead& head) {
   if (keyed && !ex.presented.empty()) ex.key = FindByKey(pol, ex.presented);
   if (gw.Denied(pol, ex.key, ex.client)) {
     gw.blocked.fetch_add(1, std::memory_order_relaxed);
-    ex.log.decision = "blocked";
+    ex.log.decision = contract::LogDecision::kBlocked;
     if (ex.key) ex.log.key_id = ex.key->id;
     return ReplyProblem(ex, scratch, bhttp::status::forbidden, "blocked", "this client is blocked");
   }
@@ -466,7 +468,7 @@ Step Worker::Identify(Exchange& ex, Scratch& scratch, const RequestHead& head) {
   if (admission.kind == engine::Admission::Kind::kInvalidKey) {
     // Decided below (Conclude): repeated invalid keys from one address are limited per address.
     gw.invalid_keys.fetch_add(1, std::memory_order_relaxed);
-    ex.log.decision = "invalid_key";
+    ex.log.decision = contract::LogDecision::kInvalidKey;
     ex.invalid_key = true;
     ex.request = {.batch = {.scope = ex.scopes.primary, .checks = {ex.checks.data(), 1}},
                   .fail_mode = engine::FailMode::kOpen};
@@ -566,7 +568,7 @@ Step Worker::Conclude(Exchange& ex, Scratch& scratch) {
           "Retry-After: 1\r\n", "application/problem+json");
     }
     AppendRateLimitHeaders(pol.config().headers, cs, ds, v, rate_headers);
-    ex.log.decision = "status";
+    ex.log.decision = contract::LogDecision::kStatus;
     return Reply(ex, scratch, bhttp::status::ok, RateLimitStatusBody(*ex.key, plan, cs, ds, v),
                  enforced ? std::string_view(rate_headers.Rendered()) : "");
   }

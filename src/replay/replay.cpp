@@ -11,6 +11,7 @@
 #include <cstring>
 #include <unordered_map>
 
+#include <tollgate/contract/log_decision.hpp>
 #include <tollgate/engine/checks.hpp>
 #include <tollgate/engine/engine.hpp>
 #include <tollgate/store/memory_store.hpp>
@@ -49,17 +50,25 @@ enum class Outcome {
   kUnknownIdentity,
 };
 
+using contract::LogDecision;
+
+// The decision a line records (its `decision`); nullopt for a name tollgate never writes.
+std::optional<LogDecision> Decided(const LogLine& l) {
+  return contract::ParseLogDecision(l.decision);
+}
+
 // The built-in endpoints about the caller's own key consume nothing (Worker::Identify).
 bool ConsumesNothing(const LogLine& l) {
   return l.method == "GET" && (l.path == "/v1/rate-limit" || l.path == "/v1/usage") &&
-         (l.decision == "status" || l.decision == "none");
+         (Decided(l) == LogDecision::kStatus || Decided(l) == LogDecision::kNone);
 }
 
 // Whether the gateway recorded a rejection: enforced or shadow, a replica's own while its store
 // was down (fail_mode: local), or the invalid-key limit's 429.
 bool RecordedRejection(const LogLine& l) {
-  return l.decision == "rejected" || l.decision == "shadow_rejected" ||
-         l.decision == "local_rejected" || (l.decision == "invalid_key" && l.status == 429);
+  const std::optional<LogDecision> d = Decided(l);
+  return (d && contract::IsRejection(*d)) || d == LogDecision::kShadowRejected ||
+         (d == LogDecision::kInvalidKey && l.status == 429);
 }
 
 void Count(Counts& c, Outcome o, bool recorded_rejection, uint64_t line, std::string_view ts) {
@@ -162,7 +171,7 @@ Replayer::State::Placed Replayer::State::Decide(const LogLine& l, const policy::
   Placed out;
   if (ConsumesNothing(l)) return out;
   // Whether the caller presented a key: the log names it, or recorded it as invalid.
-  const bool presented = !l.key_id.empty() || l.decision == "invalid_key";
+  const bool presented = !l.key_id.empty() || Decided(l) == LogDecision::kInvalidKey;
   const bool keyed = engine::LimitedByKey(route, presented);
   KeyEntry* entry = nullptr;
   if (!l.key_id.empty()) {
@@ -173,7 +182,7 @@ Replayer::State::Placed Replayer::State::Decide(const LogLine& l, const policy::
     }
   }
   const policy::Key* key = keyed && entry ? entry->key : nullptr;
-  if (keyed && l.key_id.empty() && l.decision != "invalid_key") {
+  if (keyed && l.key_id.empty() && Decided(l) != LogDecision::kInvalidKey) {
     // The gateway did not read a key on this route (it was not limited by key then).
     out.outcome = Outcome::kUnknownIdentity;
     return out;
