@@ -19,18 +19,11 @@ namespace tollgate::http {
 
 namespace {
 
-// The address in one X-Forwarded-For entry ("1.2.3.4", "1.2.3.4:5678", "[2001:db8::7]:443",
-// "2001:db8::7"), or empty when it holds none.
-std::string_view EntryAddress(std::string_view e) {
-  while (!e.empty() && (e.front() == ' ' || e.front() == '\t')) e.remove_prefix(1);
-  while (!e.empty() && (e.back() == ' ' || e.back() == '\t')) e.remove_suffix(1);
-  if (e.starts_with('[')) {
-    const size_t close = e.find(']');
-    e = close == std::string_view::npos ? std::string_view() : e.substr(1, close - 1);
-  } else if (e.find(':') == e.rfind(':') && e.find(':') != std::string_view::npos) {
-    e = e.substr(0, e.find(':'));  // IPv4 with a port
-  }
-  return policy::ParseAddress(e) ? e : std::string_view();
+// The address in one X-Forwarded-For entry, as Policy::ClientAddress reads it, or empty when it
+// holds none.
+std::string_view EntryAddress(std::string_view entry) {
+  const std::string_view text = policy::ForwardedAddressText(entry);
+  return !text.empty() && policy::ParseAddress(text) ? text : std::string_view();
 }
 
 bool Sent(const RequestHead& req, std::string_view name) {

@@ -88,7 +88,8 @@ std::string_view WithoutZone(std::string_view address) {
 }
 }  // namespace
 
-std::optional<std::array<uint8_t, 16>> ParseForwardedAddress(std::string_view hop) {
+std::string_view ForwardedAddressText(std::string_view hop) {
+  hop = util::Trim(hop);
   if (hop.size() >= 2 && hop.front() == '"' && hop.back() == '"') {
     hop = hop.substr(1, hop.size() - 2);
   }
@@ -103,19 +104,25 @@ std::optional<std::array<uint8_t, 16>> ParseForwardedAddress(std::string_view ho
   };
   if (!hop.empty() && hop.front() == '[') {
     const size_t close = hop.find(']');
-    if (close == std::string_view::npos) return std::nullopt;
+    if (close == std::string_view::npos) return {};
     const std::string_view rest = hop.substr(close + 1);
-    if (!rest.empty() && !(rest.front() == ':' && is_port(rest.substr(1)))) return std::nullopt;
-    return ParseAddress(WithoutZone(hop.substr(1, close - 1)));
+    if (!rest.empty() && !(rest.front() == ':' && is_port(rest.substr(1)))) return {};
+    return WithoutZone(hop.substr(1, close - 1));
   }
   // One ':' is an IPv4 address with a port ("1.2.3.4:5678"); more are an IPv6 address.
   const size_t colon = hop.find(':');
   if (colon != std::string_view::npos && hop.find(':', colon + 1) == std::string_view::npos) {
-    if (!is_port(hop.substr(colon + 1))) return std::nullopt;
+    if (!is_port(hop.substr(colon + 1))) return {};
     hop = hop.substr(0, colon);
-    if (hop.find('.') == std::string_view::npos) return std::nullopt;
+    if (hop.find('.') == std::string_view::npos) return {};
   }
-  return ParseAddress(WithoutZone(hop));
+  return WithoutZone(hop);
+}
+
+std::optional<std::array<uint8_t, 16>> ParseForwardedAddress(std::string_view hop) {
+  const std::string_view text = ForwardedAddressText(hop);
+  if (text.empty()) return std::nullopt;
+  return ParseAddress(text);
 }
 
 core::Result<Cidr> ParseCidr(std::string_view text) {

@@ -110,7 +110,10 @@ struct Cidr {
 // Parses "1.2.3.4", "::1", "::ffff:1.2.3.4" (and "[::1]") into IPv4-mapped IPv6 bytes.
 std::optional<std::array<uint8_t, 16>> ParseAddress(std::string_view text);
 // An X-Forwarded-For entry as load balancers write them: an address as ParseAddress takes it,
-// or with a port ("1.2.3.4:5678", "[2001:db8::7]:443"), optionally in double quotes.
+// or with a port ("1.2.3.4:5678", "[2001:db8::7]:443") or an IPv6 zone ("fe80::1%eth0"),
+// optionally in double quotes and blanks. ForwardedAddressText: the address's own text, a view
+// into `hop` ("" when the brackets or the port are malformed; not checked to be an address).
+std::string_view ForwardedAddressText(std::string_view hop);
 std::optional<std::array<uint8_t, 16>> ParseForwardedAddress(std::string_view hop);
 core::Result<Cidr> ParseCidr(std::string_view text);
 
