@@ -29,7 +29,7 @@ struct Request {
 
 struct Answer {
   bool allowed = true;
-  int status = 200;  // 200, 400, 401 or 429
+  int status = 200;  // 200, 400, 401, 403 (the configured deny list: code "blocked") or 429
   std::string code;  // "" when allowed; rate_limited, invalid_api_key,
                      // invalid_request_target, ...
   std::vector<std::pair<std::string, std::string>> headers;  // rate-limit headers, Retry-After,

@@ -3,7 +3,7 @@
 #include <array>
 
 #include <tollgate/contract/contract.hpp>
-#include <tollgate/engine/checks.hpp>
+#include <tollgate/engine/admitter.hpp>
 #include <tollgate/engine/engine.hpp>
 #include <tollgate/policy/policy.hpp>
 #include <tollgate/store/memory_store.hpp>
@@ -64,17 +64,31 @@ Answer Limiter::Check(const Request& r) {
     a.body = contract::ProblemBody(a.status, a.code, error);
     return a;
   }
-  const policy::Route& route = pol.Match(r.method, target.path);
   const std::string client = pol.ClientAddress(r.client_address, "");
   std::array<store::Check, engine::kMaxChecks> checks;
   std::array<core::Decision, engine::kMaxChecks> decisions;
-  const bool keyed = engine::LimitedByKey(route, !r.api_key.empty());
-  const policy::Key* key = keyed && !r.api_key.empty() ? pol.FindByKey(r.api_key) : nullptr;
-  if (key) a.key_id = key->id;
+  // The one admission (engine/admitter.hpp). The library has no header fields, so no method
+  // overrides, and only the configured deny list (no admin API).
+  const policy::Route& route =
+      engine::StrictestRoute(pol, r.method, target.path, target.query, engine::NoOverrideFields{});
+  const bool reads_key = engine::ReadsKey(&route, false) && !r.api_key.empty();
   engine::Scopes scopes;
-  const engine::Admission admission =
-      engine::Admit(pol, route, keyed, key, client, target.query, std::nullopt,
-                    util::SystemClock::Instance().Now(), checks, scopes);
+  const engine::Admitted admission =
+      engine::Admitter(pol).Admit({.route = &route,
+                                   .presented_key = !r.api_key.empty(),
+                                   .key = reads_key ? pol.FindByKey(r.api_key) : nullptr,
+                                   .client = client,
+                                   .query = target.query,
+                                   .now = util::SystemClock::Instance().Now()},
+                                  checks, scopes);
+  if (admission.key) a.key_id = admission.key->id;
+  if (admission.denied) {  // as the gateway answers (docs/http-contract.md, "Deny list")
+    a.allowed = false;
+    a.status = 403;
+    a.code = "blocked";
+    a.body = contract::ProblemBody(a.status, a.code, "this client is blocked");
+    return a;
+  }
   // The library answers at once: a smoothing limit rejects instead of delaying.
   for (size_t i = 0; i < admission.n; ++i) checks[i].may_delay = false;
   if (admission.kind == engine::Admission::Kind::kNone) return a;

@@ -130,3 +130,57 @@ TEST(Limiter, AShadowPlanRejectsNothingAndSendsNoHeadersUntilEnforced) {
 
 }  // namespace
 }  // namespace tollgate
+
+namespace tollgate {
+namespace {
+
+// Issue 32 part 1: libtollgate honours the configured deny list, as the gateway does (403,
+// "blocked"), and consumes nothing for a denied request.
+TEST(LimiterDenyList, ConfiguredDenyListRefusesKeysAccountsAndAddresses) {
+  auto l = Limiter::FromYaml(R"(
+plans:
+  free:
+    limits:
+      - {name: burst, capacity: 3, refill_per_second: 0.5}
+anonymous:
+  limits:
+    - {name: burst, capacity: 2, refill_per_second: 0.5}
+keys:
+  - {key: k-bad, id: bad-1, plan: free}
+  - {key: k-acct, id: acct-1, account: shady, plan: free}
+  - {key: k-good, id: good-1, plan: free}
+routes:
+  - {path: /public/*, identity: ip}
+deny:
+  keys: [bad-1]
+  accounts: [shady]
+  addresses: [203.0.113.0/24]
+)");
+  ASSERT_TRUE(l.ok()) << l.error();
+  Limiter& lim = **l;
+  struct Case {
+    const char* key;
+    const char* path;
+    const char* client;
+    int status;
+  } cases[] = {
+      {"k-bad", "/v1/x", "10.0.0.1", 403},     {"k-acct", "/v1/x", "10.0.0.1", 403},
+      {"k-good", "/v1/x", "203.0.113.9", 403}, {"", "/public/a", "203.0.113.9", 403},
+      {"k-good", "/v1/x", "10.0.0.1", 200},    {"", "/public/a", "10.0.0.2", 200},
+  };
+  for (const Case& c : cases) {
+    const Answer a = lim.Check({.api_key = c.key, .path = c.path, .client_address = c.client});
+    EXPECT_EQ(a.status, c.status) << c.key << " " << c.path << " " << c.client;
+    if (c.status == 403) {
+      EXPECT_FALSE(a.allowed);
+      EXPECT_EQ(a.code, "blocked");
+    }
+  }
+  // Denied every time, never turning 429: a denied request consumes nothing.
+  for (int i = 0; i < 5; ++i) {
+    EXPECT_EQ(lim.Check({.api_key = "k-bad", .path = "/v1/x"}).status, 403);
+  }
+}
+
+}  // namespace
+}  // namespace tollgate

@@ -1,0 +1,98 @@
+// One admission for every adapter (issue 32, part 1): who a request is, which route applies
+// (the strictest its method and its overrides meet), what it costs, its checks and scopes, and
+// whether the deny list refuses it. The gateway, the decision listener, explain, admin reset,
+// the RLS domains, libtollgate and replay all describe their request and call Admitter::Admit.
+#pragma once
+
+#include <optional>
+#include <span>
+#include <string_view>
+
+#include <tollgate/core/time.hpp>
+#include <tollgate/engine/checks.hpp>
+#include <tollgate/policy/policy.hpp>
+#include <tollgate/util/ascii.hpp>
+#include <tollgate/util/query.hpp>
+#include <tollgate/util/text.hpp>
+
+namespace tollgate::engine {
+
+// The strictest of the routes a request's method and the methods it asks an upstream to run
+// instead (issue 31) meet. Overrides are honoured on POST only: the `_method` query parameter
+// (Symfony, Laravel) is read here; `header_overrides(fn)` calls fn(method) for each method the
+// transport's header fields name (X-HTTP-Method-Override and the like; a transport without
+// header fields passes NoOverrideFields). Allocation-free.
+struct NoOverrideFields {
+  template <class Fn>
+  void operator()(Fn&&) const {}
+};
+template <class HeaderOverrides>
+const policy::Route& StrictestRoute(const policy::Policy& pol, std::string_view method,
+                                    std::string_view path, std::string_view query,
+                                    HeaderOverrides&& header_overrides) {
+  const policy::Route* strictest = &pol.Match(method, path);
+  if (!util::EqualsIgnoreCase(method, "POST")) return *strictest;
+  auto meet = [&](std::string_view m) {
+    const policy::Route& r = pol.Match(m, path);
+    if (policy::Stricter(r, *strictest)) strictest = &r;
+  };
+  header_overrides(meet);
+  if (query.find("_method") != std::string_view::npos) {
+    util::ForEachQueryParam(query, [&meet](std::string_view name, std::string_view value, bool) {
+      if (name == "_method" && !value.empty()) meet(util::Trim(value));
+    });
+  }
+  return *strictest;
+}
+
+// One request as an adapter describes it. Views: they must outlive the admission.
+struct AdmitRequest {
+  const policy::Route* route = nullptr;  // StrictestRoute(); null: no route (RLS domains: the
+                                         // identity's plan limits only)
+  bool presented_key = false;            // the request presented a key (any, known or not)
+  const policy::Key* key = nullptr;      // what it names (already resolved); null: unknown
+  std::string_view client;               // the client address as Policy::ClientAddress gives it
+  std::string_view query;                // canonical, without '?': the route's cost reads it
+  std::optional<int64_t> fixed_cost;     // given: the cost (the route's is not read)
+  core::Instant now;
+  bool about_the_key = false;  // the endpoint is about the caller's key (GET /v1/rate-limit):
+                               // limited by key whatever the route
+  const policy::DenyList* runtime_deny = nullptr;  // the adapter's runtime list (admin API)
+};
+
+// What Admit decided: Admission (identity, plan, cost, checks written into the caller's array,
+// scopes) with the route and the deny list's verdict.
+struct Admitted : Admission {
+  const policy::Route* route = nullptr;
+  bool keyed = false;   // limited by key (LimitedByKey, or about the key)
+  bool denied = false;  // the configured or the runtime deny list refuses it: no checks written
+};
+
+// Whether the request needs its key read: a transport reads (and resolves) the presented key
+// only then (the hot path skips it on `ip` and `none` routes).
+inline bool ReadsKey(const policy::Route* route, bool about_the_key) {
+  return about_the_key || !route ||
+         (route->identity != config::RouteIdentity::kIp &&
+          route->identity != config::RouteIdentity::kNone);
+}
+
+// Whether the configured deny list of `pol` or `runtime` (may be null) refuses `key` (null:
+// none) from `client`.
+inline bool Denied(const policy::Policy& pol, const policy::DenyList* runtime,
+                   const policy::Key* key, std::string_view client) {
+  return pol.deny().Denies(key, client) || (runtime && runtime->Denies(key, client));
+}
+
+// Stateless; thread-safe. Allocation-free but for the scopes' strings, which reuse their
+// capacity.
+class Admitter {
+ public:
+  explicit Admitter(const policy::Policy& pol) : pol_(pol) {}
+  // Writes the checks into `checks` (at most kMaxChecks) and their scopes into `scopes`.
+  Admitted Admit(const AdmitRequest& request, std::span<store::Check> checks, Scopes& scopes) const;
+
+ private:
+  const policy::Policy& pol_;
+};
+
+}  // namespace tollgate::engine
