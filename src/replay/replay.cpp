@@ -1,5 +1,5 @@
 // A candidate policy over recorded lines: each line's caller, route and cost re-derived with the
-// gateway's own resolution (Policy::Match, engine::Admit, the deny list), decided by the real
+// gateway's own resolution (Policy::Match, engine::Admitter, the deny list), decided by the real
 // engine on a MemoryStore at the line's time.
 #include <tollgate/replay/replay.hpp>
 
@@ -12,7 +12,7 @@
 #include <unordered_map>
 
 #include <tollgate/contract/log_decision.hpp>
-#include <tollgate/engine/checks.hpp>
+#include <tollgate/engine/admitter.hpp>
 #include <tollgate/engine/engine.hpp>
 #include <tollgate/store/memory_store.hpp>
 #include <tollgate/util/hash.hpp>
@@ -187,13 +187,20 @@ Replayer::State::Placed Replayer::State::Decide(const LogLine& l, const policy::
     out.outcome = Outcome::kUnknownIdentity;
     return out;
   }
-  if (pol->deny().Denies(key, l.client)) {
+  // The one admission (engine/admitter.hpp): the log names the route's method, not the
+  // overrides the request carried, so the recorded method alone is matched (Line()).
+  const engine::Admitted a = engine::Admitter(*pol).Admit({.route = &route,
+                                                           .presented_key = presented,
+                                                           .key = key,
+                                                           .client = l.client,
+                                                           .query = l.query,
+                                                           .now = clock.Now()},
+                                                          checks, scopes);
+  if (a.denied) {
     out.outcome = Outcome::kBlocked;
-    out.plan = key ? key->plan : nullptr;
+    out.plan = a.plan;
     return out;
   }
-  const engine::Admission a = engine::Admit(*pol, route, keyed, key, l.client, l.query,
-                                            std::nullopt, clock.Now(), checks, scopes);
   out.plan = a.plan;
   switch (a.kind) {
     case engine::Admission::Kind::kNone:
