@@ -5,6 +5,7 @@
 #include <boost/json/parse.hpp>
 #include <boost/json/serialize.hpp>
 
+#include <tollgate/engine/admitter.hpp>
 #include <tollgate/engine/checks.hpp>
 #include <tollgate/util/clock.hpp>
 #include <tollgate/util/query.hpp>
@@ -17,14 +18,15 @@ namespace json = boost::json;
 
 bool Gateway::Impl::Denied(const policy::Policy& pol, const policy::Key* key,
                            std::string_view client) {
-  if (pol.deny().Denies(key, client)) return true;
-  if (!has_runtime_deny.load(std::memory_order_relaxed)) return false;
+  if (!has_runtime_deny.load(std::memory_order_relaxed)) {
+    return engine::Denied(pol, nullptr, key, client);
+  }
   std::shared_ptr<const policy::DenyList> list;
   {
     std::lock_guard lock(deny_mu);
     list = runtime_deny;
   }
-  return list->Denies(key, client);
+  return engine::Denied(pol, list.get(), key, client);
 }
 
 void Gateway::Impl::SetRuntimeDeny(std::shared_ptr<const policy::DenyList> list) {

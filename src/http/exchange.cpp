@@ -5,6 +5,7 @@
 #include <random>
 
 #include <tollgate/core/calendar.hpp>
+#include <tollgate/engine/admitter.hpp>
 #include <tollgate/util/clock.hpp>
 #include <tollgate/util/query.hpp>
 
@@ -402,39 +403,33 @@ void Worker::JoinForwardedFor(Exchange& ex, Scratch& scratch, const RequestHead&
   }
 }
 
-// Calls fn(method) for each method that an upstream's method-override support may run instead
-// of a POST (issue 31): X-HTTP-Method-Override, X-HTTP-Method and X-Method-Override (any case,
-// '_' for '-'; Express's method-override, Rails, Symfony, ASP.NET Core) and the `_method` query
-// parameter (Symfony, Laravel). A `_method` in a form body is not read (bodies are streamed).
-template <class Fn>
-void ForEachMethodOverride(const RequestHead& head, std::string_view method, std::string_view query,
-                           Fn&& fn) {
-  if (!util::EqualsIgnoreCase(method, "POST")) return;  // overrides are honoured on POST only
-  for (const RequestHead::Field& f : head.fields) {
-    if (ReadsAs(f.name, "x-http-method-override") || ReadsAs(f.name, "x-http-method") ||
-        ReadsAs(f.name, "x-method-override")) {
-      util::AnyListElement(f.value, [&fn](std::string_view m) {
-        if (!m.empty()) fn(m);
-        return false;
-      });
+// The methods an upstream's method-override support may run instead of a POST (issue 31), as
+// named by header fields: X-HTTP-Method-Override, X-HTTP-Method and X-Method-Override (any case,
+// '_' for '-'; Express's method-override, Rails, Symfony, ASP.NET Core). engine::StrictestRoute
+// honours them on POST only and reads the `_method` query parameter itself. A `_method` in a
+// form body is not read (bodies are streamed).
+struct OverrideFields {
+  const RequestHead& head;
+  template <class Fn>
+  void operator()(Fn&& fn) const {
+    for (const RequestHead::Field& f : head.fields) {
+      if (ReadsAs(f.name, "x-http-method-override") || ReadsAs(f.name, "x-http-method") ||
+          ReadsAs(f.name, "x-method-override")) {
+        util::AnyListElement(f.value, [&fn](std::string_view m) {
+          if (!m.empty()) fn(m);
+          return false;
+        });
+      }
     }
   }
-  if (query.find("_method") == std::string_view::npos) return;
-  util::ForEachQueryParam(query, [&fn](std::string_view name, std::string_view value, bool) {
-    if (name == "_method" && !value.empty()) fn(util::Trim(value));
-  });
-}
+};
 
 Step Worker::Identify(Exchange& ex, Scratch& scratch, const RequestHead& head) {
   const policy::Policy& pol = *ex.policy;
   const std::string_view method = ex.method, path = ex.path;
   // The strictest of the routes the request's method and its overrides meet.
-  const policy::Route* strictest = &pol.Match(method, path);
-  ForEachMethodOverride(head, method, ex.query, [&](std::string_view m) {
-    const policy::Route& r = pol.Match(m, path);
-    if (policy::Stricter(r, *strictest)) strictest = &r;
-  });
-  const policy::Route& route = *strictest;
+  const policy::Route& route =
+      engine::StrictestRoute(pol, method, path, ex.query, OverrideFields{head});
   ex.log.route = route.label;  // what tollgate replay re-derives routes and costs against
   ex.log.cost_param = route.cost.query;
   ex.now = util::SystemClock::Instance().Now();
