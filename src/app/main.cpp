@@ -274,7 +274,8 @@ std::unique_ptr<tollgate::rls::RlsServer> StartRls(const tollgate::config::RlsCo
                                     .near_limit_ratio = config.near_limit_ratio,
                                     .store_spans_scopes = !tollgate::config::IsRedisCluster(store),
                                     .registry = &gateway.metrics(),
-                                    .headers = headers};
+                                    .headers = headers,
+                                    .runtime_deny = [&gateway] { return gateway.RuntimeDeny(); }};
   for (const auto& d : config.domains)
     options.domains.push_back({d.domain, d.key_entry, d.ip_entry});
   auto server = std::make_unique<tollgate::rls::RlsServer>(

@@ -16,17 +16,10 @@
 namespace tollgate::http {
 namespace json = boost::json;
 
-bool Gateway::Impl::Denied(const policy::Policy& pol, const policy::Key* key,
-                           std::string_view client) {
-  if (!has_runtime_deny.load(std::memory_order_relaxed)) {
-    return engine::Denied(pol, nullptr, key, client);
-  }
-  std::shared_ptr<const policy::DenyList> list;
-  {
-    std::lock_guard lock(deny_mu);
-    list = runtime_deny;
-  }
-  return engine::Denied(pol, list.get(), key, client);
+std::shared_ptr<const policy::DenyList> Gateway::Impl::RuntimeDeny() {
+  if (!has_runtime_deny.load(std::memory_order_relaxed)) return nullptr;
+  std::lock_guard lock(deny_mu);
+  return runtime_deny;
 }
 
 void Gateway::Impl::SetRuntimeDeny(std::shared_ptr<const policy::DenyList> list) {
@@ -122,13 +115,18 @@ void Gateway::Impl::Reset(std::string body, AdminReply reply) {
     if (!policy::ParseAddress(text)) return problem(400, "invalid_reset", "not an IP address");
     client = pol->ClientAddress(text, "");
   }
-  const policy::Plan& plan = key ? *key->plan : pol->anonymous();
+  // The identity's plan limits (no route's), whether or not the deny list refuses it.
   engine::Scopes scopes;
-  engine::AssignScope(scopes.primary, plan, key, client);
-  scopes.Fill(key, client);
   std::array<store::Check, engine::kMaxChecks> checks;
-  const size_t n =
-      engine::ChecksFor(plan, key, 0, util::SystemClock::Instance().Now(), checks, &scopes);
+  const engine::Admitted a =
+      engine::Admitter(*pol).Admit({.presented_key = key != nullptr,
+                                    .key = key,
+                                    .client = client,
+                                    .fixed_cost = 0,
+                                    .now = util::SystemClock::Instance().Now(),
+                                    .checks_when_denied = true},
+                                   checks, scopes);
+  const size_t n = a.n;
   const store::Batch batch{.scope = scopes.primary, .checks = {checks.data(), n}};
   const std::string done = "{\"status\":\"reset\",\"scope\":\"" +
                            contract::JsonEscape(scopes.primary) +

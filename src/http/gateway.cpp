@@ -476,6 +476,7 @@ Gateway::~Gateway() = default;
 
 engine::Engine& Gateway::engine() { return *impl_->engine; }
 std::shared_ptr<const policy::Policy> Gateway::CurrentPolicy() { return impl_->CurrentPolicy(); }
+std::shared_ptr<const policy::DenyList> Gateway::RuntimeDeny() { return impl_->RuntimeDeny(); }
 metrics::Registry& Gateway::metrics() { return impl_->metrics; }
 
 void Gateway::OnDrain(std::function<void()> hook) { impl_->on_drain = std::move(hook); }

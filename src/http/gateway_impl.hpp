@@ -201,7 +201,8 @@ struct Gateway::Impl {
   std::shared_ptr<const policy::DenyList> runtime_deny = std::make_shared<policy::DenyList>();
   std::atomic<bool> has_runtime_deny{false};
   std::atomic<uint64_t>& blocked = metrics.Counter("tollgate_blocked_total");
-  bool Denied(const policy::Policy& pol, const policy::Key* key, std::string_view client);
+  // The admin API's list for engine::AdmitRequest::runtime_deny; null while it is empty.
+  std::shared_ptr<const policy::DenyList> RuntimeDeny();
   std::optional<core::Error> ChangeDeny(bool add, policy::DenyList::Kind kind, std::string_view v);
   void SetRuntimeDeny(std::shared_ptr<const policy::DenyList> list);
   void SyncDeny();

@@ -31,6 +31,8 @@ class Gateway {
   // the policy in force (it changes on reload) and the metrics registry. Thread-safe.
   engine::Engine& engine();
   std::shared_ptr<const policy::Policy> CurrentPolicy();
+  // The admin API's deny list (POST /admin/deny), null while it is empty.
+  std::shared_ptr<const policy::DenyList> RuntimeDeny();
   metrics::Registry& metrics();
   // Called once, on the main thread, when SIGTERM or SIGINT starts the drain (the RLS server
   // reports NOT_SERVING from then on). Set before Run().
