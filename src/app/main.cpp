@@ -29,6 +29,7 @@
 #include <tollgate/util/host_port.hpp>
 
 #include "app/cli.hpp"
+#include "app/services.hpp"
 
 namespace {
 
@@ -311,7 +312,10 @@ int Serve(const std::string& path) {
     return tollgate::app::kExitError;
   }
   const tollgate::config::Config startup = *config;
-  tollgate::http::Gateway gateway(path, std::move(config).value(), text);
+  // The services outlive the gateway and the RLS server they are handed to.
+  const std::unique_ptr<tollgate::app::Services> services = tollgate::app::Services::Open(startup);
+  tollgate::http::Gateway gateway(path, std::move(config).value(), text, services->ForGateway());
+  services->ExportMetrics(gateway.metrics());
   [[maybe_unused]] const auto rls =
       StartRls(startup.rls, startup.store, startup.headers, gateway);  // stopped before the gateway
   return gateway.Run();

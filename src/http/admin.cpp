@@ -44,11 +44,7 @@ std::optional<core::Error> Gateway::Impl::ChangeDeny(bool add, policy::DenyList:
     if (auto error = next->Add(kind, value)) return error;
   }
   const std::string field = std::string(policy::DenyList::NameOf(kind)) + ":" + std::string(value);
-  if (redis) {  // the other replicas read it within a second (SyncDeny)
-    std::vector<std::string> command{add ? "HSET" : "HDEL", DenyKey(), field};
-    if (add) command.push_back("1");
-    redis->Command(std::move(command), 1, [](auto) {});
-  }
+  if (replicas) replicas->ChangeDenyEntry(add, field);  // the others read it within a second
   SetRuntimeDeny(std::move(next));
   log.Error("{\"level\":\"info\",\"msg\":\"admin: deny list " +
             std::string(add ? "entry added" : "entry removed") + "\",\"kind\":\"" +
@@ -57,33 +53,16 @@ std::optional<core::Error> Gateway::Impl::ChangeDeny(bool add, policy::DenyList:
   return std::nullopt;
 }
 
+// The deny entries the other replicas added or removed (every second).
 void Gateway::Impl::SyncDeny() {
-  if (!redis) return;
-  redis->Command({"GET", ResetEpochKey()}, 1, [this](core::Result<store::RedisValue> r) {
-    if (!r) return;  // Redis unreachable
-    const auto* value = std::get_if<std::string>(&r->v);
-    const std::string epoch = value ? *value : "0";  // nil: no reset yet
-    std::lock_guard lock(deny_mu);
-    // The first reading clears too: a reset may have come before it (a cleared cache only
-    // costs store calls).
-    if (epoch != reset_epoch) {
-      if (deny_cache) deny_cache->Clear();
-      // Tokens taken before a reset are no one's. Not at the first reading: the leases of a
-      // replica that just started were taken after any earlier reset.
-      if (leasing && !reset_epoch.empty()) leasing->Forget();
-    }
-    reset_epoch = epoch;
-  });
-  redis->Command({"HGETALL", DenyKey()}, 1, [this](core::Result<store::RedisValue> r) {
-    const auto* items = r ? std::get_if<std::vector<store::RedisValue>>(&r->v) : nullptr;
-    if (!items) return;  // Redis unreachable: the list held stays
+  if (!replicas) return;
+  replicas->ReadDenyEntries([this](std::optional<std::vector<std::string>> entries) {
+    if (!entries) return;  // the store cannot be read: the list held stays
     auto next = std::make_shared<policy::DenyList>();
-    for (size_t i = 0; i + 1 < items->size(); i += 2) {
-      const auto* field = std::get_if<std::string>(&(*items)[i].v);
-      if (!field) continue;
-      const size_t colon = field->find(':');
-      const auto kind = policy::DenyList::KindOf(std::string_view(*field).substr(0, colon));
-      if (kind && colon != std::string::npos) (void)next->Add(*kind, field->substr(colon + 1));
+    for (const std::string& field : *entries) {
+      const size_t colon = field.find(':');
+      const auto kind = policy::DenyList::KindOf(std::string_view(field).substr(0, colon));
+      if (kind && colon != std::string::npos) (void)next->Add(*kind, field.substr(colon + 1));
     }
     SetRuntimeDeny(std::move(next));
   });
@@ -133,26 +112,10 @@ void Gateway::Impl::Reset(std::string body, AdminReply reply) {
                            "\",\"limits\":" + std::to_string(n) + "}";
   log.Error("{\"level\":\"info\",\"msg\":\"admin: counters reset\",\"scope\":\"" +
             contract::JsonEscape(scopes.primary) + "\"}");
-  if (memory) {
-    memory->Forget(batch);
-    return reply(200, done);
-  }
-  if (deny_cache) deny_cache->Forget(scopes.primary);
-  if (leasing) leasing->Forget();
-  // The other replicas' deny caches forget everything within a second (SyncDeny).
-  redis->Command({"INCR", ResetEpochKey()}, 1, [](auto) {});
-  std::vector<std::string> command = store::RedisStore::KeysOf(store_prefix, batch);
-  if (command.empty()) return reply(200, done);
-  command.insert(command.begin(), "DEL");
-  redis->Command(std::move(command), 1,
-                 [reply = std::move(reply), done](core::Result<store::RedisValue> r) {
-                   if (!r || std::holds_alternative<store::RedisValue::Error>(r->v)) {
-                     reply(503, contract::ProblemBody(503, "store_unavailable",
-                                                      r ? "Redis refused the reset" : r.error()));
-                     return;
-                   }
-                   reply(200, done);
-                 });
+  store.Forget(batch, [reply = std::move(reply), done](std::string error) {
+    if (!error.empty()) return reply(503, contract::ProblemBody(503, "store_unavailable", error));
+    reply(200, done);
+  });
 }
 
 // GET /admin/deny lists the deny list (the configuration's and the admin API's);

@@ -490,7 +490,7 @@ Step Worker::Identify(Exchange& ex, Scratch& scratch, const RequestHead& head) {
                   .checks = {ex.checks.data(), ex.n_checks},
                   .mode = ex.status_endpoint ? store::Mode::kPeek : store::Mode::kConsume,
                   // The memory store decides now, on this thread: at the time already read.
-                  .now = gw.memory ? std::optional(ex.now) : std::nullopt},
+                  .now = gw.engine->DecidesAtOnce() ? std::optional(ex.now) : std::nullopt},
         // GET /v1/rate-limit reports the shared budget or nothing (503): not a local share.
         .fail_mode = ex.status_endpoint && route.fail_mode == config::FailMode::kLocal
                          ? engine::FailMode::kOpen

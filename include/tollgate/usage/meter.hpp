@@ -39,6 +39,7 @@ class UsageMeter {
   // The rows are dealt to `slices` slices, round robin as they are created.
   explicit UsageMeter(usage::UsageBackend& backend, size_t slices = 1)
       : backend_(backend), slices_(slices == 0 ? 1 : slices) {}
+  size_t slices() const { return slices_; }
 
   // `slot`, if given, is the caller's key's (policy::Key::meter_slot): its row is found there
   // rather than by hashing the strings, while the row lasts.
