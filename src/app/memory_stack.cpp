@@ -11,8 +11,7 @@ namespace {
 class MemoryStack final : public Services, public store::Chores {
  public:
   explicit MemoryStack(const config::Config& config)
-      : Services(config),
-        memory_(store::MemoryStoreOptions{.max_keys = config.store.max_keys}) {}
+      : Services(config), memory_(store::MemoryStoreOptions{.max_keys = config.store.max_keys}) {}
 
   engine::Engine& engine() override { return engine_; }
   http::GatewayServices ForGateway() override {

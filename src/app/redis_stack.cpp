@@ -102,8 +102,7 @@ class RedisStack final : public Services, public store::Chores, public store::Re
   void ChangeDenyEntry(bool add, std::string entry) override {
     shared_.ChangeDenyEntry(add, std::move(entry));
   }
-  void ReadDenyEntries(
-      std::function<void(std::optional<std::vector<std::string>>)> done) override {
+  void ReadDenyEntries(std::function<void(std::optional<std::vector<std::string>>)> done) override {
     shared_.ReadDenyEntries(std::move(done));
   }
   void Beat() override {

@@ -12,9 +12,10 @@ Services::Services(const config::Config& config) {
                                            .plans = config.plans,
                                            .snapshot_path = config.key_source.snapshot,
                                            .resync_seconds = config.key_source.resync_seconds};
-  start_keys_ = [options](policy::KeySource::ChangeCallback on_change,
-                          policy::KeySource::LogCallback log)
-      -> core::Result<std::unique_ptr<policy::KeySource>> {
+  start_keys_ =
+      [options](
+          policy::KeySource::ChangeCallback on_change,
+          policy::KeySource::LogCallback log) -> core::Result<std::unique_ptr<policy::KeySource>> {
     auto source = policy::PostgresKeySource::Start(options, std::move(on_change), std::move(log));
     if (!source) return core::Error{source.error()};
     return std::unique_ptr<policy::KeySource>(std::move(source).value());
