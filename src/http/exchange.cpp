@@ -191,7 +191,7 @@ void Worker::Finish(Exchange& ex, Scratch& scratch, int status) {
   }
   if (ex.key && rlog.metered) {
     gw.meter->Record(ex.key->account, ex.key->id, OutcomeOf(status, rejected), rlog.cost, ex.now,
-                     ex.key);
+                     usage::MeterTag{ex.key, ex.generation});
   }
   if (!gw.server.access_log) return;
   // Built in a buffer of the connection; JSON-escaped: paths and addresses are client bytes.

@@ -58,7 +58,7 @@ core::Result<std::vector<std::string>> DaysOfPeriod(std::string_view period) {
 }
 
 void UsageMeter::Record(std::string_view account, std::string_view key_id, usage::Outcome outcome,
-                        int64_t cost, core::Instant now, const void* tag) {
+                        int64_t cost, core::Instant now, MeterTag tag) {
   // The day's label changes once a day: formatting it for every request showed in profiles.
   thread_local int64_t cached_day = INT64_MIN;
   thread_local std::string cached_label;
@@ -75,13 +75,12 @@ void UsageMeter::Record(std::string_view account, std::string_view key_id, usage
   // whether it is still the row it was.
   Cached* cached = nullptr;
   Row* row = nullptr;
-  if (tag) {
-    const auto bits = reinterpret_cast<uintptr_t>(tag) >> 4;
+  if (tag.key) {
+    const auto bits = reinterpret_cast<uintptr_t>(tag.key) >> 4;
     cached = &cache_[(bits * 0x9E3779B97F4A7C15ull) >> (64 - kCacheBits)];
     if (cached->tag == tag && cached->row->serial == cached->serial) row = cached->row;
   }
-  if (row == nullptr || row->day != day || row->key.key_id != key_id ||
-      row->key.account != account) {
+  if (row == nullptr || row->day != day) {
     row = &Find(KeyView{cached_label, account, key_id}, day);
     if (cached) *cached = {tag, row, row->serial};
   }

@@ -27,6 +27,15 @@ struct UsageRecord {
   usage::UsageCounts counts;
 };
 
+// What names one key to UsageMeter::Record while it lives: its address (compared, never
+// dereferenced) and an epoch within which no other key has that address (the gateway: its
+// policy's generation, which holds every key of it alive and unique).
+struct MeterTag {
+  const void* key = nullptr;  // null: no tag (the row is found by hashing the strings)
+  uint64_t epoch = 0;
+  bool operator==(const MeterTag&) const = default;
+};
+
 // Thread-safe. Record() only adds to an in-process buffer (no I/O on the request path); Flush()
 // hands the buffer to the backend: the gateway flushes a slice every 100 ms, and everything
 // before a query and at shutdown.
@@ -37,12 +46,10 @@ class UsageMeter {
       : backend_(backend), slices_(slices == 0 ? 1 : slices) {}
   size_t slices() const { return slices_; }
 
-  // `tag`, if given, names the caller's key while it lives (its policy::Key's address): its row
-  // is found in the meter's own cache by the tag rather than by hashing the strings. The tag is
-  // compared, never dereferenced; the row's day and strings are compared too, so a tag another
-  // key reuses (after a reload) never counts into the first one's row.
+  // `tag`, if given, names the caller's key: its row is found in the meter's own cache by the
+  // tag rather than by hashing the strings, while the row lasts and its day holds.
   void Record(std::string_view account, std::string_view key_id, usage::Outcome outcome,
-              int64_t cost, core::Instant now, const void* tag = nullptr);
+              int64_t cost, core::Instant now, MeterTag tag = {});
   // Every row.
   void Flush();
   // The rows of one slice (slice < slices): called with slice 0, 1, ... in turn, each row goes
@@ -74,11 +81,11 @@ class UsageMeter {
   };
   // The row a tag last counted into, as it was then (direct-mapped by the tag's bits).
   struct Cached {
-    const void* tag = nullptr;
+    MeterTag tag;
     Row* row = nullptr;
     uint64_t serial = 0;
   };
-  static constexpr int kCacheBits = 14;  // 16,384 entries, 384 KiB
+  static constexpr int kCacheBits = 14;  // 16,384 entries, 512 KiB
 
   // Hands the counts of slices [first, last) to the backend.
   void Send(size_t first, size_t last);

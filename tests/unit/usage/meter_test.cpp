@@ -156,15 +156,16 @@ TEST(UsageMeter, FlushedInSlicesEachKeyGoesOncePerRound) {
 }
 
 // A tag finds its key's row without hashing while the row lasts. Once the row is dropped (and
-// perhaps reused by another key), or the day turns, or another key comes with the same tag (a
-// Key's address reused after a reload), the entry no longer matches, and the counts still go to
-// the row the strings name.
+// perhaps reused by another key), or the day turns, or another key comes with the same address
+// in another epoch (a Key's address reused after a reload), the entry no longer matches, and the
+// counts still go to the row the strings name.
 TEST(UsageMeter, ATagNeverCountsForAnotherKeyOrDayOrIntoADroppedRow) {
   usage::MemoryUsageBackend backend;
   UsageMeter meter(backend);
   const int key_a = 0, key_b = 0;  // their addresses are the tags
-  const void* a = &key_a;
-  const void* b = &key_b;
+  const MeterTag a{&key_a, 1};
+  const MeterTag b{&key_b, 1};
+  const MeterTag a_later{&key_a, 2};  // the same address, another epoch: another key
   const core::Instant t = At(2026, 11, 29, 100);
   auto drop_idle_rows = [&] {
     meter.Flush();  // sent; the rows stay, at zero
@@ -177,9 +178,9 @@ TEST(UsageMeter, ATagNeverCountsForAnotherKeyOrDayOrIntoADroppedRow) {
   drop_idle_rows();
   meter.Record("bolt", "kb", Outcome::kSuccess, 10, t, b);     // reuses ka's row
   meter.Record("acme", "ka", Outcome::kSuccess, 1000, t, a);   // ... which is kb's now
-  meter.Record("other", "ka", Outcome::kSuccess, 7, t, a);     // another key, the same tag
-  meter.Record("acme", "kz", Outcome::kSuccess, 3, t, a);      // and another
-  meter.Record("acme", "ka", Outcome::kSuccess, 1, t, a);      // the first again
+  meter.Record("other", "ka", Outcome::kSuccess, 7, t, a_later);  // after a reload
+  meter.Record("acme", "kz", Outcome::kSuccess, 3, t, {&key_a, 3});
+  meter.Record("acme", "ka", Outcome::kSuccess, 1, t, a);  // the first again
   meter.Record("acme", "ka", Outcome::kSuccess, 5, At(2026, 11, 30, 0), a);  // the next day
   std::map<std::string, int64_t> cost;
   for (const auto& r : QuerySync(meter, "2026-11-29"))
@@ -201,7 +202,7 @@ TEST(UsageMeter, ManyTagsSharingCacheEntriesCountEachKeyExactly) {
   for (int round = 1; round <= 3; ++round) {
     for (size_t i = 0; i < keys.size(); ++i) {
       meter.Record("acct" + std::to_string(i % 7), "k" + std::to_string(i), Outcome::kSuccess,
-                   static_cast<int64_t>(i % 5) + 1, t, &keys[i]);
+                   static_cast<int64_t>(i % 5) + 1, t, MeterTag{&keys[i], 1});
     }
     meter.Flush(static_cast<size_t>(round) % 10);  // some rows go out between the rounds
   }
