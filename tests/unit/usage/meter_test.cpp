@@ -229,6 +229,25 @@ TEST(UsageMeter, CsvAndJsonExports) {
             std::string::npos);
 }
 
+// The JSON export is one escaped text (util::AppendJsonEscaped): it escaped only '"' and '\'
+// and dropped control bytes, and passed invalid UTF-8 through (issue 32, part 5).
+TEST(UsageMeter, JsonExportEscapesEveryString) {
+  UsageRecord r{.period = "2026-11", .account = "a\"c\\me\n", .key_id = "k\x01\xff"};
+  r.counts.requests[0] = 2;
+  r.counts.cost[0] = 5;
+  r.counts.requests[3] = 1;
+  r.counts.cost[3] = 1;
+  EXPECT_EQ(
+      UsageJson({r, UsageRecord{.period = "2026-11", .account = "b", .key_id = "caf\xc3\xa9"}}),
+      "[{\"period\":\"2026-11\",\"account\":\"a\\\"c\\\\me\\u000a\",\"key_id\":\"k\\u0001\\ufffd\","
+      "\"success\":{\"requests\":2,\"cost\":5},\"client_error\":{\"requests\":0,\"cost\":0},"
+      "\"server_error\":{\"requests\":0,\"cost\":0},\"rejected\":{\"requests\":1,\"cost\":1}},"
+      "{\"period\":\"2026-11\",\"account\":\"b\",\"key_id\":\"caf\xc3\xa9\","
+      "\"success\":{\"requests\":0,\"cost\":0},\"client_error\":{\"requests\":0,\"cost\":0},"
+      "\"server_error\":{\"requests\":0,\"cost\":0},\"rejected\":{\"requests\":0,\"cost\":0}}]");
+  EXPECT_EQ(UsageJson({}), "[]");
+}
+
 TEST(UsageMeter, PeriodsAreValidated) {
   EXPECT_EQ(DaysOfPeriod("2028-02")->size(), 29u);
   EXPECT_EQ(DaysOfPeriod("2026-02")->size(), 28u);
