@@ -76,7 +76,7 @@ struct ServerConfig {
   bool exact_route_match = false;
   bool access_log = true;  // one JSON line per request on stdout
   // GET /admin/top's sketches, updated per decided request (about 2 % of the gateway's CPU per
-  // request, 5 % with many distinct keys: docs/benchmarks.md).
+  // request, 5 % with many distinct keys: docs/benchmarks/history.md).
   bool top_offenders = true;
   // The admin API's bearer token (docs/configuration.md, "server"): every admin request but GET
   // and HEAD needs `Authorization: Bearer <token>`. A secret (`${ENV}`, `file:PATH`). Empty
