@@ -21,7 +21,9 @@ void AppendJsonEscaped(std::string& out, std::string_view s) {
     } else {
       // Client bytes (paths, headers) may be any bytes: pass well-formed UTF-8 through and
       // replace anything else with U+FFFD, so every log line stays valid JSON.
-      const size_t len = c >= 0xf0 && c <= 0xf4   ? 4
+      // 0xf5-0xff start no sequence (they were read as 3-byte leads, and passed through).
+      const size_t len = c >= 0xf5                ? 0
+                         : c >= 0xf0              ? 4
                          : c >= 0xe0              ? 3
                          : c >= 0xc2 && c <= 0xdf ? 2
                                                   : 0;

@@ -1,6 +1,9 @@
 #include <tollgate/util/json_escape.hpp>
 
+#include <algorithm>
+#include <cstdint>
 #include <cstdio>
+#include <random>
 #include <string>
 #include <string_view>
 
@@ -58,6 +61,10 @@ const Case kCases[] = {
            "A"),
      BYTES("\\ufffd\\ufffd\\ufffdA")},
     {"invalid then valid", BYTES("\x80\xc3\xa9"), BYTES("\\ufffd\xc3\xa9")},
+    // Regression: 0xf5-0xff were read as 3-byte leads and passed through with what followed.
+    {"0xf8 with continuations", BYTES("\xf8\x80\x80"), BYTES("\\ufffd\\ufffd\\ufffd")},
+    {"0xf5 with continuations", BYTES("\xf5\x80\x80\x80"), BYTES("\\ufffd\\ufffd\\ufffd\\ufffd")},
+    {"0xff with continuations", BYTES("\xff\xbf\xbf"), BYTES("\\ufffd\\ufffd\\ufffd")},
 };
 
 #undef BYTES
@@ -82,6 +89,63 @@ TEST(JsonEscape, EveryControlByteAsUnicodeEscape) {
     char want[8];
     std::snprintf(want, sizeof want, "\\u%04x", b);
     EXPECT_EQ(JsonEscape(std::string(1, static_cast<char>(b))), want) << b;
+  }
+}
+
+// Whether `s` is well-formed UTF-8 (RFC 3629: no overlong forms, no surrogates, at most
+// U+10FFFF), decoded by code point rather than by the escaper's lead-byte table.
+bool IsUtf8(std::string_view s) {
+  for (size_t i = 0; i < s.size();) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    const size_t len = c < 0x80           ? 1
+                       : (c >> 5) == 0x6  ? 2
+                       : (c >> 4) == 0xe  ? 3
+                       : (c >> 3) == 0x1e ? 4
+                                          : 0;
+    if (len == 0 || i + len > s.size()) return false;
+    uint32_t cp = len == 1 ? c : c & (0x7f >> len);
+    for (size_t k = 1; k < len; ++k) {
+      const auto b = static_cast<unsigned char>(s[i + k]);
+      if ((b & 0xc0) != 0x80) return false;
+      cp = cp << 6 | (b & 0x3f);
+    }
+    constexpr uint32_t kMin[] = {0, 0, 0x80, 0x800, 0x10000};
+    if (cp < kMin[len] || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return false;
+    i += len;
+  }
+  return true;
+}
+
+// Any bytes at all give a JSON string's inside: valid UTF-8, no raw control byte, every '"' and
+// '\' escaped. Seeded, so a failure repeats.
+TEST(JsonEscape, AnyBytesGiveValidUtf8WithNothingRaw) {
+  std::mt19937 rng(20261202);
+  for (int round = 0; round < 20'000; ++round) {
+    std::string in(rng() % 12, '\0');
+    for (char& c : in) {
+      // Mostly bytes of multi-byte sequences, so that near-valid sequences are common.
+      const uint32_t r = rng();
+      c = static_cast<char>(r % 4 == 0 ? r >> 8 & 0x7f : 0x80 | (r >> 8 & 0x7f));
+    }
+    const std::string out = JsonEscape(in);
+    ASSERT_TRUE(IsUtf8(out)) << testing::PrintToString(in);
+    for (size_t i = 0; i < out.size(); ++i) {
+      const auto c = static_cast<unsigned char>(out[i]);
+      ASSERT_FALSE(c < 0x20 || c == 0x7f) << testing::PrintToString(in);
+      if (c == '\\') {
+        ASSERT_LT(i + 1, out.size());
+        ++i;  // the escaped byte: '"', '\\' or 'u'
+        ASSERT_TRUE(out[i] == '"' || out[i] == '\\' || out[i] == 'u') << testing::PrintToString(in);
+      } else {
+        ASSERT_NE(c, '"') << testing::PrintToString(in);
+      }
+    }
+    // Valid input is passed through unchanged when it needs no escape.
+    if (IsUtf8(in) && in.find_first_of(std::string_view("\"\\\x7f", 3)) == std::string::npos &&
+        std::none_of(in.begin(), in.end(),
+                     [](char c) { return static_cast<unsigned char>(c) < 0x20; })) {
+      ASSERT_EQ(out, in);
+    }
   }
 }
 
