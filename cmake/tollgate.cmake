@@ -6,7 +6,16 @@ set(TOLLGATE_WARNINGS -Wall -Wextra -Wshadow -Wnon-virtual-dtor -Wno-missing-fie
 if(TOLLGATE_WERROR)
   list(APPEND TOLLGATE_WARNINGS -Werror)
 endif()
-if(TOLLGATE_SANITIZE)
+# TOLLGATE_SANITIZE (CMakeLists.txt): `thread` is ThreadSanitizer, any other true value
+# AddressSanitizer with UndefinedBehaviorSanitizer.
+if(TOLLGATE_SANITIZE STREQUAL "thread")
+  set(TOLLGATE_TSAN ON)
+  add_compile_options(-fsanitize=thread -fno-omit-frame-pointer)
+  add_link_options(-fsanitize=thread)
+  # Every report fails its test; tests/tsan.supp says what is tolerated, and why.
+  set(TOLLGATE_TEST_ENVIRONMENT
+      "TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions=${PROJECT_SOURCE_DIR}/tests/tsan.supp")
+elseif(TOLLGATE_SANITIZE)
   add_compile_options(-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined)
   add_link_options(-fsanitize=address,undefined)
 endif()
@@ -30,7 +39,11 @@ function(tollgate_test name)
   target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR}/src)
   target_link_libraries(${name} PRIVATE ${ARG_DEPS} tollgate_test_support GTest::gtest_main
                                         Threads::Threads)
-  gtest_discover_tests(${name} DISCOVERY_TIMEOUT 60 PROPERTIES LABELS "${ARG_LABELS}")
+  set(properties LABELS "${ARG_LABELS}")
+  if(TOLLGATE_TEST_ENVIRONMENT)
+    list(APPEND properties ENVIRONMENT "${TOLLGATE_TEST_ENVIRONMENT}")
+  endif()
+  gtest_discover_tests(${name} DISCOVERY_TIMEOUT 60 PROPERTIES ${properties})
 endfunction()
 
 # tollgate_bench(NAME SOURCES a_bench.cpp DEPS lib)

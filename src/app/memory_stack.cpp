@@ -2,6 +2,7 @@
 #include <tollgate/store/memory_store.hpp>
 #include <tollgate/usage/meter.hpp>
 #include <tollgate/usage/usage.hpp>
+#include <tollgate/util/name_table.hpp>
 
 #include "app/store_stacks.hpp"
 
@@ -34,7 +35,9 @@ class MemoryStack final : public Services, public store::Chores {
   void Tick(core::Instant now) override {
     if (++ticks_ % 100 == 0) memory_.Sweep(now);  // every 10 s
   }
-  store::StoreStatus Status() const override { return {.type = "memory"}; }
+  store::StoreStatus Status() const override {
+    return {.type = util::NameOf(config::kStoreTypeNames, config::StoreType::kMemory)};
+  }
 
  private:
   store::MemoryStore memory_;

@@ -12,6 +12,7 @@
 #include <tollgate/usage/meter.hpp>
 #include <tollgate/usage/redis_backend.hpp>
 #include <tollgate/util/hash.hpp>
+#include <tollgate/util/name_table.hpp>
 
 #include "app/store_stacks.hpp"
 
@@ -88,7 +89,7 @@ class RedisStack final : public Services, public store::Chores, public store::Re
   }
   store::StoreStatus Status() const override {
     const store::RedisStoreStats& s = redis_->stats();
-    return {.type = "redis",
+    return {.type = util::NameOf(config::kStoreTypeNames, config::StoreType::kRedis),
             .breaker_open = s.breaker_open.load(std::memory_order_relaxed) != 0,
             .timeouts = s.timeouts.load(),
             .errors = s.errors.load(),

@@ -7,7 +7,7 @@
 namespace tollgate::app {
 
 Services::Services(const config::Config& config) {
-  if (config.key_source.source != "postgres") return;
+  if (config.key_source.source != config::KeySourceType::kPostgres) return;
   policy::PostgresKeySourceOptions options{.url = config.key_source.url,
                                            .plans = config.plans,
                                            .snapshot_path = config.key_source.snapshot,
@@ -23,7 +23,7 @@ Services::Services(const config::Config& config) {
 }
 
 std::unique_ptr<Services> Services::Open(const config::Config& config) {
-  if (config.store.type == "redis") return OpenRedisStack(config);
+  if (config.store.type == config::StoreType::kRedis) return OpenRedisStack(config);
   return OpenMemoryStack(config);
 }
 

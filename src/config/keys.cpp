@@ -93,8 +93,11 @@ void ParseKeyList(const YAML::Node& keys, const std::string& path, Config& c) {
 // keys: {source: postgres, url: ..., snapshot: ..., resync_seconds: ...}
 void ReadKeySource(const YAML::Node& keys, const std::string& base_dir, KeySourceConfig& ks) {
   OnlyKeys(keys, "keys", {"source", "url", "snapshot", "resync_seconds"});
-  ks.source = keys["source"] ? Str(keys["source"], "keys.source") : "";
-  if (ks.source != "postgres") Fail("keys.source", "must be postgres (or give keys as a list)");
+  const std::string source = keys["source"] ? Str(keys["source"], "keys.source") : "";
+  // A map names the one source besides the file's own list.
+  if (util::ValueOf(kKeySourceTypeNames, source) != KeySourceType::kPostgres)
+    Fail("keys.source", "must be postgres (or give keys as a list)");
+  ks.source = KeySourceType::kPostgres;
   if (!keys["url"]) Fail("keys.url", "required for keys.source postgres");
   ks.url = Secret(keys["url"], "keys.url");
   if (keys["snapshot"]) {

@@ -29,6 +29,7 @@ using internal::Join;
 using internal::ListenAddress;
 using internal::Name;
 using internal::OnlyKeys;
+using internal::ParseEnum;
 using internal::ParseMode;
 using internal::Secret;
 using internal::Set;
@@ -220,10 +221,7 @@ void ParseStore(const YAML::Node& s, StoreConfig& store) {
     OnlyKeys(s, "store",
              {"type", "max_keys", "prefix", "url", "timeout_ms", "connect_timeout_ms", "deny_cache",
               "replicas", "tls"});
-    if (s["type"]) store.type = Str(s["type"], "store.type");
-    if (store.type != "memory" && store.type != "redis") {
-      Fail("store.type", "must be memory or redis, got '" + store.type + "'");
-    }
+    if (s["type"]) store.type = ParseEnum(s["type"], "store.type", kStoreTypeNames);
     Set(s, "max_keys", "store", store.max_keys, 1, int64_t{1} << 32);
     if (s["prefix"]) store.prefix = Str(s["prefix"], "store.prefix");
     if (s["url"]) store.url = Secret(s["url"], "store.url");
@@ -234,7 +232,7 @@ void ParseStore(const YAML::Node& s, StoreConfig& store) {
     if (store.prefix.empty()) Fail("store.prefix", "must not be empty");
     if (const YAML::Node t = s["tls"]) ParseStoreTls(t, store);
   }
-  if (store.type == "redis" && store.url.empty())
+  if (store.type == StoreType::kRedis && store.url.empty())
     Fail("store.url", "required for store.type redis");
 }
 

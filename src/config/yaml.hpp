@@ -6,11 +6,14 @@
 
 #include <cstdint>
 #include <initializer_list>
+#include <optional>
 #include <set>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
+
+#include <tollgate/util/name_table.hpp>
 
 namespace tollgate::config::internal {
 
@@ -93,6 +96,15 @@ E ParseEnum(const YAML::Node& n, const std::string& path,
     if (s == name) return value;
   }
   Fail(path, std::string("must be ") + expected + ", got '" + s + "'");
+}
+
+// One of the values of `table` (util/name_table.hpp) by its name; anything else fails as
+// "must be <the table's names>, got '<text>'".
+template <class E, size_t N>
+E ParseEnum(const YAML::Node& n, const std::string& path, const util::NameTable<E, N>& table) {
+  const std::string s = Str(n, path);
+  if (const std::optional<E> value = util::ValueOf(table, s)) return *value;
+  Fail(path, "must be " + util::NamesOf(table) + ", got '" + s + "'");
 }
 
 // Sets `out` from the integer field `key` of `parent`, when present.

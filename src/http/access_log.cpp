@@ -1,8 +1,7 @@
 #include "access_log.hpp"
 
 #include <tollgate/util/clock.hpp>
-
-#include <tollgate/contract/contract.hpp>
+#include <tollgate/util/json_escape.hpp>
 
 namespace tollgate::http {
 
@@ -13,7 +12,7 @@ void Log::Error(const std::string& line) {
     stamped.append("\",").append(line, 1);
   } else {
     stamped.append("\",\"msg\":\"");
-    contract::AppendJsonEscaped(stamped, line);
+    util::AppendJsonEscaped(stamped, line);
     stamped.append("\"}");
   }
   std::lock_guard lock(mu_);

@@ -9,10 +9,12 @@
 #include <boost/json/parse.hpp>
 #include <boost/json/serialize.hpp>
 
+#include <tollgate/config/config.hpp>
 #include <tollgate/core/calendar.hpp>
 #include <tollgate/core/limit.hpp>
 #include <tollgate/util/clock.hpp>
 #include <tollgate/util/digest.hpp>
+#include <tollgate/util/name_table.hpp>
 
 #include "endpoints.hpp"
 #include "live_page.hpp"
@@ -192,7 +194,9 @@ json::array DecisionsJson(Gateway::Impl& g, const policy::Policy& pol) {
 json::object HealthJson(Gateway::Impl& g) {
   const bool ready = g.store_ready.load(std::memory_order_relaxed);
   const store::StoreStatus status = g.store.Status();
-  const bool shared = status.type != "memory";  // a store with connections and failures
+  // A store with connections and failures.
+  const bool shared =
+      util::ValueOf(config::kStoreTypeNames, status.type) != config::StoreType::kMemory;
   json::object store{{"type", status.type},
                      {"status", !ready                ? "unavailable"
                                 : status.breaker_open ? "breaker_open"
@@ -204,7 +208,9 @@ json::object HealthJson(Gateway::Impl& g) {
     store["errors_total"] = status.errors;
     store["last_error"] = status.last_error;
   }
-  json::object keys{{"type", g.key_source ? "postgres" : "file"}, {"status", "ok"}};
+  const config::KeySourceType source =
+      g.key_source ? config::KeySourceType::kPostgres : config::KeySourceType::kFile;
+  json::object keys{{"type", util::NameOf(config::kKeySourceTypeNames, source)}, {"status", "ok"}};
   if (g.key_source) {
     const policy::KeySnapshotStats& s = g.key_source->stats();
     keys["status"] = s.connected.load()             ? "ok"

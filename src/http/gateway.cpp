@@ -206,7 +206,7 @@ void Gateway::Impl::LogStoreFailure(store::StoreErrc errc) {
                         "fail_mode\",\"error\":\"") +
             what + "\",\"degraded_total\":" + std::to_string(engine->stats().degraded.load()) +
             ",\"unavailable_total\":" + std::to_string(engine->stats().unavailable.load()) +
-            (status.type == "redis"
+            (util::ValueOf(config::kStoreTypeNames, status.type) == config::StoreType::kRedis
                  ? ",\"last_connection_error\":\"" + JsonEscape(status.last_error) + "\""
                  : std::string()) +
             "}");
@@ -288,7 +288,7 @@ core::Result<bool> Gateway::Impl::Reload() {
   core::Result<bool> installed = core::Error{config ? "" : config.error()};
   if (config) {
     if (key_source) {
-      if (config->key_source.source != "postgres") {
+      if (config->key_source.source != config::KeySourceType::kPostgres) {
         installed = core::Error{"keys: the key source cannot change on reload (restart instead)"};
       } else {
         key_source->SetPlans(config->plans);

@@ -2,8 +2,8 @@
 #include <algorithm>
 #include <cstdio>
 
-#include <tollgate/contract/contract.hpp>
 #include <tollgate/replay/replay.hpp>
+#include <tollgate/util/json_escape.hpp>
 
 namespace tollgate::replay {
 namespace {
@@ -87,7 +87,7 @@ std::string Table(const Report& r, std::optional<double> max_share) {
 
 void JsonString(std::string& out, std::string_view s) {
   out += '"';
-  contract::AppendJsonEscaped(out, s);
+  util::AppendJsonEscaped(out, s);
   out += '"';
 }
 

@@ -103,7 +103,7 @@ class alignas(64) MemoryStore::Shard {
 
   // Starts loading the cache line where `d` would be, and the next slot's: a probe often goes
   // on to it, and it is on the next line for every other home slot (measured: +31 % batched,
-  // +11 % single over the home line alone; docs/benchmarks.md). Needs no lock: the table
+  // +11 % single over the home line alone; docs/benchmarks/history.md). Needs no lock: the table
   // never moves; one past the last slot is still a pointer into (or just past) the arena.
   void Prefetch(Digest d) const {
     const auto* home = reinterpret_cast<const char*>(&slots_[Home(d.h1)]);

@@ -109,7 +109,7 @@ uint64_t Read32(const char* p) {
 
 // The name as 64 bits: its bytes when it has at most 8 (exact, given its length), else its hash.
 // Check names are short ("burst", "daily"): two hashes of the name per check were about a
-// quarter of a hot-key batch (perf; docs/benchmarks.md), where two overlapping 4-byte loads
+// quarter of a hot-key batch (perf; docs/benchmarks/history.md), where two overlapping 4-byte loads
 // read its bytes. The digest mixes them with the scope's hashes, which are seeded per process.
 uint64_t NameBits(std::string_view name) {
   const char* p = name.data();

@@ -6,6 +6,8 @@
 #include <map>
 
 #include <tollgate/core/calendar.hpp>
+#include <tollgate/util/json_escape.hpp>
+#include <tollgate/util/text.hpp>
 
 namespace tollgate::usage {
 namespace {
@@ -17,15 +19,6 @@ bool ParseInt(std::string_view s, int& out) {
 
 std::string DayLabel(int64_t days) {
   return core::PeriodLabel(core::Period::kDay, core::Instant::FromUnixSeconds(days * 86'400));
-}
-
-std::string Escape(std::string_view s) {
-  std::string out;
-  for (char c : s) {
-    if (c == '"' || c == '\\') out += '\\';
-    if (static_cast<unsigned char>(c) >= 0x20) out += c;
-  }
-  return out;
 }
 
 }  // namespace
@@ -189,15 +182,22 @@ std::string UsageJson(const std::vector<UsageRecord>& records) {
   std::string out = "[";
   for (size_t i = 0; i < records.size(); ++i) {
     const UsageRecord& r = records[i];
-    out += i ? "," : "";
-    out += "{\"period\":\"" + Escape(r.period) + "\",\"account\":\"" + Escape(r.account) +
-           "\",\"key_id\":\"" + Escape(r.key_id) + "\"";
+    if (i) out += ',';
+    out += "{\"period\":\"";
+    util::AppendJsonEscaped(out, r.period);
+    out += "\",\"account\":\"";
+    util::AppendJsonEscaped(out, r.account);
+    out += "\",\"key_id\":\"";
+    util::AppendJsonEscaped(out, r.key_id);
+    out += '"';
     for (size_t o = 0; o < usage::kOutcomes; ++o) {
-      out += ",\"" + std::string(usage::kOutcomeNames[o]) +
-             "\":{\"requests\":" + std::to_string(r.counts.requests[o]) +
-             ",\"cost\":" + std::to_string(r.counts.cost[o]) + "}";
+      out.append(",\"").append(usage::kOutcomeNames[o]).append("\":{\"requests\":");
+      util::AppendDecimal(out, r.counts.requests[o]);
+      out += ",\"cost\":";
+      util::AppendDecimal(out, r.counts.cost[o]);
+      out += '}';
     }
-    out += "}";
+    out += '}';
   }
   return out + "]";
 }

@@ -11,6 +11,7 @@
 
 #include <tollgate/core/limit.hpp>
 #include <tollgate/core/result.hpp>
+#include <tollgate/util/name_table.hpp>
 
 namespace tollgate::config {
 
@@ -75,7 +76,7 @@ struct ServerConfig {
   bool exact_route_match = false;
   bool access_log = true;  // one JSON line per request on stdout
   // GET /admin/top's sketches, updated per decided request (about 2 % of the gateway's CPU per
-  // request, 5 % with many distinct keys: docs/benchmarks.md).
+  // request, 5 % with many distinct keys: docs/benchmarks/history.md).
   bool top_offenders = true;
   // The admin API's bearer token (docs/configuration.md, "server"): every admin request but GET
   // and HEAD needs `Authorization: Bearer <token>`. A secret (`${ENV}`, `file:PATH`). Empty
@@ -111,8 +112,15 @@ struct UpstreamConfig {
   int max_client_share_percent = 25;
 };
 
+// Where the limiter's state lives (`store.type`): this process's memory, or a Redis shared by
+// the replicas. The names are the config file's, and the admin health answer's.
+enum class StoreType : uint8_t { kMemory, kRedis };
+inline constexpr util::NameTable<StoreType, 2> kStoreTypeNames = {
+    {{StoreType::kMemory, "memory"}, {StoreType::kRedis, "redis"}}};
+static_assert(util::IsDense(kStoreTypeNames));
+
 struct StoreConfig {
-  std::string type = "memory";      // memory | redis
+  StoreType type = StoreType::kMemory;
   size_t max_keys = 1'000'000;      // memory: most keys held
   std::string prefix = "tollgate";  // key prefix: separates environments sharing a Redis
   // redis: redis://[user:pass@]host:port[/db], redis-cluster://host:port[,host:port...] or
@@ -135,16 +143,23 @@ struct StoreConfig {
 
 // A Redis Cluster store (redis-cluster://, rediss-cluster://): a script runs on one slot only.
 inline bool IsRedisCluster(const StoreConfig& store) {
-  return store.type == "redis" && (store.url.rfind("redis-cluster://", 0) == 0 ||
-                                   store.url.rfind("rediss-cluster://", 0) == 0);
+  return store.type == StoreType::kRedis && (store.url.rfind("redis-cluster://", 0) == 0 ||
+                                             store.url.rfind("rediss-cluster://", 0) == 0);
 }
 
-// Where API keys come from: the configuration (`keys:` list or `keys_file`), or PostgreSQL.
+// Where API keys come from: the configuration file (a `keys:` list or `keys_file`), or
+// PostgreSQL (`keys: {source: postgres, ...}`; the config file accepts no other name). The names
+// are the admin health answer's (`key_source.type`).
+enum class KeySourceType : uint8_t { kFile, kPostgres };
+inline constexpr util::NameTable<KeySourceType, 2> kKeySourceTypeNames = {
+    {{KeySourceType::kFile, "file"}, {KeySourceType::kPostgres, "postgres"}}};
+static_assert(util::IsDense(kKeySourceTypeNames));
+
 struct KeySourceConfig {
-  std::string source = "config";  // config | postgres
-  std::string url;                // postgres://user:pass@host:port/db
-  std::string snapshot;           // file of the last loaded keys, used when PostgreSQL is down
-  int resync_seconds = 60;        // full reload on this period (and after every reconnect)
+  KeySourceType source = KeySourceType::kFile;
+  std::string url;          // postgres://user:pass@host:port/db
+  std::string snapshot;     // file of the last loaded keys, used when PostgreSQL is down
+  int resync_seconds = 60;  // full reload on this period (and after every reconnect)
 };
 
 // The decision service for gateways people already run (nginx auth_request, Traefik

@@ -13,6 +13,7 @@
 #include <tollgate/core/decision.hpp>
 #include <tollgate/engine/engine.hpp>
 #include <tollgate/store/store.hpp>
+#include <tollgate/util/json_escape.hpp>
 #include <tollgate/util/text.hpp>
 
 namespace tollgate::contract {
@@ -159,8 +160,8 @@ Answer RespondInvalidKey(const engine::Verdict& verdict, const store::Check& che
 inline constexpr std::string_view kProblemJson = "application/problem+json";
 std::string ProblemBody(int status, std::string_view code, std::string_view detail);
 
-// Escapes a string for a JSON string literal (without the quotes).
-std::string JsonEscape(std::string_view s);
-void AppendJsonEscaped(std::string& out, std::string_view s);
+// The one JSON string escaper (util/json_escape.hpp), by the name the adapters call it.
+using util::AppendJsonEscaped;
+using util::JsonEscape;
 
 }  // namespace tollgate::contract

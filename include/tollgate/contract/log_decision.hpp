@@ -2,10 +2,12 @@
 // and `tollgate replay` reads it back: one enum, one name table (issue 32, part 5).
 #pragma once
 
-#include <array>
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string_view>
+
+#include <tollgate/util/name_table.hpp>
 
 namespace tollgate::contract {
 
@@ -23,18 +25,28 @@ enum class LogDecision : uint8_t {
   kStatus,          // GET /v1/rate-limit answered; nothing consumed
 };
 
-inline constexpr std::array<std::string_view, 11> kLogDecisionNames = {
-    "none",     "allowed",     "rejected", "shadow_rejected", "local_allowed", "local_rejected",
-    "degraded", "unavailable", "blocked",  "invalid_key",     "status"};
+inline constexpr util::NameTable<LogDecision, 11> kLogDecisionNames = {{
+    {LogDecision::kNone, "none"},
+    {LogDecision::kAllowed, "allowed"},
+    {LogDecision::kRejected, "rejected"},
+    {LogDecision::kShadowRejected, "shadow_rejected"},
+    {LogDecision::kLocalAllowed, "local_allowed"},
+    {LogDecision::kLocalRejected, "local_rejected"},
+    {LogDecision::kDegraded, "degraded"},
+    {LogDecision::kUnavailable, "unavailable"},
+    {LogDecision::kBlocked, "blocked"},
+    {LogDecision::kInvalidKey, "invalid_key"},
+    {LogDecision::kStatus, "status"},
+}};
+static_assert(util::IsDense(kLogDecisionNames));
 
-inline std::string_view NameOf(LogDecision d) { return kLogDecisionNames[static_cast<size_t>(d)]; }
+inline std::string_view NameOf(LogDecision d) {
+  return kLogDecisionNames[static_cast<size_t>(d)].name;
+}
 
 // The decision an access-log name stands for; nullopt for a name tollgate never writes.
 inline std::optional<LogDecision> ParseLogDecision(std::string_view name) {
-  for (size_t i = 0; i < kLogDecisionNames.size(); ++i) {
-    if (kLogDecisionNames[i] == name) return static_cast<LogDecision>(i);
-  }
-  return std::nullopt;
+  return util::ValueOf(kLogDecisionNames, name);
 }
 
 // Whether the request was refused by a limit (enforced, or a replica's own while the store was

@@ -301,7 +301,7 @@ decision: {listen: "127.0.0.1:8082", deny_status: 403}
 rls: {listen: "127.0.0.1:8083", domains: [{domain: api, key_entry: api_key}]}
 )");
   ASSERT_TRUE(c.ok()) << c.error();
-  EXPECT_EQ(c->key_source.source, "postgres");
+  EXPECT_EQ(c->key_source.source, KeySourceType::kPostgres);
   EXPECT_EQ(c->key_source.url, "postgres://app@127.0.0.1:5432/api");
   EXPECT_TRUE(c->keys.empty());
   EXPECT_EQ(c->decision.deny_status, 403);
@@ -349,6 +349,30 @@ TEST(Config, InvalidKeyLimit) {
   EXPECT_EQ(c->identity.invalid_key_limit.limit, 3);
   EXPECT_EQ(ErrorOf(std::string(kOnePlan) + "identity: {invalid_key_limit: {name: x}}\n"),
             "identity.invalid_key_limit.name: unknown field");
+}
+
+// store.type and keys.source are read through their name tables (issue 32, part 5): the
+// names of today's files, and the refusals of today's messages.
+TEST(Config, StoreTypeAndKeySourceByName) {
+  const std::string plan = kOnePlan;
+  auto c = ParseConfig(plan);
+  ASSERT_TRUE(c.ok()) << c.error();
+  EXPECT_EQ(c->store.type, StoreType::kMemory);
+  EXPECT_EQ(c->key_source.source, KeySourceType::kFile);
+  c = ParseConfig(plan + "store: {type: redis, url: 'redis://127.0.0.1:6379'}\n");
+  ASSERT_TRUE(c.ok()) << c.error();
+  EXPECT_EQ(c->store.type, StoreType::kRedis);
+  c = ParseConfig(plan + "store: {type: memory}\n");
+  ASSERT_TRUE(c.ok()) << c.error();
+  EXPECT_EQ(c->store.type, StoreType::kMemory);
+  for (const std::string name : {"memcached", "Redis", "MEMORY", "file"}) {
+    EXPECT_EQ(ErrorOf(plan + "store: {type: " + name + ", url: 'redis://127.0.0.1:6379'}\n"),
+              "store.type: must be memory or redis, got '" + name + "'");
+  }
+  EXPECT_EQ(ErrorOf(plan + "store: {type: ''}\n"), "store.type: must be memory or redis, got ''");
+  // `file` names the config's own list; a map can only name PostgreSQL.
+  EXPECT_EQ(ErrorOf(plan + "keys: {source: file, url: x}\n"),
+            "keys.source: must be postgres (or give keys as a list)");
 }
 
 TEST(Config, SectionChecks) {

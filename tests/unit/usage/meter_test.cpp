@@ -1,8 +1,10 @@
 #include <tollgate/usage/meter.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <map>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -227,6 +229,64 @@ TEST(UsageMeter, CsvAndJsonExports) {
             "2026-11,acme,k1,1,0,0,0,3,0,0,0\n");
   EXPECT_NE(UsageJson(QuerySync(meter, "2026-11")).find("\"success\":{\"requests\":1,\"cost\":3}"),
             std::string::npos);
+}
+
+// The JSON export is one escaped text (util::AppendJsonEscaped): it escaped only '"' and '\'
+// and dropped control bytes, and passed invalid UTF-8 through (issue 32, part 5).
+TEST(UsageMeter, JsonExportEscapesEveryString) {
+  UsageRecord r{.period = "2026-11", .account = "a\"c\\me\n", .key_id = "k\x01\xff"};
+  r.counts.requests[0] = 2;
+  r.counts.cost[0] = 5;
+  r.counts.requests[3] = 1;
+  r.counts.cost[3] = 1;
+  EXPECT_EQ(
+      UsageJson({r, UsageRecord{.period = "2026-11", .account = "b", .key_id = "caf\xc3\xa9"}}),
+      "[{\"period\":\"2026-11\",\"account\":\"a\\\"c\\\\me\\u000a\",\"key_id\":\"k\\u0001\\ufffd\","
+      "\"success\":{\"requests\":2,\"cost\":5},\"client_error\":{\"requests\":0,\"cost\":0},"
+      "\"server_error\":{\"requests\":0,\"cost\":0},\"rejected\":{\"requests\":1,\"cost\":1}},"
+      "{\"period\":\"2026-11\",\"account\":\"b\",\"key_id\":\"caf\xc3\xa9\","
+      "\"success\":{\"requests\":0,\"cost\":0},\"client_error\":{\"requests\":0,\"cost\":0},"
+      "\"server_error\":{\"requests\":0,\"cost\":0},\"rejected\":{\"requests\":0,\"cost\":0}}]");
+  EXPECT_EQ(UsageJson({}), "[]");
+}
+
+// Thread-safe, as the gateway uses it: its workers record while the ticker flushes slices and
+// a query flushes everything; no count is lost or counted twice (and the TSan build, label
+// tsan, sees the meter's locking).
+TEST(UsageMeter, RecordsFromThreadsWhileFlushedLoseNothing) {
+  usage::MemoryUsageBackend backend;
+  UsageMeter meter(backend, /*slices=*/4);
+  constexpr int kThreads = 3, kPerThread = 5'000;
+  const core::Instant t = At(2026, 11, 29, 3'600);
+  std::atomic<bool> done{false};
+  std::thread flusher([&] {
+    for (size_t slice = 0; !done.load(); slice = (slice + 1) % 4) meter.Flush(slice);
+  });
+  std::vector<std::thread> workers;
+  for (int w = 0; w < kThreads; ++w) {
+    workers.emplace_back([&meter, t, w] {
+      for (int i = 0; i < kPerThread; ++i) {
+        // A key every thread shares, and one of the thread's own.
+        meter.Record("acme", i % 2 ? "shared" : "own-" + std::to_string(w), Outcome::kSuccess, 2,
+                     t);
+      }
+    });
+  }
+  for (std::thread& w : workers) w.join();
+  done = true;
+  flusher.join();
+  std::map<std::string, int64_t> requests, cost;
+  for (const auto& r : QuerySync(meter, "2026-11-29")) {
+    requests[r.key_id] += r.counts.requests[0];
+    cost[r.key_id] += r.counts.cost[0];
+  }
+  EXPECT_EQ(requests["shared"], kThreads * kPerThread / 2);
+  EXPECT_EQ(cost["shared"], kThreads * kPerThread);
+  for (int w = 0; w < kThreads; ++w) {
+    EXPECT_EQ(requests["own-" + std::to_string(w)], kPerThread / 2) << w;
+    EXPECT_EQ(cost["own-" + std::to_string(w)], kPerThread) << w;
+  }
+  EXPECT_EQ(requests.size(), static_cast<size_t>(kThreads + 1));
 }
 
 TEST(UsageMeter, PeriodsAreValidated) {
