@@ -34,8 +34,8 @@ std::string Lower(std::string_view s) {
 // subjectAltName DNS entries; the subject's CN when there are none.
 std::vector<std::string> NamesOf(X509* leaf) {
   std::vector<std::string> names;
-  auto* sans = static_cast<GENERAL_NAMES*>(X509_get_ext_d2i(leaf, NID_subject_alt_name, nullptr,
-                                                            nullptr));
+  auto* sans =
+      static_cast<GENERAL_NAMES*>(X509_get_ext_d2i(leaf, NID_subject_alt_name, nullptr, nullptr));
   if (sans) {
     for (int i = 0; i < sk_GENERAL_NAME_num(sans); ++i) {
       const GENERAL_NAME* n = sk_GENERAL_NAME_value(sans, i);

@@ -44,7 +44,8 @@ int OnAlpn(SSL*, const unsigned char** out, unsigned char* outlen, const unsigne
 }
 
 // What every context of a listener shares: versions, ciphers, options, ALPN.
-std::optional<core::Error> Configure(SSL_CTX* ctx, const ServerOptions& o, const std::string& alpn) {
+std::optional<core::Error> Configure(SSL_CTX* ctx, const ServerOptions& o,
+                                     const std::string& alpn) {
   if (SSL_CTX_set_min_proto_version(ctx, o.min_version) != 1)
     return core::Error{"tls: min_version: " + OpenSslError()};
   SSL_CTX_set_max_proto_version(ctx, TLS1_3_VERSION);

@@ -33,8 +33,8 @@ struct ServerOptions {
     std::string cert_file;  // the leaf, then its intermediates (PEM)
     std::string key_file;   // PEM, unencrypted
   };
-  std::vector<Files> certificates;  // REQUIRED: at least one; the first is the default
-  int min_version = TLS1_2_VERSION;  // TLS1_2_VERSION or TLS1_3_VERSION
+  std::vector<Files> certificates;             // REQUIRED: at least one; the first is the default
+  int min_version = TLS1_2_VERSION;            // TLS1_2_VERSION or TLS1_3_VERSION
   std::string ciphers = kIntermediateCiphers;  // TLS 1.2
   std::string ciphersuites;                    // TLS 1.3; empty: OpenSSL's
   // A client naming (SNI) a host no certificate covers: refused (handshake alert) instead of

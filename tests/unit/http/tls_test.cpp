@@ -168,7 +168,8 @@ TEST_F(Tls, RefusesWhatCannotBeServed) {
     EXPECT_NE(r.error().find(c.says), std::string::npos) << r.error();
   }
   EXPECT_FALSE(ServerContext::Create({}, Now()).ok());  // no certificate
-  EXPECT_FALSE(ServerContext::Create({.certificates = {Pair("api")}, .ciphers = "NOPE"}, Now()).ok());
+  EXPECT_FALSE(
+      ServerContext::Create({.certificates = {Pair("api")}, .ciphers = "NOPE"}, Now()).ok());
   EXPECT_FALSE(
       ServerContext::Create({.certificates = {Pair("api")}, .min_version = TLS1_1_VERSION}, Now())
           .ok());
@@ -247,16 +248,15 @@ TEST_F(Tls, SessionsResumeAcrossAReload) {
     ASSERT_TRUE(first.ok);
     EXPECT_FALSE(first.resumed);
     ASSERT_FALSE(server->Reload(Now()).has_value());
-    const Seen again = Connect(*server, {.sni = "api.example.com", .max_version = version,
-                                         .resume = first.session});
+    const Seen again = Connect(
+        *server, {.sni = "api.example.com", .max_version = version, .resume = first.session});
     EXPECT_TRUE(again.resumed) << version;
     SSL_SESSION_free(first.session);
     SSL_SESSION_free(again.session);
   }
   auto no_tickets = Make({.certificates = {Pair("api")}, .session_tickets = false});
   const Seen first = Connect(*no_tickets, {.max_version = TLS1_2_VERSION});
-  const Seen again =
-      Connect(*no_tickets, {.max_version = TLS1_2_VERSION, .resume = first.session});
+  const Seen again = Connect(*no_tickets, {.max_version = TLS1_2_VERSION, .resume = first.session});
   EXPECT_TRUE(again.resumed);  // the server's session cache
   SSL_SESSION_free(first.session);
   SSL_SESSION_free(again.session);
