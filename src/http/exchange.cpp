@@ -448,7 +448,7 @@ Step Worker::Identify(Exchange& ex, Scratch& scratch, const RequestHead& head) {
     ex.presented = pol.PresentedKey([&head](const std::string& name) { return head.Get(name); });
   }
   const bool keyed = engine::LimitedByKey(route, !ex.presented.empty()) || about_the_key;
-  if (keyed && !ex.presented.empty()) ex.key = FindByKey(pol, ex.presented);
+  if (keyed && !ex.presented.empty()) ex.key = key_cache.Find(pol, ex.generation, ex.presented);
   if (gw.Denied(pol, ex.key, ex.client)) {
     gw.blocked.fetch_add(1, std::memory_order_relaxed);
     ex.log.decision = contract::LogDecision::kBlocked;

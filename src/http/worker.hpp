@@ -8,6 +8,7 @@
 #include "client_body.hpp"
 #include "client_share.hpp"
 #include "gateway_impl.hpp"
+#include "key_cache.hpp"
 
 namespace tollgate::http {
 
@@ -88,7 +89,6 @@ struct Worker {
       policy = gw.CurrentPolicy();
       generation = g;
       decision_counters.clear();  // entries of older generations are never looked up again
-      key_cache.clear();
     }
     return policy;
   }
@@ -167,22 +167,8 @@ struct Worker {
     });
   }
 
-  // Presented API keys and what they resolved to under this policy (nullptr: unknown), so that
-  // a busy key is hashed with SHA-256 once, not on every request. Exact up to kMaxCachedKeys
-  // keys; past that it starts over (a flood of made-up keys cannot grow it).
-  // Open addressing: with many keys, std::unordered_map's lookup was three dependent cache
-  // misses and a division per request.
-  static constexpr size_t kMaxCachedKeys = 1 << 16;
-  struct KeyHash {
-    using is_transparent = void;
-    size_t operator()(std::string_view s) const { return util::Hash64(s); }
-  };
-  absl::flat_hash_map<std::string, const policy::Key*, KeyHash, std::equal_to<>> key_cache;
-  const policy::Key* FindByKey(const policy::Policy& pol, std::string_view presented) {
-    if (auto it = key_cache.find(presented); it != key_cache.end()) return it->second;
-    if (key_cache.size() >= kMaxCachedKeys) key_cache.clear();
-    return key_cache.emplace(presented, pol.FindByKey(presented)).first->second;
-  }
+  // Presented API keys and what they resolved to under this thread's policy (Identify).
+  KeyCache key_cache;
 
   // Keep-alive connections to the upstream: this thread's share of upstream.max_connections,
   // and of upstream.queue_size for requests waiting for one of them.
