@@ -7,6 +7,7 @@
 
 #include "client_body.hpp"
 #include "client_share.hpp"
+#include "decision_counters.hpp"
 #include "gateway_impl.hpp"
 #include "key_cache.hpp"
 
@@ -88,84 +89,12 @@ struct Worker {
     if (g != generation) {
       policy = gw.CurrentPolicy();
       generation = g;
-      decision_counters.clear();  // entries of older generations are never looked up again
     }
     return policy;
   }
 
-  // tollgate_decisions_total{plan,check,result}, resolved once per policy: building the label
-  // strings for every request showed in profiles.
-  struct CounterKey {
-    uint64_t generation;  // plans of a freed policy may leave their addresses to new ones
-    const void* plan;
-    // The check's name (its characters live in the policy, as long as the generation), or a
-    // tag of the plan-wide counters below.
-    const void* check;
-    int result;
-    bool operator==(const CounterKey&) const = default;
-  };
-  struct CounterKeyHash {
-    size_t operator()(const CounterKey& k) const {
-      // Mixed: the flat table takes its probe and its 7-bit tag from the low and high bits.
-      uint64_t h =
-          reinterpret_cast<uintptr_t>(k.plan) ^
-          (reinterpret_cast<uintptr_t>(k.check) * 31 + static_cast<size_t>(k.result) * 7919) ^
-          (k.generation << 40);
-      h *= 0x9e3779b97f4a7c15ull;
-      return h ^ (h >> 29);
-    }
-  };
-  // Flat: looked up once per check and once more per decided request.
-  absl::flat_hash_map<CounterKey, std::atomic<uint64_t>*, CounterKeyHash> decision_counters;
-  static constexpr char kRejectionsTag = 'r';
-  static constexpr char kShadowTag = 's';
-  static constexpr char kModeTag = 'm';
-  // The counter of `key`, created by `create()` on first use.
-  template <class Create>
-  std::atomic<uint64_t>& PlanCounter(const CounterKey& key, Create create) {
-    auto [it, inserted] = decision_counters.try_emplace(key, nullptr);
-    if (inserted) it->second = &create();
-    return *it->second;
-  }
-  // `check`: a plan limit's or a route limit's name, as the policy holds it.
-  std::atomic<uint64_t>& DecisionCounter(uint64_t gen, const policy::Plan& plan,
-                                         std::string_view check, int result) {
-    return PlanCounter(
-        CounterKey{gen, &plan, check.data(), result}, [&]() -> std::atomic<uint64_t>& {
-          static constexpr const char* kResults[] = {"allowed", "rejected", "shadow_rejected"};
-          return gw.metrics.Counter("tollgate_decisions_total",
-                                    metrics::Label("plan", plan.name) + "," +
-                                        metrics::Label("check", check) + "," +
-                                        metrics::Label("result", kResults[result]));
-        });
-  }
-  // tollgate_rejections_total{plan,code} and tollgate_shadow_rejections_total{plan}.
-  std::atomic<uint64_t>& RejectionCounter(uint64_t gen, const policy::Plan& plan,
-                                          core::RejectCode code) {
-    return PlanCounter(CounterKey{gen, &plan, &kRejectionsTag, static_cast<int>(code)},
-                       [&]() -> std::atomic<uint64_t>& {
-                         return gw.metrics.Counter(
-                             "tollgate_rejections_total",
-                             metrics::Label("plan", plan.name) + "," +
-                                 metrics::Label("code", core::RejectCodeName(code)));
-                       });
-  }
-  // tollgate_requests_by_mode_total{plan,mode}: requests decided under enforcement or in shadow
-  // mode (a key's own mode, its plan's cohort or mode).
-  std::atomic<uint64_t>& ModeCounter(uint64_t gen, const policy::Plan& plan, bool enforced) {
-    return PlanCounter(
-        CounterKey{gen, &plan, &kModeTag, enforced ? 1 : 0}, [&]() -> std::atomic<uint64_t>& {
-          return gw.metrics.Counter("tollgate_requests_by_mode_total",
-                                    metrics::Label("plan", plan.name) + "," +
-                                        metrics::Label("mode", enforced ? "enforce" : "shadow"));
-        });
-  }
-  std::atomic<uint64_t>& ShadowRejectionCounter(uint64_t gen, const policy::Plan& plan) {
-    return PlanCounter(CounterKey{gen, &plan, &kShadowTag, 0}, [&]() -> std::atomic<uint64_t>& {
-      return gw.metrics.Counter("tollgate_shadow_rejections_total",
-                                metrics::Label("plan", plan.name));
-    });
-  }
+  // The decision counters of this thread's requests (CountDecision).
+  DecisionCounters decision_counters{gw.metrics};
 
   // Presented API keys and what they resolved to under this thread's policy (Identify).
   KeyCache key_cache;

@@ -19,7 +19,8 @@ plans:
     limits:
       - {name: burst, capacity: 200, refill_per_second: 5}
 keys:
-  - {key: k-1, id: one, plan: )" + plan + R"(}
+  - {key: k-1, id: one, plan: )" +
+                               plan + R"(}
 )");
   EXPECT_TRUE(c.ok()) << c.error();
   auto p = policy::Policy::Build(std::move(c).value());
