@@ -70,19 +70,17 @@ Step Worker::Reject(Exchange& ex, Scratch& scratch, const contract::AnswerOption
   contract::AppendRejectionFacts(facts, cs, ds, ex.verdict, options);
   facts.push_back(static_cast<char>(ex.reply_keep));
   facts.push_back(static_cast<char>(ex.head->version));
-  LastRejection& last = last_rejection;
-  if (facts != last.facts) {
-    last.facts.swap(facts);
+  const RejectionCache::Response r = last_rejection.Get(facts, [&](std::string& response) {
     scratch.body.clear();
     scratch.rate_headers.Clear();
     const contract::Answer a =
         contract::Respond(ex.verdict, cs, ds, true, options, scratch.rate_headers, scratch.body);
-    last.status = a.status;
-    RenderResponse(last.response, static_cast<bhttp::status>(a.status), ex.reply_keep,
-                   ex.head->version, a.content_type, scratch.rate_headers.Rendered(), scratch.body);
-  }
-  scratch.out.assign(last.response);
-  Finish(ex, scratch, last.status);
+    RenderResponse(response, static_cast<bhttp::status>(a.status), ex.reply_keep, ex.head->version,
+                   a.content_type, scratch.rate_headers.Rendered(), scratch.body);
+    return a.status;
+  });
+  scratch.out.assign(r.bytes);
+  Finish(ex, scratch, r.status);
   return Step::kReply;
 }
 

@@ -10,6 +10,7 @@
 #include "decision_counters.hpp"
 #include "gateway_impl.hpp"
 #include "key_cache.hpp"
+#include "rejection_cache.hpp"
 
 namespace tollgate::http {
 
@@ -154,12 +155,7 @@ struct Worker {
   // A rejection (answer.cpp): the last one's bytes again when its facts are the same
   // (contract::AppendRejectionFacts, with the connection's keep-alive and HTTP version).
   Step Reject(Exchange& ex, Scratch& scratch, const contract::AnswerOptions& options);
-  struct LastRejection {
-    std::string facts;
-    std::string response;
-    int status = 0;
-  };
-  LastRejection last_rejection;
+  RejectionCache last_rejection;
   Step Pass(Exchange& ex, Scratch& scratch);  // allowed: forwarded, or the decision service's 200
   milliseconds SendTimeout() const { return milliseconds(gw.server.send_timeout_ms); }
   // Whether our answer keeps the connection: the client's wish, its request read whole, and no
