@@ -232,7 +232,7 @@ void Gateway::Impl::RegisterMetrics() {
                 "Requests held now by smoothing (on_limit: delay), waiting for their slot.",
                 metrics::ReadOf(holding));
   metrics.Gauge("tollgate_connections", "Open client connections.",
-                [this] { return static_cast<double>(connections.load()); });
+                [this] { return static_cast<double>(connections.OpenApprox()); });
   metrics.Gauge("tollgate_keys_unknown_plan",
                 "Keys whose plan does not exist (they get the strictest plan).",
                 metrics::ReadOf(unknown_plan_keys));

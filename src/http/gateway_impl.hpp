@@ -44,6 +44,7 @@
 
 #include "access_log.hpp"
 #include "conn.hpp"
+#include "connection_budget.hpp"
 #include "live_page.hpp"
 #include "top.hpp"
 #include "upstream_head.hpp"
@@ -168,13 +169,10 @@ struct Gateway::Impl {
   // Store failures are logged at most once a second (every one is counted).
   void LogStoreFailure(store::StoreErrc errc);
 
-  std::atomic<size_t> connections{0};  // gateway and decision listeners (server.max_connections)
-  std::atomic<size_t> admin_connections{0};  // the admin listener's own budget
-  // Open connections per client address (server.max_connections_per_address).
-  struct AddressCounts {
-    std::mutex mu;
-    absl::flat_hash_map<std::string, size_t> counts;
-  } by_address;
+  // Client connections: the gateway and decision listeners' (server.max_connections,
+  // server.max_connections_per_address), and the admin listener's own budget.
+  ConnectionBudget connections{server.max_connections, server.max_connections_per_address};
+  ConnectionBudget admin_connections{server.admin_max_connections, 0};
   std::atomic<uint64_t>& upstream_busy = metrics.Counter("tollgate_upstream_busy_total");
   std::atomic<uint64_t>& upstream_stale = metrics.Counter("tollgate_upstream_stale_total");
   std::atomic<uint64_t>& upstream_retries = metrics.Counter("tollgate_upstream_retries_total");

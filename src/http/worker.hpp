@@ -7,60 +7,13 @@
 
 #include "client_body.hpp"
 #include "client_share.hpp"
+#include "connection_budget.hpp"
 #include "decision_counters.hpp"
 #include "gateway_impl.hpp"
 #include "key_cache.hpp"
 #include "rejection_cache.hpp"
 
 namespace tollgate::http {
-
-// A client connection's place in the connection budgets: its listener's total and, unless the
-// peer is a trusted proxy, its address's count. Released when the connection ends. Not
-// thread-safe; moved from the accepting coroutine into the connection's.
-class ConnectionSlot {
- public:
-  ConnectionSlot() = default;
-  ConnectionSlot(const ConnectionSlot&) = delete;
-  ConnectionSlot& operator=(const ConnectionSlot&) = delete;
-  ConnectionSlot(ConnectionSlot&& o) noexcept
-      : total_(std::exchange(o.total_, nullptr)),
-        by_address_(std::exchange(o.by_address_, nullptr)),
-        address_(std::move(o.address_)) {}
-  ~ConnectionSlot() {
-    if (total_) total_->fetch_sub(1);
-    if (!by_address_) return;
-    std::lock_guard lock(by_address_->mu);
-    auto it = by_address_->counts.find(address_);
-    if (--it->second == 0) by_address_->counts.erase(it);
-  }
-  // Takes a place in `total` if fewer than `limit` are taken.
-  bool TakeTotal(std::atomic<size_t>& total, size_t limit) {
-    if (total.fetch_add(1) >= limit) {
-      total.fetch_sub(1);
-      return false;
-    }
-    total_ = &total;
-    return true;
-  }
-  // Takes a place among `address`'s connections if fewer than `limit` are taken.
-  bool TakeAddress(Gateway::Impl::AddressCounts& counts, std::string address, size_t limit) {
-    std::lock_guard lock(counts.mu);
-    size_t& n = counts.counts[address];
-    if (n >= limit) {
-      if (n == 0) counts.counts.erase(address);
-      return false;
-    }
-    ++n;
-    by_address_ = &counts;
-    address_ = std::move(address);
-    return true;
-  }
-
- private:
-  std::atomic<size_t>* total_ = nullptr;
-  Gateway::Impl::AddressCounts* by_address_ = nullptr;
-  std::string address_;
-};
 
 struct Worker {
   Worker(Gateway::Impl& g, size_t i) : gw(g), index(i) {}
