@@ -48,6 +48,7 @@
 #include "live_page.hpp"
 #include "top.hpp"
 #include "upstream_head.hpp"
+#include "upstream_pool.hpp"
 
 namespace tollgate::http {
 
@@ -64,11 +65,6 @@ using util::CanonicalTarget;
 namespace bhttp = boost::beast::http;
 using engine::kMaxChecks;
 using util::AppendDecimal;
-
-struct Endpoint {
-  std::string host;
-  std::string port;
-};
 
 struct UpstreamTarget {
   Endpoint endpoint;

@@ -30,6 +30,16 @@ void HeadFromBeast(const RequestParser& p, RequestHead& head) {
 
 }  // namespace
 
+Worker::Worker(Gateway::Impl& g, size_t i, size_t workers)
+    : gw(g),
+      index(i),
+      pool(ioc, conns,
+           {.shares = UpstreamPool::SharesOf(g.upstream_config, workers),
+            .endpoint = g.upstream.endpoint,
+            .connect_timeout = milliseconds(g.upstream_config.connect_timeout_ms),
+            .queue_timeout = milliseconds(g.upstream_config.queue_timeout_ms)},
+           g.upstream_stale) {}
+
 net::awaitable<void> Worker::Accept(tcp::acceptor& a, Listener listener) {
   const bool admin_listener = listener == Listener::kAdmin;
   const char* const listener_name = admin_listener                    ? "admin"

@@ -12,11 +12,13 @@
 #include "gateway_impl.hpp"
 #include "key_cache.hpp"
 #include "rejection_cache.hpp"
+#include "upstream_pool.hpp"
 
 namespace tollgate::http {
 
 struct Worker {
-  Worker(Gateway::Impl& g, size_t i) : gw(g), index(i) {}
+  // Worker `i` of `workers`.
+  Worker(Gateway::Impl& g, size_t i, size_t workers);
 
   Gateway::Impl& gw;
   size_t index;
@@ -28,6 +30,9 @@ struct Worker {
   TopOffenders top;       // GET /admin/top
   // Only this thread touches its sockets: the reactor needs no lock around their operations.
   net::io_context ioc{BOOST_ASIO_CONCURRENCY_HINT_UNSAFE_IO};
+  // Keep-alive connections to the upstream: this thread's share of upstream.max_connections,
+  // and of upstream.queue_size for requests waiting for one of them.
+  UpstreamPool pool;
   std::optional<tcp::acceptor> acceptor;
   std::optional<tcp::acceptor> admin;
   std::optional<tcp::acceptor> decision;  // the decision service (worker 0 only)
@@ -52,23 +57,6 @@ struct Worker {
 
   // Presented API keys and what they resolved to under this thread's policy (Identify).
   KeyCache key_cache;
-
-  // Keep-alive connections to the upstream: this thread's share of upstream.max_connections,
-  // and of upstream.queue_size for requests waiting for one of them.
-  std::vector<std::unique_ptr<UpstreamConnection>> idle;
-  std::atomic<size_t> upstream_open{0};  // idle and busy; read by /metrics
-  struct PoolWaiter {
-    net::steady_timer* timer;
-    bool granted = false;  // a connection was released for it
-  };
-  std::deque<PoolWaiter*> pool_waiters;  // oldest first
-  std::atomic<size_t> pool_waiting{0};   // pool_waiters.size(), for /metrics
-  // This thread's shares of upstream.max_connections and upstream.queue_size, and the most of
-  // each one client may hold.
-  struct PoolShares {
-    size_t connections, queue, client_connections, client_queue;
-  };
-  PoolShares Shares() const;
 
   net::awaitable<void> Accept(tcp::acceptor& acceptor, Listener listener);
   net::awaitable<void> Session(tcp::socket socket, Listener listener, ConnectionSlot slot);
@@ -174,10 +162,10 @@ struct Worker {
   // server.max_header_bytes or max_header_fields, 400 when malformed; false when the client
   // just went away.
   bool RenderBodyError(Exchange& ex, Scratch& scratch, beast::error_code ec);
-  // Gives t.up back (see Release()) and the client's count of it.
+  // Gives t.up back (see UpstreamPool::Release()) and the client's count of it.
   void ReleaseTry(UpstreamTry& t, bool reusable) {
     t.claim.Unhold();
-    Release(std::move(t.up), reusable);
+    pool.Release(std::move(t.up), reusable);
   }
   net::awaitable<beast::error_code> SendOnce(Conn& stream, beast::flat_buffer& buffer,
                                              Scratch& scratch, UpstreamTry& t);
@@ -197,19 +185,6 @@ struct Worker {
   // live until the result is awaited.
   net::awaitable<engine::Verdict> Decide(const engine::Engine::Request& request,
                                          std::span<core::Decision> decisions);
-  // An upstream connection: an idle one of the pool that has stayed quiet, else a new one
-  // (Connect), else one released to this request while it waits in the queue. Null with
-  // `*busy` when the queue is full or the wait ends first; null with `ec` when Connect fails.
-  // `claim`: the client's, whose queue places are bounded too.
-  net::awaitable<std::unique_ptr<UpstreamConnection>> Acquire(beast::error_code& ec, bool* pooled,
-                                                              bool* busy,
-                                                              ClientShares::Claim& claim);
-  std::unique_ptr<UpstreamConnection> TakeIdle();
-  net::awaitable<std::unique_ptr<UpstreamConnection>> Connect(beast::error_code& ec);
-  // Gives a connection back: to the pool when `reusable`, else closed; a waiting request gets
-  // its turn either way.
-  void Release(std::unique_ptr<UpstreamConnection> c, bool reusable);
-  void WakeWaiter();  // the oldest waiting request, if any, gets its turn
   // GET /admin/usage and GET /v1/usage: renders the reply (a coroutine of its own, as only
   // these requests wait on the usage backend) and says the next step.
   // The usage endpoints and those of Gateway::AddAdminEndpoint: steps that await.
