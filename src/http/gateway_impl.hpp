@@ -45,6 +45,7 @@
 #include "access_log.hpp"
 #include "conn.hpp"
 #include "connection_budget.hpp"
+#include "hold_budget.hpp"
 #include "live_page.hpp"
 #include "top.hpp"
 #include "upstream_head.hpp"
@@ -217,18 +218,11 @@ struct Gateway::Impl {
   std::map<std::string, AdminHandler, std::less<>> admin_endpoints;
   LivePage live;  // the config version and start time of GET /admin/ui/data (admin_ui.cpp)
 
-  // Smoothing: room for held requests, reserved before a decision that may delay (so that the
-  // bounds are exact), given back after the hold or at once when there is none.
-  struct Held {
-    std::mutex mu;
-    size_t total = 0;  // reservations
-    absl::flat_hash_map<std::string, size_t> by_identity;
-  } held;
+  // Smoothing: room for held requests (hold.cpp).
+  HoldBudget held{server.max_held_requests, server.max_held_per_identity};
   std::atomic<size_t> holding{0};  // requests waiting out their delay now
   metrics::Histogram& delay_seconds = metrics.Hist("tollgate_delay_seconds");
   std::atomic<uint64_t>& held_refused = metrics.Counter("tollgate_held_refused_total");
-  bool ReserveHeld(std::string_view identity);
-  void ReleaseHeld(std::string_view identity);
 
   std::vector<std::unique_ptr<Worker>> workers;
 
