@@ -32,47 +32,48 @@ void AppendCostParams(std::string& line, std::string_view query, std::string_vie
   }
 }
 
+// `,"name":"value"`, the value JSON-escaped.
+void AppendText(std::string& line, std::string_view name, std::string_view value) {
+  line.append(",\"").append(name).append("\":\"");
+  AppendJsonEscaped(line, value);
+  line.push_back('"');
+}
+
+// `,"name":value`.
+void AppendNumber(std::string& line, std::string_view name, int64_t value) {
+  line.append(",\"").append(name).append("\":");
+  AppendDecimal(line, value);
+}
+
 }  // namespace
 
 void RenderAccessLine(std::string& line, const RequestLog& log, const AccessLineFacts& facts) {
   line.assign("{\"ts\":\"");
   util::AppendIsoNow(line);
-  line.append("\",\"method\":\"");
-  AppendJsonEscaped(line, facts.method);
-  line.append("\",\"path\":\"");
-  AppendJsonEscaped(line, facts.path);
-  line.append("\",\"query\":\"");
+  line.push_back('"');
+  AppendText(line, "method", facts.method);
+  AppendText(line, "path", facts.path);
+  line.append(",\"query\":\"");
   AppendCostParams(line, facts.query, log.cost_param);
-  line.append("\",\"status\":");
-  AppendDecimal(line, facts.status);
-  line.append(",\"client\":\"");
-  AppendJsonEscaped(line, facts.client);
-  line.append("\",\"peer\":\"");
-  AppendJsonEscaped(line, facts.peer);
-  line.append("\",\"request_id\":\"");
-  AppendJsonEscaped(line, facts.request_id);
-  line.append("\",\"key_id\":\"");
-  AppendJsonEscaped(line, log.key_id);
-  line.append("\",\"plan\":\"");
-  AppendJsonEscaped(line, log.plan);
-  line.append("\",\"route\":\"");
-  AppendJsonEscaped(line, log.route);
-  line.append("\",\"decision\":\"").append(contract::NameOf(log.decision)).append("\",\"cost\":");
-  AppendDecimal(line, log.cost);
-  line.append(",\"upstream_status\":");
-  AppendDecimal(line, log.upstream_status);
+  line.push_back('"');
+  AppendNumber(line, "status", facts.status);
+  AppendText(line, "client", facts.client);
+  AppendText(line, "peer", facts.peer);
+  AppendText(line, "request_id", facts.request_id);
+  AppendText(line, "key_id", log.key_id);
+  AppendText(line, "plan", log.plan);
+  AppendText(line, "route", log.route);
+  line.append(",\"decision\":\"").append(contract::NameOf(log.decision)).push_back('"');
+  AppendNumber(line, "cost", log.cost);
+  AppendNumber(line, "upstream_status", log.upstream_status);
   // Milliseconds to the microsecond, without printf's floating-point formatting.
   const int64_t us = facts.latency_us;
   const char frac[] = {'.', static_cast<char>('0' + us / 100 % 10),
                        static_cast<char>('0' + us / 10 % 10), static_cast<char>('0' + us % 10)};
-  line.append(",\"latency_ms\":");
-  AppendDecimal(line, us / 1000);
+  AppendNumber(line, "latency_ms", us / 1000);
   line.append(frac, sizeof frac);
   // When it was decided (Identify's clock), for `tollgate replay`'s order (issue 31).
-  if (!log.route.empty()) {
-    line.append(",\"decided_us\":");
-    AppendDecimal(line, facts.decided_us);
-  }
+  if (!log.route.empty()) AppendNumber(line, "decided_us", facts.decided_us);
   line.append("}\n");
 }
 

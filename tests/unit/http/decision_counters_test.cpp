@@ -22,37 +22,38 @@ policy::Plan PlanNamed(std::string name) {
   return p;
 }
 
-TEST(DecisionCounters, CountsPerPlanCheckAndResult) {
+class DecisionCountersTest : public ::testing::Test {
+ protected:
   metrics::Registry registry;
-  DecisionCounters counters(registry);
-  const policy::Plan free = PlanNamed("free"), team = PlanNamed("team");
-  const std::string burst = "burst", daily = "daily";
+  DecisionCounters counters{registry};
+  const policy::Plan free = PlanNamed("free");
+  const std::string burst = "burst";
+
+  // tollgate_decisions_total{plan,check,result} now; -1 when it was never created.
+  int64_t Decided(std::string_view plan, std::string_view check, std::string_view result) const {
+    return ValueOf(registry, "tollgate_decisions_total",
+                   metrics::Label("plan", plan) + "," + metrics::Label("check", check) + "," +
+                       metrics::Label("result", result));
+  }
+};
+
+TEST_F(DecisionCountersTest, CountsPerPlanCheckAndResult) {
+  const policy::Plan team = PlanNamed("team");
+  const std::string daily = "daily";
   counters.Decision(1, free, burst, CheckResult::kAllowed).fetch_add(1);
   counters.Decision(1, free, burst, CheckResult::kAllowed).fetch_add(1);
   counters.Decision(1, free, burst, CheckResult::kRejected).fetch_add(1);
   counters.Decision(1, free, daily, CheckResult::kShadowRejected).fetch_add(1);
   counters.Decision(1, team, burst, CheckResult::kAllowed).fetch_add(1);
-  EXPECT_EQ(ValueOf(registry, "tollgate_decisions_total",
-                    "plan=\"free\",check=\"burst\",result=\"allowed\""),
-            2);
-  EXPECT_EQ(ValueOf(registry, "tollgate_decisions_total",
-                    "plan=\"free\",check=\"burst\",result=\"rejected\""),
-            1);
-  EXPECT_EQ(ValueOf(registry, "tollgate_decisions_total",
-                    "plan=\"free\",check=\"daily\",result=\"shadow_rejected\""),
-            1);
-  EXPECT_EQ(ValueOf(registry, "tollgate_decisions_total",
-                    "plan=\"team\",check=\"burst\",result=\"allowed\""),
-            1);
+  EXPECT_EQ(Decided("free", "burst", "allowed"), 2);
+  EXPECT_EQ(Decided("free", "burst", "rejected"), 1);
+  EXPECT_EQ(Decided("free", "daily", "shadow_rejected"), 1);
+  EXPECT_EQ(Decided("team", "burst", "allowed"), 1);
   EXPECT_EQ(registry.Samples("tollgate_decisions_total").size(), 4u);
   EXPECT_EQ(counters.size(), 4u);
 }
 
-TEST(DecisionCounters, ResolvesACounterOnce) {
-  metrics::Registry registry;
-  DecisionCounters counters(registry);
-  const policy::Plan free = PlanNamed("free");
-  const std::string burst = "burst";
+TEST_F(DecisionCountersTest, ResolvesACounterOnce) {
   std::atomic<uint64_t>& first = counters.Decision(1, free, burst, CheckResult::kAllowed);
   EXPECT_EQ(&counters.Decision(1, free, burst, CheckResult::kAllowed), &first);
   EXPECT_EQ(&first, &registry.Counter("tollgate_decisions_total",
@@ -60,10 +61,7 @@ TEST(DecisionCounters, ResolvesACounterOnce) {
   EXPECT_EQ(counters.size(), 1u);
 }
 
-TEST(DecisionCounters, PlanWideCountersAreApartFromChecks) {
-  metrics::Registry registry;
-  DecisionCounters counters(registry);
-  const policy::Plan free = PlanNamed("free");
+TEST_F(DecisionCountersTest, PlanWideCountersAreApartFromChecks) {
   counters.Rejection(1, free, core::RejectCode::kRateLimited).fetch_add(1);
   counters.Rejection(1, free, core::RejectCode::kQuotaExceeded).fetch_add(2);
   counters.Mode(1, free, true).fetch_add(3);
@@ -84,11 +82,7 @@ TEST(DecisionCounters, PlanWideCountersAreApartFromChecks) {
   EXPECT_EQ(counters.size(), 5u);
 }
 
-TEST(DecisionCounters, ANewerGenerationStartsTheTableOver) {
-  metrics::Registry registry;
-  DecisionCounters counters(registry);
-  const policy::Plan free = PlanNamed("free");
-  const std::string burst = "burst";
+TEST_F(DecisionCountersTest, ANewerGenerationStartsTheTableOver) {
   std::atomic<uint64_t>& old_counter = counters.Decision(1, free, burst, CheckResult::kAllowed);
   counters.Mode(1, free, true);
   EXPECT_EQ(counters.size(), 2u);

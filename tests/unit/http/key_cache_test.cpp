@@ -8,20 +8,13 @@
 namespace tollgate::http {
 namespace {
 
-// A policy with one key, `k-1`, on plan `plan`.
+// A policy of two plans and one key, `k-1`, on plan `plan`.
 std::shared_ptr<const policy::Policy> PolicyWith(const std::string& plan) {
-  auto c = config::ParseConfig(R"(
-plans:
-  free:
-    limits:
-      - {name: burst, capacity: 20, refill_per_second: 0.5}
-  team:
-    limits:
-      - {name: burst, capacity: 200, refill_per_second: 5}
-keys:
-  - {key: k-1, id: one, plan: )" +
-                               plan + R"(}
-)");
+  auto c = config::ParseConfig(
+      "plans: {free: {limits: [{name: burst, capacity: 20, refill_per_second: 0.5}]},\n"
+      "        team: {limits: [{name: burst, capacity: 200, refill_per_second: 5}]}}\n"
+      "keys: [{key: k-1, id: one, plan: " +
+      plan + "}]\n");
   EXPECT_TRUE(c.ok()) << c.error();
   auto p = policy::Policy::Build(std::move(c).value());
   EXPECT_TRUE(p.ok()) << p.error();

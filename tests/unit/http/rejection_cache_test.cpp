@@ -19,10 +19,15 @@ struct Renderer {
   }
 };
 
-TEST(RejectionCache, TheSameFactsAreRenderedOnce) {
+class RejectionCacheTest : public ::testing::Test {
+ protected:
   RejectionCache cache;
   Renderer r;
-  std::string facts = "burst:0:26";
+  std::string facts;
+};
+
+TEST_F(RejectionCacheTest, TheSameFactsAreRenderedOnce) {
+  facts = "burst:0:26";
   const RejectionCache::Response first = cache.Get(facts, r.For("burst:0:26", 429));
   EXPECT_EQ(first.bytes, "429 burst:0:26");
   EXPECT_EQ(first.status, 429);
@@ -33,10 +38,8 @@ TEST(RejectionCache, TheSameFactsAreRenderedOnce) {
   EXPECT_EQ(r.calls, 1);
 }
 
-TEST(RejectionCache, OtherFactsAreRenderedAnew) {
-  RejectionCache cache;
-  Renderer r;
-  std::string facts = "burst:0:26";
+TEST_F(RejectionCacheTest, OtherFactsAreRenderedAnew) {
+  facts = "burst:0:26";
   cache.Get(facts, r.For("a", 429));
   // One byte more (the connection's keep-alive, say) is another response.
   facts = std::string("burst:0:26") + '\1';
@@ -46,23 +49,19 @@ TEST(RejectionCache, OtherFactsAreRenderedAnew) {
   EXPECT_EQ(r.calls, 2);
 }
 
-TEST(RejectionCache, OnlyTheLastRejectionIsKept) {
-  RejectionCache cache;
-  Renderer r;
+TEST_F(RejectionCacheTest, OnlyTheLastRejectionIsKept) {
   for (const char* f : {"a", "b", "a"}) {
-    std::string facts = f;
+    facts = f;
     cache.Get(facts, r.For(f, 429));
   }
   EXPECT_EQ(r.calls, 3);
-  std::string facts = "a";
+  facts = "a";
   EXPECT_EQ(cache.Get(facts, r.For("x", 429)).bytes, "429 a");
   EXPECT_EQ(r.calls, 3);
 }
 
-TEST(RejectionCache, AMissTakesTheFactsAndGivesBackTheOldOnes) {
-  RejectionCache cache;
-  Renderer r;
-  std::string facts = "first";
+TEST_F(RejectionCacheTest, AMissTakesTheFactsAndGivesBackTheOldOnes) {
+  facts = "first";
   cache.Get(facts, r.For("1", 429));
   EXPECT_EQ(facts, "");  // the cache's empty facts
   facts = "second";

@@ -83,6 +83,16 @@ class UpstreamPoolTest : public ::testing::Test {
     co_return c;
   }
 
+  // One connection made, released to the pool, and accepted by the listener (accepted.back()).
+  net::awaitable<void> IdleOne(UpstreamPool& pool) {
+    bool busy = false;
+    auto c = co_await Acquire(pool, &busy);
+    pool.Release(std::move(c), true);
+    co_await Pause();
+    EXPECT_EQ(pool.IdleCount(), 1u);
+    EXPECT_EQ(accepted.size(), 1u);
+  }
+
   // Lets the loop run its other work (the listener's accepts) for a moment.
   net::awaitable<void> Pause(milliseconds d = milliseconds(20)) {
     net::steady_timer t(ioc_, d);
@@ -124,11 +134,7 @@ TEST_F(UpstreamPoolTest, AReleasedConnectionIsReused) {
 TEST_F(UpstreamPoolTest, AConnectionThatBecameReadableWhileIdleIsNotReused) {
   UpstreamPool pool(ioc_, conns_, Options(2, 0), stale_);
   Run([&]() -> net::awaitable<void> {
-    bool busy = false;
-    auto c = co_await Acquire(pool, &busy);
-    pool.Release(std::move(c), true);
-    co_await Pause();
-    EXPECT_EQ(accepted.size(), 1u);
+    co_await IdleOne(pool);
     // The upstream says something nobody asked for.
     co_await net::async_write(accepted.front(), net::buffer("HTTP/1.1 200 OK\r\n\r\n", 19), kTuple);
     co_await Pause();
@@ -141,10 +147,7 @@ TEST_F(UpstreamPoolTest, AConnectionThatBecameReadableWhileIdleIsNotReused) {
 TEST_F(UpstreamPoolTest, AConnectionTheUpstreamClosedIsNotReused) {
   UpstreamPool pool(ioc_, conns_, Options(2, 0), stale_);
   Run([&]() -> net::awaitable<void> {
-    bool busy = false;
-    auto c = co_await Acquire(pool, &busy);
-    pool.Release(std::move(c), true);
-    co_await Pause();
+    co_await IdleOne(pool);
     accepted.clear();  // closed by the upstream
     co_await Pause();
     EXPECT_EQ(pool.TakeIdle(), nullptr);
