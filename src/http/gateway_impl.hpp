@@ -95,7 +95,7 @@ class Counted {
 // After an accept failed for want of descriptors or memory.
 constexpr milliseconds kAcceptBackoff{50};
 
-struct Worker;
+class Worker;
 
 // A request's fields come from an arena of its connection, emptied between requests: Beast's
 // fields otherwise cost a malloc and a free per field.

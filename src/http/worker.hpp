@@ -2,7 +2,10 @@
 // connections, upstream pool and caches), and one request's state (Exchange) and buffers
 // (Scratch); the process-wide state (Gateway::Impl) is in gateway_impl.hpp. The rooms: worker.cpp
 // (accepting, the connection loop), exchange.cpp (a request's steps: identity, decision, answer),
-// forward.cpp (the proxy), upstream_pool.cpp, gateway.cpp (wiring, reload, drain).
+// forward.cpp (the proxy), hold.cpp (smoothing), gateway.cpp (wiring, reload, drain). The
+// worker's parts are classes of their own: the key cache, the decision counters, the 429 cache
+// and the upstream pool (key_cache.hpp, decision_counters.hpp, rejection_cache.hpp,
+// upstream_pool.hpp).
 #pragma once
 
 #include "client_body.hpp"
@@ -16,28 +19,41 @@
 
 namespace tollgate::http {
 
-struct Worker {
+// One worker thread: its event loop, listeners and connections, and the parts it keeps for
+// their requests. Not thread-safe: used on its own thread, but for the public members, which
+// gateway.cpp sets up before the loop runs and uses to stop it, and which GET /metrics (the
+// pool's counts) and GET /admin/top (`top`, itself thread-safe) read from other threads.
+class Worker {
+ public:
   // Worker `i` of `workers`.
   Worker(Gateway::Impl& g, size_t i, size_t workers);
 
+  // The coroutines gateway.cpp starts on the loop: one per listener, and the sweep of deadlines.
+  net::awaitable<void> Accept(tcp::acceptor& acceptor, Listener listener);
+  net::awaitable<void> SweepDeadlines();
+
+ private:
   Gateway::Impl& gw;
   size_t index;
   ConnList conns;  // this thread's connections (before ioc: they may outlive its run)
   // What of this thread's pool each client holds (upstream.max_client_share_percent). Before
   // ioc too: the claims of requests still waiting when it stops are given back as it frees them.
   ClientShares client_shares;
+
+ public:
   size_t redis_lane = 0;  // with a Redis store: this thread's lane of it
-  TopOffenders top;       // GET /admin/top
+  TopOffenders top;       // GET /admin/top and the live page merge every worker's (MergeTop)
   // Only this thread touches its sockets: the reactor needs no lock around their operations.
   net::io_context ioc{BOOST_ASIO_CONCURRENCY_HINT_UNSAFE_IO};
   // Keep-alive connections to the upstream: this thread's share of upstream.max_connections,
-  // and of upstream.queue_size for requests waiting for one of them.
+  // and of upstream.queue_size for requests waiting for one of them. Its counts are gauges.
   UpstreamPool pool;
   std::optional<tcp::acceptor> acceptor;
   std::optional<tcp::acceptor> admin;
   std::optional<tcp::acceptor> decision;  // the decision service (worker 0 only)
   std::thread thread;
 
+ private:
   // This thread's copy of the policy, refreshed when the generation moves on. A request holds
   // its own reference for its whole life: a reload while it waits must not free what its
   // checks point into.
@@ -58,9 +74,7 @@ struct Worker {
   // Presented API keys and what they resolved to under this thread's policy (Identify).
   KeyCache key_cache;
 
-  net::awaitable<void> Accept(tcp::acceptor& acceptor, Listener listener);
   net::awaitable<void> Session(tcp::socket socket, Listener listener, ConnectionSlot slot);
-  net::awaitable<void> SweepDeadlines();
   // A head of another shape than ParseRequestHead() takes, or still arriving: Beast's parser.
   net::awaitable<beast::error_code> ReadGeneralHead(Conn& stream, beast::flat_buffer& buffer,
                                                     RequestParser& parser);
