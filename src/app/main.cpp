@@ -29,6 +29,7 @@
 #include <tollgate/util/host_port.hpp>
 
 #include "app/cli.hpp"
+#include "app/services.hpp"
 
 namespace {
 
@@ -274,7 +275,8 @@ std::unique_ptr<tollgate::rls::RlsServer> StartRls(const tollgate::config::RlsCo
                                     .near_limit_ratio = config.near_limit_ratio,
                                     .store_spans_scopes = !tollgate::config::IsRedisCluster(store),
                                     .registry = &gateway.metrics(),
-                                    .headers = headers};
+                                    .headers = headers,
+                                    .runtime_deny = [&gateway] { return gateway.RuntimeDeny(); }};
   for (const auto& d : config.domains)
     options.domains.push_back({d.domain, d.key_entry, d.ip_entry});
   auto server = std::make_unique<tollgate::rls::RlsServer>(
@@ -310,7 +312,10 @@ int Serve(const std::string& path) {
     return tollgate::app::kExitError;
   }
   const tollgate::config::Config startup = *config;
-  tollgate::http::Gateway gateway(path, std::move(config).value(), text);
+  // The services outlive the gateway and the RLS server they are handed to.
+  const std::unique_ptr<tollgate::app::Services> services = tollgate::app::Services::Open(startup);
+  tollgate::http::Gateway gateway(path, std::move(config).value(), text, services->ForGateway());
+  services->ExportMetrics(gateway.metrics());
   [[maybe_unused]] const auto rls =
       StartRls(startup.rls, startup.store, startup.headers, gateway);  // stopped before the gateway
   return gateway.Run();

@@ -12,8 +12,8 @@ Admitted Admitter::Admit(const AdmitRequest& r, std::span<store::Check> checks,
     out.keyed = r.presented_key;
   }
   const policy::Key* key = out.keyed ? r.key : nullptr;
-  if (Denied(pol_, r.runtime_deny, key, r.client)) {
-    out.denied = true;
+  out.denied = Denied(pol_, r.runtime_deny, key, r.client);
+  if (out.denied && !r.checks_when_denied) {
     out.key = key;
     out.plan = key ? key->plan : nullptr;
     return out;

@@ -16,17 +16,10 @@
 namespace tollgate::http {
 namespace json = boost::json;
 
-bool Gateway::Impl::Denied(const policy::Policy& pol, const policy::Key* key,
-                           std::string_view client) {
-  if (!has_runtime_deny.load(std::memory_order_relaxed)) {
-    return engine::Denied(pol, nullptr, key, client);
-  }
-  std::shared_ptr<const policy::DenyList> list;
-  {
-    std::lock_guard lock(deny_mu);
-    list = runtime_deny;
-  }
-  return engine::Denied(pol, list.get(), key, client);
+std::shared_ptr<const policy::DenyList> Gateway::Impl::RuntimeDeny() {
+  if (!has_runtime_deny.load(std::memory_order_relaxed)) return nullptr;
+  std::lock_guard lock(deny_mu);
+  return runtime_deny;
 }
 
 void Gateway::Impl::SetRuntimeDeny(std::shared_ptr<const policy::DenyList> list) {
@@ -51,11 +44,7 @@ std::optional<core::Error> Gateway::Impl::ChangeDeny(bool add, policy::DenyList:
     if (auto error = next->Add(kind, value)) return error;
   }
   const std::string field = std::string(policy::DenyList::NameOf(kind)) + ":" + std::string(value);
-  if (redis) {  // the other replicas read it within a second (SyncDeny)
-    std::vector<std::string> command{add ? "HSET" : "HDEL", DenyKey(), field};
-    if (add) command.push_back("1");
-    redis->Command(std::move(command), 1, [](auto) {});
-  }
+  if (replicas) replicas->ChangeDenyEntry(add, field);  // the others read it within a second
   SetRuntimeDeny(std::move(next));
   log.Error("{\"level\":\"info\",\"msg\":\"admin: deny list " +
             std::string(add ? "entry added" : "entry removed") + "\",\"kind\":\"" +
@@ -64,33 +53,16 @@ std::optional<core::Error> Gateway::Impl::ChangeDeny(bool add, policy::DenyList:
   return std::nullopt;
 }
 
+// The deny entries the other replicas added or removed (every second).
 void Gateway::Impl::SyncDeny() {
-  if (!redis) return;
-  redis->Command({"GET", ResetEpochKey()}, 1, [this](core::Result<store::RedisValue> r) {
-    if (!r) return;  // Redis unreachable
-    const auto* value = std::get_if<std::string>(&r->v);
-    const std::string epoch = value ? *value : "0";  // nil: no reset yet
-    std::lock_guard lock(deny_mu);
-    // The first reading clears too: a reset may have come before it (a cleared cache only
-    // costs store calls).
-    if (epoch != reset_epoch) {
-      if (deny_cache) deny_cache->Clear();
-      // Tokens taken before a reset are no one's. Not at the first reading: the leases of a
-      // replica that just started were taken after any earlier reset.
-      if (leasing && !reset_epoch.empty()) leasing->Forget();
-    }
-    reset_epoch = epoch;
-  });
-  redis->Command({"HGETALL", DenyKey()}, 1, [this](core::Result<store::RedisValue> r) {
-    const auto* items = r ? std::get_if<std::vector<store::RedisValue>>(&r->v) : nullptr;
-    if (!items) return;  // Redis unreachable: the list held stays
+  if (!replicas) return;
+  replicas->ReadDenyEntries([this](std::optional<std::vector<std::string>> entries) {
+    if (!entries) return;  // the store cannot be read: the list held stays
     auto next = std::make_shared<policy::DenyList>();
-    for (size_t i = 0; i + 1 < items->size(); i += 2) {
-      const auto* field = std::get_if<std::string>(&(*items)[i].v);
-      if (!field) continue;
-      const size_t colon = field->find(':');
-      const auto kind = policy::DenyList::KindOf(std::string_view(*field).substr(0, colon));
-      if (kind && colon != std::string::npos) (void)next->Add(*kind, field->substr(colon + 1));
+    for (const std::string& field : *entries) {
+      const size_t colon = field.find(':');
+      const auto kind = policy::DenyList::KindOf(std::string_view(field).substr(0, colon));
+      if (kind && colon != std::string::npos) (void)next->Add(*kind, field.substr(colon + 1));
     }
     SetRuntimeDeny(std::move(next));
   });
@@ -122,39 +94,28 @@ void Gateway::Impl::Reset(std::string body, AdminReply reply) {
     if (!policy::ParseAddress(text)) return problem(400, "invalid_reset", "not an IP address");
     client = pol->ClientAddress(text, "");
   }
-  const policy::Plan& plan = key ? *key->plan : pol->anonymous();
+  // The identity's plan limits (no route's), whether or not the deny list refuses it.
   engine::Scopes scopes;
-  engine::AssignScope(scopes.primary, plan, key, client);
-  scopes.Fill(key, client);
   std::array<store::Check, engine::kMaxChecks> checks;
-  const size_t n =
-      engine::ChecksFor(plan, key, 0, util::SystemClock::Instance().Now(), checks, &scopes);
+  const engine::Admitted a =
+      engine::Admitter(*pol).Admit({.presented_key = key != nullptr,
+                                    .key = key,
+                                    .client = client,
+                                    .fixed_cost = 0,
+                                    .now = util::SystemClock::Instance().Now(),
+                                    .checks_when_denied = true},
+                                   checks, scopes);
+  const size_t n = a.n;
   const store::Batch batch{.scope = scopes.primary, .checks = {checks.data(), n}};
   const std::string done = "{\"status\":\"reset\",\"scope\":\"" +
                            contract::JsonEscape(scopes.primary) +
                            "\",\"limits\":" + std::to_string(n) + "}";
   log.Error("{\"level\":\"info\",\"msg\":\"admin: counters reset\",\"scope\":\"" +
             contract::JsonEscape(scopes.primary) + "\"}");
-  if (memory) {
-    memory->Forget(batch);
-    return reply(200, done);
-  }
-  if (deny_cache) deny_cache->Forget(scopes.primary);
-  if (leasing) leasing->Forget();
-  // The other replicas' deny caches forget everything within a second (SyncDeny).
-  redis->Command({"INCR", ResetEpochKey()}, 1, [](auto) {});
-  std::vector<std::string> command = store::RedisStore::KeysOf(store_prefix, batch);
-  if (command.empty()) return reply(200, done);
-  command.insert(command.begin(), "DEL");
-  redis->Command(std::move(command), 1,
-                 [reply = std::move(reply), done](core::Result<store::RedisValue> r) {
-                   if (!r || std::holds_alternative<store::RedisValue::Error>(r->v)) {
-                     reply(503, contract::ProblemBody(503, "store_unavailable",
-                                                      r ? "Redis refused the reset" : r.error()));
-                     return;
-                   }
-                   reply(200, done);
-                 });
+  store.Forget(batch, [reply = std::move(reply), done](std::string error) {
+    if (!error.empty()) return reply(503, contract::ProblemBody(503, "store_unavailable", error));
+    reply(200, done);
+  });
 }
 
 // GET /admin/deny lists the deny list (the configuration's and the admin API's);

@@ -191,17 +191,18 @@ json::array DecisionsJson(Gateway::Impl& g, const policy::Policy& pol) {
 // {"store": ..., "key_source": ...}: whether each answers, and its failures so far.
 json::object HealthJson(Gateway::Impl& g) {
   const bool ready = g.store_ready.load(std::memory_order_relaxed);
-  const bool open = g.redis && g.redis->stats().breaker_open.load(std::memory_order_relaxed) != 0;
-  json::object store{{"type", g.redis ? "redis" : "memory"},
-                     {"status", !ready ? "unavailable"
-                                : open ? "breaker_open"
-                                       : "ok"},
+  const store::StoreStatus status = g.store.Status();
+  const bool shared = status.type != "memory";  // a store with connections and failures
+  json::object store{{"type", status.type},
+                     {"status", !ready                ? "unavailable"
+                                : status.breaker_open ? "breaker_open"
+                                                      : "ok"},
                      {"degraded_total", g.engine->stats().degraded.load()},
                      {"unavailable_total", g.engine->stats().unavailable.load()}};
-  if (g.redis) {
-    store["timeouts_total"] = g.redis->stats().timeouts.load();
-    store["errors_total"] = g.redis->stats().errors.load();
-    store["last_error"] = g.redis->LastError();
+  if (shared) {
+    store["timeouts_total"] = status.timeouts;
+    store["errors_total"] = status.errors;
+    store["last_error"] = status.last_error;
   }
   json::object keys{{"type", g.key_source ? "postgres" : "file"}, {"status", "ok"}};
   if (g.key_source) {

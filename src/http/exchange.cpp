@@ -174,7 +174,7 @@ void Worker::Finish(Exchange& ex, Scratch& scratch, int status) {
   }
   if (ex.key && rlog.metered) {
     gw.meter->Record(ex.key->account, ex.key->id, OutcomeOf(status, rejected), rlog.cost, ex.now,
-                     &ex.key->meter_slot);
+                     usage::MeterTag{ex.key, ex.generation});
   }
   if (!gw.server.access_log) return;
   // Built in a buffer of the connection.
@@ -398,22 +398,28 @@ Step Worker::Identify(Exchange& ex, Scratch& scratch, const RequestHead& head) {
   // The status and usage endpoints are about the caller's key, whatever the route, and
   // consume nothing.
   const bool about_the_key = ex.status_endpoint || usage_endpoint;
-  if (about_the_key || (route.identity != config::RouteIdentity::kIp &&
-                        route.identity != config::RouteIdentity::kNone)) {
+  if (engine::ReadsKey(&route, about_the_key)) {
     ex.presented = pol.PresentedKey([&head](const std::string& name) { return head.Get(name); });
+    if (!ex.presented.empty()) ex.key = key_cache.Find(pol, ex.generation, ex.presented);
   }
-  const bool keyed = engine::LimitedByKey(route, !ex.presented.empty()) || about_the_key;
-  if (keyed && !ex.presented.empty()) ex.key = key_cache.Find(pol, ex.generation, ex.presented);
-  if (gw.Denied(pol, ex.key, ex.client)) {
+  const std::shared_ptr<const policy::DenyList> runtime_deny = gw.RuntimeDeny();
+  const engine::Admitted admission = engine::Admitter(pol).Admit(
+      {.route = &route,
+       .presented_key = !ex.presented.empty(),
+       .key = ex.key,
+       .client = ex.client,
+       .query = ex.query,
+       .fixed_cost = about_the_key ? std::optional<int64_t>(0) : std::nullopt,
+       .now = ex.now,
+       .about_the_key = about_the_key,
+       .runtime_deny = runtime_deny.get()},
+      ex.checks, ex.scopes);
+  if (admission.denied) {
     gw.blocked.fetch_add(1, std::memory_order_relaxed);
     ex.log.decision = contract::LogDecision::kBlocked;
     if (ex.key) ex.log.key_id = ex.key->id;
     return ReplyProblem(ex, scratch, bhttp::status::forbidden, "blocked", "this client is blocked");
   }
-  const bool costs_nothing = ex.status_endpoint || usage_endpoint;
-  const engine::Admission admission = engine::Admit(
-      pol, route, keyed, ex.key, ex.client, ex.query,
-      costs_nothing ? std::optional<int64_t>(0) : std::nullopt, ex.now, ex.checks, ex.scopes);
   ex.n_checks = admission.n;
   if (admission.kind == engine::Admission::Kind::kInvalidKey) {
     // Decided below (Conclude): repeated invalid keys from one address are limited per address.
@@ -439,7 +445,7 @@ Step Worker::Identify(Exchange& ex, Scratch& scratch, const RequestHead& head) {
                   .checks = {ex.checks.data(), ex.n_checks},
                   .mode = ex.status_endpoint ? store::Mode::kPeek : store::Mode::kConsume,
                   // The memory store decides now, on this thread: at the time already read.
-                  .now = gw.memory ? std::optional(ex.now) : std::nullopt},
+                  .now = gw.engine->DecidesAtOnce() ? std::optional(ex.now) : std::nullopt},
         // GET /v1/rate-limit reports the shared budget or nothing (503): not a local share.
         .fail_mode = ex.status_endpoint && route.fail_mode == config::FailMode::kLocal
                          ? engine::FailMode::kOpen

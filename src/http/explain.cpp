@@ -3,7 +3,7 @@
 #include <boost/json/object.hpp>
 #include <boost/json/serialize.hpp>
 
-#include <tollgate/engine/checks.hpp>
+#include <tollgate/engine/admitter.hpp>
 #include <tollgate/util/clock.hpp>
 #include <tollgate/util/query.hpp>
 #include <tollgate/util/target.hpp>
@@ -58,6 +58,17 @@ json::object KeyJson(const policy::Key& key, core::Instant now) {
           {"overrides", std::move(overrides)}};
 }
 
+std::string_view LimitedBy(const engine::Admitted& a) {
+  switch (a.kind) {
+    case engine::Admission::Kind::kNone:
+      return "nothing";
+    case engine::Admission::Kind::kInvalidKey:
+      return "invalid_key_limit";
+    default:
+      return a.keyed ? "key" : "address";
+  }
+}
+
 }  // namespace
 
 void Gateway::Impl::Explain(std::string query, AdminReply reply) {
@@ -88,20 +99,27 @@ void Gateway::Impl::Explain(std::string query, AdminReply reply) {
     client = pol.ClientAddress(*address, "");
     e->answer["identity"] = json::object{{"address", client}, {"plan", "anonymous"}};
   }
-  const policy::Route& route = pol.Match(method, target.path);
+  // The route and the deny verdict a request of that caller would meet (no header overrides:
+  // an explanation names its method).
+  const policy::Route& route =
+      engine::StrictestRoute(pol, method, target.path, target.query, engine::NoOverrideFields{});
   e->answer["route"] = json::object{{"name", route.name},
                                     {"identity", IdentityKind(route.identity)},
                                     {"fail_mode", config::FailModeName(route.fail_mode)}};
-  e->answer["denied_by_deny_list"] = Denied(pol, key, client);
-  const bool keyed = engine::LimitedByKey(route, key != nullptr);
-  const engine::Admission a = engine::Admit(pol, route, keyed, keyed ? key : nullptr, client,
-                                            target.query, std::nullopt, now, e->checks, e->scopes);
+  const std::shared_ptr<const policy::DenyList> runtime = RuntimeDeny();
+  const engine::Admitted a = engine::Admitter(pol).Admit({.route = &route,
+                                                          .presented_key = key != nullptr,
+                                                          .key = key,
+                                                          .client = client,
+                                                          .query = target.query,
+                                                          .now = now,
+                                                          .runtime_deny = runtime.get(),
+                                                          .checks_when_denied = true},
+                                                         e->checks, e->scopes);
+  e->answer["denied_by_deny_list"] = a.denied;
   if (a.kind == engine::Admission::Kind::kInvalidCost) return problem(400, "invalid_cost", a.error);
   e->answer["cost"] = a.cost;
-  e->answer["limited_by"] = a.kind == engine::Admission::Kind::kNone         ? "nothing"
-                            : a.kind == engine::Admission::Kind::kInvalidKey ? "invalid_key_limit"
-                            : keyed                                          ? "key"
-                                                                             : "address";
+  e->answer["limited_by"] = LimitedBy(a);
   if (a.n == 0) {
     e->answer["limits"] = json::array{};
     e->answer["would"] = "pass";

@@ -38,17 +38,11 @@
 #include <tollgate/contract/contract.hpp>
 #include <tollgate/core/calendar.hpp>
 #include <tollgate/engine/checks.hpp>
-#include <tollgate/engine/deny_cache.hpp>
 #include <tollgate/engine/engine.hpp>
 #include <tollgate/http/request_head.hpp>
 #include <tollgate/metrics/metrics.hpp>
 #include <tollgate/policy/policy.hpp>
-#include <tollgate/policy/postgres_keys.hpp>
-#include <tollgate/store/leasing_store.hpp>
-#include <tollgate/store/memory_store.hpp>
-#include <tollgate/store/redis_store.hpp>
 #include <tollgate/usage/meter.hpp>
-#include <tollgate/usage/redis_backend.hpp>
 #include <tollgate/util/clock.hpp>
 #include <tollgate/util/hash.hpp>
 #include <tollgate/util/query.hpp>
@@ -135,29 +129,21 @@ config::ServerConfig WithFileLimit(const config::Config& config) {
 
 // ---------------------------------------------------------------------------------------------
 
-Gateway::Impl::Impl(std::string path, config::Config config, std::string_view config_text)
+Gateway::Impl::Impl(std::string path, config::Config config, std::string_view config_text,
+                    GatewayServices services)
     : config_path(std::move(path)),
       server(WithFileLimit(config)),
       upstream_config(config.upstream),
       upstream(ParseUpstream(config.upstream.url)),
-      decision(config.decision) {
-  engine = std::make_unique<engine::Engine>(OpenStore(config.store));
-  if (redis) {
-    local = std::make_unique<store::MemoryStore>(
-        store::MemoryStoreOptions{.max_keys = config.store.max_keys});
-    engine->SetLocal(*local, [this] { return replicas_seen.load(std::memory_order_relaxed); });
-    if (config.store.replicas > 0) {
-      replicas_seen = config.store.replicas;
-    } else {
-      instance_id = std::to_string(util::internal::RandomSeed());  // counted by heartbeats
-    }
-  }
-  meter = std::make_unique<usage::UsageMeter>(*usage_backend, kUsageSlices);
-
+      decision(config.decision),
+      engine(&services.engine),
+      store(services.store),
+      replicas(services.replicas),
+      meter(&services.meter) {
   // The key source may report changes as soon as it starts: they wait for this lock until the
   // first policy is in place.
   std::unique_lock startup(reload_mu);
-  if (config.key_source.source == "postgres") config.keys = StartKeySource(config);
+  if (services.start_keys) config.keys = StartKeySource(services.start_keys);
   file_config = config;
   auto built = policy::Policy::Build(std::move(config));
   if (!built) throw std::runtime_error(built.error());
@@ -166,50 +152,12 @@ Gateway::Impl::Impl(std::string path, config::Config config, std::string_view co
   startup.unlock();
   live.SetConfig(config_text);
   RegisterMetrics();
+  CheckStore();  // the memory store is ready at once; Redis when its PING is answered
 }
 
-store::Store& Gateway::Impl::OpenStore(const config::StoreConfig& sc) {
-  store::Store* store = nullptr;
-  store_prefix = sc.prefix;
-  if (sc.type == "redis") {
-    auto r = store::RedisStore::Create({.url = sc.url,
-                                        .prefix = sc.prefix,
-                                        .timeout_ms = sc.timeout_ms,
-                                        .connect_timeout_ms = sc.connect_timeout_ms,
-                                        .tls_ca_file = sc.tls_ca_file,
-                                        .tls_cert_file = sc.tls_cert_file,
-                                        .tls_key_file = sc.tls_key_file});
-    if (!r) throw std::runtime_error(r.error());
-    redis = std::move(r).value();
-    // Token leases (limits with `lease:`) below the deny cache, which sees exact answers.
-    leasing = std::make_unique<store::LeasingStore>(
-        *redis,
-        [this](const store::Unspent& u) {
-          redis->GiveBack(store_prefix, u.scope, u.name, u.tokens, u.unit, u.rate);
-        },
-        store::LeasingStore::Options{});
-    store = leasing.get();
-    if (sc.deny_cache) {
-      deny_cache = std::make_unique<engine::DenyCache>(*store);
-      store = deny_cache.get();
-    }
-    usage_backend = std::make_unique<usage::RedisUsageBackend>(*redis, sc.prefix);
-  } else {
-    memory =
-        std::make_unique<store::MemoryStore>(store::MemoryStoreOptions{.max_keys = sc.max_keys});
-    store = memory.get();
-    store_ready.store(true);
-    usage_backend = std::make_unique<usage::MemoryUsageBackend>();
-  }
-  return *store;
-}
-
-std::vector<config::KeyConfig> Gateway::Impl::StartKeySource(const config::Config& config) {
-  auto source = policy::PostgresKeySource::Start(
-      {.url = config.key_source.url,
-       .plans = config.plans,
-       .snapshot_path = config.key_source.snapshot,
-       .resync_seconds = config.key_source.resync_seconds},
+std::vector<config::KeyConfig> Gateway::Impl::StartKeySource(
+    const decltype(GatewayServices::start_keys)& start_keys) {
+  auto source = start_keys(
       [this](std::vector<config::KeyConfig> keys) {
         // A key inserted, changed or revoked: a new policy with the same configuration.
         std::lock_guard lock(reload_mu);
@@ -236,23 +184,14 @@ void Gateway::Impl::RegisterMetrics() {
   metrics.Gauge("tollgate_keys_unknown_plan",
                 "Keys whose plan does not exist (they get the strictest plan).",
                 metrics::ReadOf(unknown_plan_keys));
-  // Each component declares its own.
-  if (memory) memory->ExportMetrics(metrics);
-  if (redis) redis->ExportMetrics(metrics);
-  if (deny_cache) deny_cache->ExportMetrics(metrics);
-  if (leasing) leasing->ExportMetrics(metrics);
-  if (local) {
-    metrics.Gauge("tollgate_replicas",
-                  "Replicas sharing the store, among which fail_mode: local divides each limit.",
-                  [this] { return static_cast<double>(replicas_seen.load()); });
-  }
+  // Each component declares its own (the store's: app/).
   if (key_source) key_source->ExportMetrics(metrics);
 }
 
 Gateway::Impl::~Impl() {
   key_source.reset();  // stops calling Install()
   // The workers' lanes hold sockets of the workers' loops, which go before the store.
-  if (redis) redis->CloseLanes();
+  store.CloseLanes();
 }
 
 void Gateway::Impl::LogStoreFailure(store::StoreErrc errc) {
@@ -262,12 +201,14 @@ void Gateway::Impl::LogStoreFailure(store::StoreErrc errc) {
   const char* what = errc == store::StoreErrc::kTimeout    ? "timeout"
                      : errc == store::StoreErrc::kProtocol ? "protocol"
                                                            : "unavailable";
+  const store::StoreStatus status = store.Status();
   log.Error(std::string("{\"level\":\"warn\",\"msg\":\"store failed; routes follow their "
                         "fail_mode\",\"error\":\"") +
             what + "\",\"degraded_total\":" + std::to_string(engine->stats().degraded.load()) +
             ",\"unavailable_total\":" + std::to_string(engine->stats().unavailable.load()) +
-            (redis ? ",\"last_connection_error\":\"" + JsonEscape(redis->LastError()) + "\""
-                   : std::string()) +
+            (status.type == "redis"
+                 ? ",\"last_connection_error\":\"" + JsonEscape(status.last_error) + "\""
+                 : std::string()) +
             "}");
 }
 
@@ -299,36 +240,16 @@ void Gateway::Impl::Tick() {
   ++ticks;
   if (ticks % 10 == 0) CheckStore();
   if (ticks % 10 == 5) SyncDeny();
-  if (ticks % 10 == 7) Heartbeat();
-  // Usage goes to Redis within a second (replicas and restarts see it). The memory backend is
-  // read only through the meter, which flushes first, so its counts move every 10 s: a row per
-  // active key per flush showed in profiles with many keys.
-  if (!memory) {
-    meter->Flush(ticks % kUsageSlices);
+  if (ticks % 10 == 7 && replicas) replicas->Beat();
+  // Usage goes to a shared store within a second (replicas and restarts see it). The memory
+  // backend is read only through the meter, which flushes first, so its counts move every
+  // 10 s: a row per active key per flush showed in profiles with many keys.
+  if (replicas) {
+    meter->Flush(ticks % meter->slices());
   } else if (ticks % 10 == 0) {
-    meter->Flush(ticks / 10 % kUsageSlices);
+    meter->Flush(ticks / 10 % meter->slices());
   }
-  if (ticks % 100 == 0) {
-    if (memory) memory->Sweep(util::SystemClock::Instance().Now());
-    if (local) local->Sweep(util::SystemClock::Instance().Now());
-  }
-  if (leasing) leasing->Sweep();
-}
-
-void Gateway::Impl::Heartbeat() {
-  if (!redis || instance_id.empty()) return;  // store.replicas is configured
-  // One script on Redis's clock: this replica's beat, those older than 5 s dropped, the count.
-  static constexpr char kScript[] =
-      "local t = redis.call('TIME') local ms = t[1] * 1000 + math.floor(t[2] / 1000) "
-      "redis.call('ZADD', KEYS[1], ms, ARGV[1]) "
-      "redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ms - 5000) "
-      "redis.call('PEXPIRE', KEYS[1], 60000) return redis.call('ZCARD', KEYS[1])";
-  redis->Command({"EVAL", kScript, "1", store_prefix + ":replicas", instance_id}, 3,
-                 [this](core::Result<store::RedisValue> r) {
-                   const auto* n = r ? std::get_if<long long>(&r->v) : nullptr;
-                   // Redis unreachable: the count last seen stays, for fail_mode: local.
-                   if (n && *n > 0) replicas_seen.store(static_cast<int>(*n));
-                 });
+  store.Tick(util::SystemClock::Instance().Now());
 }
 
 void Gateway::Impl::CloseListeners() {
@@ -345,11 +266,7 @@ void Gateway::Impl::CloseListeners() {
 }
 
 void Gateway::Impl::CheckStore() {
-  if (!redis) return;  // the memory store is always ready
-  redis->Command({"PING"}, 0, [this](core::Result<store::RedisValue> r) {
-    const auto* s = r ? std::get_if<std::string>(&r->v) : nullptr;
-    store_ready.store(s && *s == "PONG", std::memory_order_relaxed);
-  });
+  store.CheckReady([this](bool ready) { store_ready.store(ready, std::memory_order_relaxed); });
 }
 
 std::string_view Gateway::Impl::Readiness() const {
@@ -401,8 +318,10 @@ core::Result<bool> Gateway::Impl::Reload() {
   return true;
 }
 
-Gateway::Gateway(std::string config_path, config::Config config, std::string_view config_text)
-    : impl_(std::make_unique<Impl>(std::move(config_path), config, config_text)) {
+Gateway::Gateway(std::string config_path, config::Config config, std::string_view config_text,
+                 GatewayServices services)
+    : impl_(std::make_unique<Impl>(std::move(config_path), config, config_text,
+                                   std::move(services))) {
   Impl& g = *impl_;
   g.admin_endpoints["POST /admin/reset"] = [&g](std::string body, AdminReply reply) {
     g.Reset(std::move(body), std::move(reply));
@@ -455,10 +374,8 @@ Gateway::Gateway(std::string config_path, config::Config config, std::string_vie
   g.metrics.Gauge("tollgate_max_connections",
                   "Client connections allowed (server.max_connections, after the file limit).",
                   [&g] { return static_cast<double>(g.server.max_connections); });
-  // Each worker talks to Redis from its own loop: a decision never changes threads.
-  if (g.redis) {
-    for (auto& w : g.workers) w->redis_lane = g.redis->AddLane(w->ioc);
-  }
+  // Each worker talks to the store (Redis) from its own loop: a decision never changes threads.
+  for (auto& w : g.workers) w->store_lane = g.store.AddLane(w->ioc);
   try {
     for (auto& w : g.workers) w->acceptor.emplace(open(w->ioc, listen, true));
     g.workers[0]->admin.emplace(open(g.workers[0]->ioc, admin, false));
@@ -475,6 +392,7 @@ Gateway::~Gateway() = default;
 
 engine::Engine& Gateway::engine() { return *impl_->engine; }
 std::shared_ptr<const policy::Policy> Gateway::CurrentPolicy() { return impl_->CurrentPolicy(); }
+std::shared_ptr<const policy::DenyList> Gateway::RuntimeDeny() { return impl_->RuntimeDeny(); }
 metrics::Registry& Gateway::metrics() { return impl_->metrics; }
 
 void Gateway::OnDrain(std::function<void()> hook) { impl_->on_drain = std::move(hook); }
@@ -492,7 +410,7 @@ int Gateway::Run() {
     if (w->decision)
       net::co_spawn(w->ioc, w->Accept(*w->decision, Listener::kDecision), net::detached);
     w->thread = std::thread([&g, &w] {
-      if (g.redis) g.redis->EnterLane(w->redis_lane);
+      g.store.EnterLane(w->store_lane);
       auto guard = net::make_work_guard(w->ioc);
       w->ioc.run();
     });

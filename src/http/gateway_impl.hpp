@@ -26,17 +26,14 @@
 
 #include <tollgate/contract/contract.hpp>
 #include <tollgate/engine/checks.hpp>
-#include <tollgate/engine/deny_cache.hpp>
 #include <tollgate/engine/engine.hpp>
 #include <tollgate/http/admin_guard.hpp>
 #include <tollgate/http/gateway.hpp>
 #include <tollgate/http/request_head.hpp>
 #include <tollgate/metrics/metrics.hpp>
+#include <tollgate/policy/key_source.hpp>
 #include <tollgate/policy/policy.hpp>
-#include <tollgate/policy/postgres_keys.hpp>
-#include <tollgate/store/leasing_store.hpp>
-#include <tollgate/store/memory_store.hpp>
-#include <tollgate/store/redis_store.hpp>
+#include <tollgate/store/chores.hpp>
 #include <tollgate/usage/meter.hpp>
 #include <tollgate/usage/usage.hpp>
 #include <tollgate/util/hash.hpp>
@@ -115,7 +112,8 @@ enum class Step {
 };
 
 struct Gateway::Impl {
-  Impl(std::string path, config::Config config, std::string_view config_text);
+  Impl(std::string path, config::Config config, std::string_view config_text,
+       GatewayServices services);
 
   std::string config_path;
   const config::ServerConfig server;  // not reloadable: needs a restart
@@ -134,26 +132,13 @@ struct Gateway::Impl {
   std::atomic<uint64_t>& invalid_keys = metrics.Counter("tollgate_invalid_keys_total");
   Log log;
 
-  // The store: memory, or Redis behind the exact deny cache. Destroyed after the engine.
-  std::unique_ptr<store::MemoryStore> memory;
-  // redis, fail_mode: local: this replica's own store while Redis fails.
-  std::unique_ptr<store::MemoryStore> local;
-  std::unique_ptr<store::RedisStore> redis;
-  std::unique_ptr<store::LeasingStore> leasing;  // redis: token leases
-  std::unique_ptr<engine::DenyCache> deny_cache;
-  std::unique_ptr<engine::Engine> engine;
-  std::unique_ptr<usage::UsageBackend> usage_backend;
-  // Usage goes to the backend a tenth of the keys per tick (100 ms), each key once a second
-  // (docs/benchmarks.md: one batch of all keys a second held Redis decisions up behind it).
-  static constexpr size_t kUsageSlices = 10;
-  // The replicas sharing Redis, among which fail_mode: local divides each limit:
-  // store.replicas, else counted from heartbeats in <prefix>:replicas each second (Heartbeat).
-  std::atomic<int> replicas_seen{1};
-  std::string instance_id;
-  void Heartbeat();
-  std::unique_ptr<usage::UsageMeter> meter;
+  // Handed in (GatewayServices): they outlive the gateway.
+  engine::Engine* const engine;
+  store::Chores& store;
+  store::Replicas* const replicas;  // null: no other replica shares the store
+  usage::UsageMeter* const meter;
   // Keys from PostgreSQL (keys.source: postgres); the policy is rebuilt when they change.
-  std::unique_ptr<policy::PostgresKeySource> key_source;
+  std::unique_ptr<policy::KeySource> key_source;
   config::Config file_config;  // the configuration file as last loaded (keys from it or PG)
   std::atomic<int64_t> last_store_log_s{0};
   // tollgate_requests_total by class (2xx, 3xx, 4xx, 5xx), resolved once.
@@ -196,22 +181,18 @@ struct Gateway::Impl {
   std::shared_ptr<const policy::DenyList> runtime_deny = std::make_shared<policy::DenyList>();
   std::atomic<bool> has_runtime_deny{false};
   std::atomic<uint64_t>& blocked = metrics.Counter("tollgate_blocked_total");
-  bool Denied(const policy::Policy& pol, const policy::Key* key, std::string_view client);
+  // The admin API's list for engine::AdmitRequest::runtime_deny; null while it is empty.
+  std::shared_ptr<const policy::DenyList> RuntimeDeny();
   std::optional<core::Error> ChangeDeny(bool add, policy::DenyList::Kind kind, std::string_view v);
   void SetRuntimeDeny(std::shared_ptr<const policy::DenyList> list);
   void SyncDeny();
   void Reset(std::string body, AdminReply reply);     // POST /admin/reset (admin.cpp)
   void Explain(std::string query, AdminReply reply);  // GET /admin/explain (explain.cpp)
-  std::string DenyKey() const { return store_prefix + ":deny"; }
-  // Resets count here; a replica that sees it move clears its deny cache.
-  std::string ResetEpochKey() const { return store_prefix + ":reset-epoch"; }
-  std::string reset_epoch;  // as last read; under deny_mu
 
   // Keys of a plan that does not exist (issue 31): counted and logged at each install.
   std::atomic<size_t> unknown_plan_keys{0};
   void NoteUnknownPlans(const config::Config& config);
 
-  std::string store_prefix;
   std::function<void()> on_drain;   // Gateway::OnDrain
   std::function<void()> on_reload;  // Gateway::OnReload
   // "POST /json", "POST /admin/reset", "GET /admin/explain" (a GET's gets its query as body).
@@ -226,11 +207,10 @@ struct Gateway::Impl {
 
   std::vector<std::unique_ptr<Worker>> workers;
 
-  // The constructor's steps: the store (memory, or Redis behind the deny cache) and its usage
-  // backend; the PostgreSQL key source (REQUIRES: reload_mu held) and its first keys; the
-  // gauges of what they count.
-  store::Store& OpenStore(const config::StoreConfig& sc);
-  std::vector<config::KeyConfig> StartKeySource(const config::Config& config);
+  // The constructor's steps: the key source (REQUIRES: reload_mu held) and its first keys; the
+  // gauges of what the gateway counts.
+  std::vector<config::KeyConfig> StartKeySource(
+      const decltype(GatewayServices::start_keys)& start_keys);
   void RegisterMetrics();
 
   // Reload: a bad configuration is refused and the old one keeps serving.

@@ -240,8 +240,8 @@ net::awaitable<void> Worker::Session(tcp::socket socket, Listener listener, Conn
       } else if (step == Step::kDecide) {
         // Not `?:`: GCC 12 also runs a co_await in the arm not chosen (decided twice).
         const std::span<core::Decision> decisions{ex.decisions.data(), ex.n_checks};
-        if (gw.memory) {
-          ex.verdict = DecideNow(ex.request, decisions);
+        if (gw.engine->DecidesAtOnce()) {
+          ex.verdict = gw.engine->DecideNow(ex.request, decisions);
         } else {
           ex.verdict = co_await Decide(ex.request, decisions);
         }

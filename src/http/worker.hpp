@@ -41,7 +41,7 @@ class Worker {
   ClientShares client_shares;
 
  public:
-  size_t redis_lane = 0;  // with a Redis store: this thread's lane of it
+  size_t store_lane = 0;  // with a Redis store: this thread's lane of it
   TopOffenders top;       // GET /admin/top and the live page merge every worker's (MergeTop)
   // Only this thread touches its sockets: the reactor needs no lock around their operations.
   net::io_context ioc{BOOST_ASIO_CONCURRENCY_HINT_UNSAFE_IO};
@@ -189,12 +189,6 @@ class Worker {
                             beast::error_code ec);
   ResponseFraming RenderResponseHead(Exchange& ex, Scratch& scratch, const SimpleHead* simple,
                                      const ResponseParserPtr& rp);
-  // The memory store answers at once: no coroutine, no hop through the executor, no callback.
-  // REQUIRES: gw.memory.
-  engine::Verdict DecideNow(const engine::Engine::Request& request,
-                            std::span<core::Decision> decisions) {
-    return gw.engine->Conclude(request, decisions, gw.memory->ApplyNow(request.batch, decisions));
-  }
   // Any store (the Redis store answers on its own thread). `request` and `decisions` must
   // live until the result is awaited.
   net::awaitable<engine::Verdict> Decide(const engine::Engine::Request& request,

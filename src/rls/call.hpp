@@ -82,6 +82,7 @@ class Call {
   virtual void Answer() = 0;
 
   Group& AddGroup() { return groups_.emplace_back(); }
+  void DropLastGroup() { groups_.pop_back(); }  // the last AddGroup()'s, nothing decided yet
 
   const ServerContext& server_;
   const pb::RateLimitRequest& request_;

@@ -1,6 +1,7 @@
 // Domains of rls.domains: each descriptor names an API key or a client address, and is one
 // request of that identity against its plan (all-or-nothing per descriptor).
 #include <tollgate/contract/contract.hpp>
+#include <tollgate/engine/admitter.hpp>
 #include <tollgate/util/clock.hpp>
 
 #include "rls/call.hpp"
@@ -28,37 +29,50 @@ class Mapped final : public Call {
   std::string Prepare() override {
     const policy::Policy& pol = *policy_;
     const core::Instant now = util::SystemClock::Instance().Now();
+    const engine::Admitter admitter(pol);
+    const std::shared_ptr<const policy::DenyList> runtime_deny =
+        server_.options.runtime_deny ? server_.options.runtime_deny() : nullptr;
     for (const pb::RateLimitDescriptor& desc : request_.descriptors()) {
       pb::RateLimitResponse::DescriptorStatus* status = response_.add_statuses();
       status->set_code(pb::RateLimitResponse::OK);
+      // The identity it names: an API key (its plan), else a client address (anonymous
+      // limits); the address is the client's either way (the deny list, per-address limits).
       const policy::Key* key = nullptr;
-      const policy::Plan* plan = nullptr;
+      bool presented_key = false;
       std::string address;
-      bool unknown_key = false;
       for (const auto& e : desc.entries()) {
-        if (!domain_.key_entry.empty() && e.key() == domain_.key_entry) {
+        if (!domain_.key_entry.empty() && e.key() == domain_.key_entry && !presented_key) {
           key = pol.FindByKey(policy::BearerToken(e.value()).value_or(e.value()));
-          unknown_key = key == nullptr;
-          if (key) plan = key->plan;
-        } else if (!domain_.ip_entry.empty() && e.key() == domain_.ip_entry && !plan) {
+          presented_key = true;
+        } else if (!domain_.ip_entry.empty() && e.key() == domain_.ip_entry && address.empty()) {
           address = pol.ClientAddress(e.value(), "");
-          plan = &pol.anonymous();
         }
       }
-      if (unknown_key) {
-        server_.stats.unknown_key.fetch_add(1, std::memory_order_relaxed);
+      if (!presented_key && address.empty()) continue;  // no mapped entry
+      Decided& d = decided_.emplace_back();
+      Group& g = *(d.group = &AddGroup());
+      const engine::Admitted a = admitter.Admit({.presented_key = presented_key,
+                                                 .key = key,
+                                                 .client = address,
+                                                 .fixed_cost = CostOf(request_, desc),
+                                                 .now = now,
+                                                 .runtime_deny = runtime_deny.get()},
+                                                g.checks, d.scopes);
+      // Refused (the gateway's 403 or 401): OVER_LIMIT, nothing consumed.
+      const bool refused = a.denied || a.kind == engine::Admission::Kind::kInvalidKey;
+      if (refused) {
+        (a.denied ? server_.stats.denied : server_.stats.unknown_key)
+            .fetch_add(1, std::memory_order_relaxed);
         status->set_code(pb::RateLimitResponse::OVER_LIMIT);
+      }
+      if (refused || a.n == 0) {
+        DropLastGroup();
+        decided_.pop_back();
         continue;
       }
-      if (!plan || plan->limits.empty()) continue;
-      Decided& d = decided_.emplace_back();
-      d.group = &AddGroup();
       d.status = response_.statuses_size() - 1;
-      d.enforced = key ? key->enforced : plan->enforced;
-      engine::AssignScope(d.scopes.primary, *plan, key, address);
-      if (plan->mixed_scopes) d.scopes.Fill(key, address);
-      Group& g = *d.group;
-      g.n = engine::ChecksFor(*plan, key, CostOf(request_, desc), now, g.checks, &d.scopes);
+      d.enforced = a.enforced;
+      g.n = a.n;
       // Envoy holds nothing for us: a smoothing limit rejects instead of delaying.
       for (size_t i = 0; i < g.n; ++i) g.checks[i].may_delay = false;
       g.scope = d.scopes.primary;

@@ -418,6 +418,9 @@ void RlsServer::ExportMetrics(metrics::Registry& registry) const {
                        "Envoy RLS calls for a domain not configured.", ReadOf(st.unknown_domain));
   registry.CounterFrom("tollgate_rls_unknown_key_total",
                        "Envoy RLS descriptors with an unknown API key.", ReadOf(st.unknown_key));
+  registry.CounterFrom("tollgate_rls_denied_total",
+                       "Envoy RLS descriptors of rls.domains the deny list refuses (OVER_LIMIT).",
+                       ReadOf(st.denied));
   registry.CounterFrom("tollgate_rls_invalid_total",
                        "Envoy RLS calls answered INVALID_ARGUMENT (nothing consumed).",
                        ReadOf(st.invalid));

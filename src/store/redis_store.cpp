@@ -4,6 +4,7 @@
 #include <tollgate/store/redis_store.hpp>
 
 #include <tollgate/metrics/metrics.hpp>
+#include <tollgate/store/redis_keys.hpp>
 
 #include "store/redis/cluster.hpp"
 #include "store/redis/lane.hpp"
@@ -118,22 +119,11 @@ void RedisStore::EncodeCommand(std::string& out, std::initializer_list<std::stri
 
 void RedisStore::GiveBack(std::string_view prefix, std::string_view scope, std::string_view name,
                           int64_t tokens, int64_t unit, int64_t rate) {
-  // The deficit now (as redis_script.lua's deficit_at), less the tokens; a full bucket is no key.
-  static constexpr char kScript[] =
-      "local s = redis.call('GET', KEYS[1]) if not s then return 0 end "
-      "local x, t = string.match(s, '^(-?%d+) (-?%d+)$') "
-      "local tm = redis.call('TIME') local now = tm[1] * 1000000 + tm[2] "
-      "local d = x + 0 local elapsed = now - t "
-      "if d > 0 and elapsed > 0 then "
-      "  if elapsed * ARGV[2] >= d then d = 0 else d = d - elapsed * ARGV[2] end end "
-      "d = d - ARGV[1] "
-      "if d <= 0 then redis.call('DEL', KEYS[1]) return 0 end "
-      "redis.call('SET', KEYS[1], string.format('%d %d', d, now), 'KEEPTTL') return d";
-  std::string key = std::string(prefix) + ":{" + std::string(scope) + "}:" + std::string(name) +
-                    ":" + redis::AlgorithmSuffix(core::Algorithm::kTokenBucket);
-  Command(
-      {"EVAL", kScript, "1", std::move(key), std::to_string(tokens * unit), std::to_string(rate)},
-      3, [](core::Result<RedisValue>) {});
+  Command({"EVAL", std::string(internal::kGiveBackScript), "1",
+           redis_keys::Limit(prefix, scope, name,
+                             redis::AlgorithmSuffix(core::Algorithm::kTokenBucket)),
+           std::to_string(tokens * unit), std::to_string(rate)},
+          3, [](core::Result<RedisValue>) {});
 }
 
 std::string_view RedisStore::Script() { return internal::kRedisScript; }
@@ -141,9 +131,8 @@ std::string_view RedisStore::Script() { return internal::kRedisScript; }
 std::vector<std::string> RedisStore::KeysOf(std::string_view prefix, const Batch& batch) {
   std::vector<std::string> keys;
   for (const Check& c : batch.checks) {
-    const std::string_view scope = c.scope.empty() ? batch.scope : c.scope;
-    keys.push_back(std::string(prefix) + ":{" + std::string(scope) + "}:" + std::string(c.name) +
-                   ":" + redis::AlgorithmSuffix(c.limit->algorithm()));
+    keys.push_back(redis_keys::Limit(prefix, c.scope.empty() ? batch.scope : c.scope, c.name,
+                                     redis::AlgorithmSuffix(c.limit->algorithm())));
   }
   return keys;
 }

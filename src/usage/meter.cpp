@@ -6,7 +6,6 @@
 #include <map>
 
 #include <tollgate/core/calendar.hpp>
-#include <tollgate/policy/policy.hpp>
 
 namespace tollgate::usage {
 namespace {
@@ -59,7 +58,7 @@ core::Result<std::vector<std::string>> DaysOfPeriod(std::string_view period) {
 }
 
 void UsageMeter::Record(std::string_view account, std::string_view key_id, usage::Outcome outcome,
-                        int64_t cost, core::Instant now, policy::MeterSlot* slot) {
+                        int64_t cost, core::Instant now, MeterTag tag) {
   // The day's label changes once a day: formatting it for every request showed in profiles.
   thread_local int64_t cached_day = INT64_MIN;
   thread_local std::string cached_label;
@@ -71,15 +70,19 @@ void UsageMeter::Record(std::string_view account, std::string_view key_id, usage
   const auto o = static_cast<size_t>(outcome);
   std::lock_guard lock(mu_);
   // With many keys, hashing three strings and walking a node-based table was three or four
-  // cache misses per request; the key's own slot is one.
-  Row* row = slot ? static_cast<Row*>(slot->row) : nullptr;
-  if (row == nullptr || row->serial != slot->serial || row->owner != slot || row->day != day) {
+  // cache misses per request; the tag's entry is one, its row another. Rows are never freed
+  // (a dropped one is reused), so a cached pointer always points at a Row; its serial says
+  // whether it is still the row it was.
+  Cached* cached = nullptr;
+  Row* row = nullptr;
+  if (tag.key) {
+    const auto bits = reinterpret_cast<uintptr_t>(tag.key) >> 4;
+    cached = &cache_[(bits * 0x9E3779B97F4A7C15ull) >> (64 - kCacheBits)];
+    if (cached->tag == tag && cached->row->serial == cached->serial) row = cached->row;
+  }
+  if (row == nullptr || row->day != day) {
     row = &Find(KeyView{cached_label, account, key_id}, day);
-    if (slot) {
-      row->owner = slot;
-      slot->row = row;
-      slot->serial = row->serial;
-    }
+    if (cached) *cached = {tag, row, row->serial};
   }
   row->counts.requests[o] += 1;
   row->counts.cost[o] += cost;
@@ -95,7 +98,6 @@ UsageMeter::Row& UsageMeter::Find(const KeyView& view, int64_t day) {
     free_.pop_back();
   }
   row->day = day;
-  row->owner = nullptr;
   row->key =
       usage::UsageKey{std::string(view.day), std::string(view.account), std::string(view.key_id)};
   index_.emplace(KeyView{row->key.day, row->key.account, row->key.key_id}, row);

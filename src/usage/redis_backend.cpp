@@ -3,14 +3,12 @@
 #include <atomic>
 #include <memory>
 
+#include <tollgate/store/redis_keys.hpp>
+
 namespace tollgate::usage {
 
 using store::RedisValue;
 namespace {
-
-std::string HashKey(const std::string& prefix, const std::string& account, const std::string& day) {
-  return prefix + ":{usage:" + account + "}:" + day;
-}
 
 // Collects the replies of several commands and calls `done` once, after the last one.
 struct Gather {
@@ -103,7 +101,7 @@ void RedisUsageBackend::Add(const UsageDeltas& fresh) {
   commands.reserve(f->rows.size());
   for (size_t row = 0; row < f->rows.size(); ++row) {
     const auto& [k, v] = f->rows[row];
-    const std::string key = HashKey(prefix_, k.account, k.day);
+    const std::string key = store::redis_keys::Usage(prefix_, k.account, k.day);
     const int slot = store::RedisStore::KeySlot(key);
     // Every HINCRBY of the row, in one go. A request usually costs 1, so the cost is kept as
     // what it adds to the request count: one HINCRBY per outcome, not two.
@@ -129,7 +127,7 @@ void RedisUsageBackend::Add(const UsageDeltas& fresh) {
     // Sent with every flush until confirmed.
     f->left += 3;
     auto confirm = [f, row](store::RedisStore::FireResult r) { f->OnIndex(row, r); };
-    const std::string index = prefix_ + ":usage:" + k.day;
+    const std::string index = store::redis_keys::UsageIndex(prefix_, k.day);
     store::RedisStore::Fire& expire =
         commands.emplace_back(store::RedisStore::Fire{{}, slot, confirm});
     store::RedisStore::EncodeCommand(expire.command, {"EXPIRE", key, ttl});
@@ -151,38 +149,39 @@ void RedisUsageBackend::Read(std::vector<std::string> days, std::string account,
   g->left = 1;  // released at the end of this function
   auto read_hash = [this, g](const std::string& day, const std::string& acct) {
     g->left.fetch_add(1);
-    redis_.Command(
-        {"HGETALL", HashKey(prefix_, acct, day)}, 1, [g, day, acct](core::Result<RedisValue> r) {
-          {
-            std::lock_guard lock(g->mu);
-            const auto* items = r ? std::get_if<std::vector<RedisValue>>(&r->v) : nullptr;
-            if (!items) {
-              g->error = r ? "unexpected reply" : r.error();
-            } else {
-              for (size_t i = 0; i + 1 < items->size(); i += 2) {
-                const auto* field = std::get_if<std::string>(&(*items)[i].v);
-                const auto* value = std::get_if<std::string>(&(*items)[i + 1].v);
-                if (!field || !value) continue;
-                // "<key_id>|<outcome>|<requests|extra_cost>"; key ids may not contain '|'. The
-                // cost is the requests plus the extra cost.
-                const size_t b = field->rfind('|');
-                const size_t a = b == std::string::npos ? b : field->rfind('|', b - 1);
-                if (a == std::string::npos) continue;
-                const std::string outcome = field->substr(a + 1, b - a - 1);
-                const std::string what = field->substr(b + 1);
-                if (what != "requests" && what != "extra_cost") continue;
-                for (size_t o = 0; o < kOutcomes; ++o) {
-                  if (outcome != kOutcomeNames[o]) continue;
-                  UsageCounts& c = g->rows[UsageKey{day, acct, field->substr(0, a)}];
-                  const int64_t n = std::stoll(*value);
-                  c.cost[o] += n;
-                  if (what == "requests") c.requests[o] += n;
-                }
-              }
-            }
-          }
-          g->Finish();
-        });
+    redis_.Command({"HGETALL", store::redis_keys::Usage(prefix_, acct, day)}, 1,
+                   [g, day, acct](core::Result<RedisValue> r) {
+                     {
+                       std::lock_guard lock(g->mu);
+                       const auto* items =
+                           r ? std::get_if<std::vector<RedisValue>>(&r->v) : nullptr;
+                       if (!items) {
+                         g->error = r ? "unexpected reply" : r.error();
+                       } else {
+                         for (size_t i = 0; i + 1 < items->size(); i += 2) {
+                           const auto* field = std::get_if<std::string>(&(*items)[i].v);
+                           const auto* value = std::get_if<std::string>(&(*items)[i + 1].v);
+                           if (!field || !value) continue;
+                           // "<key_id>|<outcome>|<requests|extra_cost>"; key ids may not contain
+                           // '|'. The cost is the requests plus the extra cost.
+                           const size_t b = field->rfind('|');
+                           const size_t a = b == std::string::npos ? b : field->rfind('|', b - 1);
+                           if (a == std::string::npos) continue;
+                           const std::string outcome = field->substr(a + 1, b - a - 1);
+                           const std::string what = field->substr(b + 1);
+                           if (what != "requests" && what != "extra_cost") continue;
+                           for (size_t o = 0; o < kOutcomes; ++o) {
+                             if (outcome != kOutcomeNames[o]) continue;
+                             UsageCounts& c = g->rows[UsageKey{day, acct, field->substr(0, a)}];
+                             const int64_t n = std::stoll(*value);
+                             c.cost[o] += n;
+                             if (what == "requests") c.requests[o] += n;
+                           }
+                         }
+                       }
+                     }
+                     g->Finish();
+                   });
   };
   for (const std::string& day : days) {
     if (!account.empty()) {
@@ -190,7 +189,7 @@ void RedisUsageBackend::Read(std::vector<std::string> days, std::string account,
       continue;
     }
     g->left.fetch_add(1);
-    redis_.Command({"SMEMBERS", prefix_ + ":usage:" + day}, 1,
+    redis_.Command({"SMEMBERS", store::redis_keys::UsageIndex(prefix_, day)}, 1,
                    [g, day, read_hash](core::Result<RedisValue> r) {
                      const auto* items = r ? std::get_if<std::vector<RedisValue>>(&r->v) : nullptr;
                      if (!items) {

@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -40,14 +41,33 @@ inline int TryBind(int port) {
 // A port the kernel just handed out on 127.0.0.1 (free at the time of the call).
 inline int FreePort() { return TryBind(0); }
 
-// A free port P below 55535 whose cluster bus port P + 10000 is free too.
-inline int FreeClusterPort() {
-  for (int i = 0; i < 1000; ++i) {
-    const int p =
-        20000 + static_cast<int>((static_cast<unsigned>(::getpid()) * 7919u + i * 104729u) % 30000);
-    if (TryBind(p) && TryBind(p + 10000)) return p;
+// Cluster ports P whose bus ports P + 10000 are free too, none handed out twice by one picker.
+// Both lie below the kernel's ephemeral range (32768 and up), so no client connection's source
+// port (every redis-cli call takes one) can take them between the check and redis-server's bind.
+class ClusterPorts {
+ public:
+  int Next() {
+    for (int tries = 0; tries < 1000; ++tries, ++i_) {
+      const int p =
+          12000 +
+          static_cast<int>((static_cast<unsigned>(::getpid()) * 7919u + i_ * 104729u) % 10768u);
+      if (taken_.count(p) || taken_.count(p + 10000) || !TryBind(p) || !TryBind(p + 10000)) {
+        continue;
+      }
+      taken_.insert({p, p + 10000});
+      return p;
+    }
+    return 0;
   }
-  return 0;
+
+ private:
+  std::set<int> taken_;
+  unsigned i_ = 0;
+};
+
+inline int FreeClusterPort() {
+  static ClusterPorts ports;
+  return ports.Next();
 }
 
 // redis-cli against 127.0.0.1:`port`; its trimmed output.
@@ -67,12 +87,27 @@ inline std::string CliAt(int port, const std::string& command) {
 // Not thread-safe. The destructor kills the server by PID and removes its folder.
 class RedisServer {
  public:
-  // `port` 0: a free one (whose cluster bus port is free too with --cluster-enabled).
+  // `port` 0: a free one (whose cluster bus port is free too with --cluster-enabled); when the
+  // server cannot bind it (another process took it after the check), another one, five times.
   explicit RedisServer(std::vector<std::string> extra_args = {}, int port = 0)
       : extra_(std::move(extra_args)), port_(port) {
     char tmpl[] = "/tmp/tollgate-redis-XXXXXX";
     dir_ = ::mkdtemp(tmpl);
-    Start();
+    if (port != 0) {
+      Start();
+      return;
+    }
+    bool cluster = false;
+    for (const auto& a : extra_) cluster = cluster || a == "--cluster-enabled";
+    for (int attempt = 1;; ++attempt) {
+      port_ = cluster ? FreeClusterPort() : FreePort();
+      try {
+        Start();
+        return;
+      } catch (const std::runtime_error&) {
+        if (attempt == 5) throw;
+      }
+    }
   }
   ~RedisServer() {
     Stop();
@@ -86,12 +121,8 @@ class RedisServer {
   pid_t pid() const { return pid_; }
   std::string url() const { return "redis://127.0.0.1:" + std::to_string(port_); }
 
+  // Starts the server on port(); throws when it does not answer PING within five seconds or exits.
   void Start() {
-    if (port_ == 0) {
-      bool cluster = false;
-      for (const auto& a : extra_) cluster = cluster || a == "--cluster-enabled";
-      port_ = cluster ? FreeClusterPort() : FreePort();
-    }
     pid_ = ::fork();
     if (pid_ == 0) {
       std::vector<std::string> args = {
@@ -105,10 +136,13 @@ class RedisServer {
       ::execvp("redis-server", argv.data());
       std::_Exit(127);
     }
-    if (WaitUntil([&] { return Cli("PING") == "PONG"; }, std::chrono::seconds(5),
-                  std::chrono::milliseconds(25))) {
+    // Alive first: a PONG from another server on the port is not this one's.
+    if (WaitUntil([&] { return Alive() && Cli("PING") == "PONG"; }, std::chrono::seconds(5),
+                  std::chrono::milliseconds(25)) &&
+        Alive()) {
       return;
     }
+    Stop();
     throw std::runtime_error("redis-server did not start on port " + std::to_string(port_));
   }
   void Stop() {
@@ -117,6 +151,13 @@ class RedisServer {
     ::kill(pid_, SIGKILL);
     ::waitpid(pid_, nullptr, 0);
     pid_ = -1;
+  }
+  // Whether the server process has not exited (reaps it when it has).
+  bool Alive() {
+    if (pid_ <= 0) return false;
+    if (::waitpid(pid_, nullptr, WNOHANG) == 0) return true;
+    pid_ = -1;
+    return false;
   }
   void Pause() { ::kill(pid_, SIGSTOP); }
   void Resume() { ::kill(pid_, SIGCONT); }

@@ -58,6 +58,9 @@ struct AdmitRequest {
   bool about_the_key = false;  // the endpoint is about the caller's key (GET /v1/rate-limit):
                                // limited by key whatever the route
   const policy::DenyList* runtime_deny = nullptr;  // the adapter's runtime list (admin API)
+  // false: a denied request gets no checks (the adapter answers 403, or OVER_LIMIT); true: the
+  // verdict is only reported and the checks are written as for any request (explain, reset).
+  bool checks_when_denied = false;
 };
 
 // What Admit decided: Admission (identity, plan, cost, checks written into the caller's array,
@@ -66,6 +69,7 @@ struct Admitted : Admission {
   const policy::Route* route = nullptr;
   bool keyed = false;   // limited by key (LimitedByKey, or about the key)
   bool denied = false;  // the configured or the runtime deny list refuses it: no checks written
+                        // unless AdmitRequest::checks_when_denied
 };
 
 // Whether the request needs its key read: a transport reads (and resolves) the presented key

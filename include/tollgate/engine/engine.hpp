@@ -73,6 +73,8 @@ struct EngineStats {
 class Engine {
  public:
   explicit Engine(store::Store& store) : store_(store) {}
+  // On the memory store, which answers at once: DecideNow() serves without a callback.
+  explicit Engine(store::MemoryStore& memory) : store_(memory), at_once_(&memory) {}
 
   struct Request {
     store::Batch batch;
@@ -97,6 +99,14 @@ class Engine {
     replicas_ = std::move(replicas);
   }
 
+  // Whether the store answers at once on the caller's thread (the memory store): then
+  // DecideNow() serves, with no coroutine, no hop through an executor and no callback.
+  bool DecidesAtOnce() const { return at_once_ != nullptr; }
+  // REQUIRES: DecidesAtOnce().
+  Verdict DecideNow(const Request& request, std::span<core::Decision> decisions) {
+    return Conclude(request, decisions, at_once_->ApplyNow(request.batch, decisions));
+  }
+
   const EngineStats& stats() const { return stats_; }
   store::Store& store() { return store_; }
 
@@ -106,6 +116,7 @@ class Engine {
                      store::StoreErrc error, const std::function<void(Verdict)>& done);
 
   store::Store& store_;
+  store::MemoryStore* const at_once_ = nullptr;  // store_, when it answers at once
   store::MemoryStore* local_ = nullptr;
   std::function<int()> replicas_;
   EngineStats stats_;

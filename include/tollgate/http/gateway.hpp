@@ -8,11 +8,32 @@
 #include <string_view>
 
 #include <tollgate/config/config.hpp>
+#include <tollgate/core/result.hpp>
 #include <tollgate/engine/engine.hpp>
 #include <tollgate/metrics/metrics.hpp>
+#include <tollgate/policy/key_source.hpp>
 #include <tollgate/policy/policy.hpp>
+#include <tollgate/store/chores.hpp>
+
+namespace tollgate::usage {
+class UsageMeter;
+}
 
 namespace tollgate::http {
+
+// What the gateway is handed (issue 32, part 2): it builds no store and no key source. The
+// composition root (app/) builds them from the configuration; they outlive the gateway.
+struct GatewayServices {
+  engine::Engine& engine;
+  store::Chores& store;       // readiness, reset, sweeps, lanes, status
+  store::Replicas* replicas;  // null: no other replica shares the store (memory)
+  usage::UsageMeter& meter;
+  // keys.source: postgres: starts the key source with the gateway's change callback and log.
+  // Empty: keys come from the configuration file.
+  std::function<core::Result<std::unique_ptr<policy::KeySource>>(policy::KeySource::ChangeCallback,
+                                                                 policy::KeySource::LogCallback)>
+      start_keys;
+};
 
 // Not thread-safe to construct; Run() owns the calling thread until shutdown.
 class Gateway {
@@ -20,7 +41,8 @@ class Gateway {
   // `config_path` is re-read on SIGHUP and POST /admin/reload; `config_text` is the file's text
   // `config` was loaded from (its version: GET /admin/ui/data, the log). Throws
   // std::runtime_error when a listener cannot be bound (start-up only).
-  Gateway(std::string config_path, config::Config config, std::string_view config_text);
+  Gateway(std::string config_path, config::Config config, std::string_view config_text,
+          GatewayServices services);
   ~Gateway();
 
   // Serves until SIGTERM or SIGINT, then drains in-flight requests (server.drain_timeout_ms)
@@ -31,6 +53,8 @@ class Gateway {
   // the policy in force (it changes on reload) and the metrics registry. Thread-safe.
   engine::Engine& engine();
   std::shared_ptr<const policy::Policy> CurrentPolicy();
+  // The admin API's deny list (POST /admin/deny), null while it is empty.
+  std::shared_ptr<const policy::DenyList> RuntimeDeny();
   metrics::Registry& metrics();
   // Called once, on the main thread, when SIGTERM or SIGINT starts the drain (the RLS server
   // reports NOT_SERVING from then on). Set before Run().

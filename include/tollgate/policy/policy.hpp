@@ -51,22 +51,6 @@ struct Override {
   std::optional<core::Instant> expires;  // unset: never
 };
 
-// Where the usage meter last counted a key: usage::UsageMeter's, read and written under its lock
-// and checked before use (the row may have been dropped and reused since). A copy starts empty:
-// a copied Key may be given another account or id, and must not count into the original's row.
-struct MeterSlot {
-  MeterSlot() = default;
-  MeterSlot(const MeterSlot& /*unused*/) {}
-  MeterSlot& operator=(const MeterSlot& /*unused*/) {
-    row = nullptr;
-    serial = 0;
-    return *this;
-  }
-
-  void* row = nullptr;
-  uint64_t serial = 0;
-};
-
 struct Key {
   // What every request of the key reads first, in its first two cache lines (a key of many is
   // not in the cache): plan, mode and overrides for the checks, id and account for the meter.
@@ -77,7 +61,6 @@ struct Key {
   std::string id;
   std::string account;
   std::string plan_name;  // as configured
-  mutable MeterSlot meter_slot;
 
   // The limit that applies to plan limit `i` at `now` (an override until it expires).
   const core::Limit& LimitAt(size_t i, core::Instant now) const;

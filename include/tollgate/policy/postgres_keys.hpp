@@ -14,6 +14,7 @@
 #include <thread>
 #include <tollgate/config/config.hpp>
 #include <tollgate/core/result.hpp>
+#include <tollgate/policy/key_source.hpp>
 #include <vector>
 
 namespace tollgate::metrics {
@@ -51,21 +52,6 @@ struct PostgresKeySourceOptions {
   int query_timeout_ms = 10000;
 };
 
-// What a PostgresKeySource did. Thread-safe: read from any thread.
-struct KeySnapshotStats {
-  std::atomic<uint64_t> loads{0};          // full loads from PostgreSQL (start, timer, reconnect)
-  std::atomic<uint64_t> notifications{0};  // NOTIFY messages received
-  // Failed connection attempts, lost connections, failed or timed-out queries, snapshot file
-  // writes that failed.
-  std::atomic<uint64_t> errors{0};
-  // Malformed rows, each logged with its key id: counted once per version of the row (a full
-  // resync does not count an unchanged row again; a restart does).
-  std::atomic<uint64_t> skipped_rows{0};
-  std::atomic<uint64_t> reconnects{0};           // connections made again after a loss
-  std::atomic<bool> using_snapshot_file{false};  // keys from the file; PostgreSQL not reached yet
-  std::atomic<bool> connected{false};
-};
-
 // The keys of `api_keys` whose status is active, as config::KeyConfig (sha256_hex, id, account,
 // plan, rate_limit_per_minute, rate_limit_burst, overrides); a revoked or deleted key is left
 // out, so it gets 401. A malformed row never stops the source: it is logged with its key id and
@@ -76,13 +62,9 @@ struct KeySnapshotStats {
 //
 // Thread-safe. Owns one thread, which talks to PostgreSQL and calls the callbacks; the
 // destructor stops it (within a few ms: every wait also watches a stop signal).
-class PostgresKeySource {
+class PostgresKeySource final : public KeySource {
  public:
-  // Called on the source's thread with the full key list after it changed: after a NOTIFY, a
-  // resync, a reconnect or SetPlans. Not called for the list Start loads (read it with Keys()).
-  using ChangeCallback = std::function<void(std::vector<config::KeyConfig> keys)>;
-  // One JSON object per line, without the newline ({"level":"error","msg":...}); null: stderr.
-  using LogCallback = std::function<void(const std::string& json_line)>;
+  // on_change: after a NOTIFY, a resync, a reconnect or SetPlans.
 
   // Loads the keys from PostgreSQL, or from the snapshot file when PostgreSQL cannot be
   // reached (then keeps trying in the background). Errors: invalid options or URL; PostgreSQL
@@ -94,13 +76,10 @@ class PostgresKeySource {
   PostgresKeySource(const PostgresKeySource&) = delete;
   PostgresKeySource& operator=(const PostgresKeySource&) = delete;
 
-  // The current snapshot, ordered by key id.
-  std::vector<config::KeyConfig> Keys() const;
-  // New plans after a configuration reload: the held rows are checked again and on_change
-  // follows. REQUIRES: at least one plan.
-  void SetPlans(std::vector<config::PlanConfig> plans);
-  const KeySnapshotStats& stats() const { return stats_; }
-  void ExportMetrics(metrics::Registry& registry) const;
+  std::vector<config::KeyConfig> Keys() const override;
+  void SetPlans(std::vector<config::PlanConfig> plans) override;
+  const KeySnapshotStats& stats() const override { return stats_; }
+  void ExportMetrics(metrics::Registry& registry) const override;
 
  private:
   struct Rows;  // the rows held, by key id; the source's thread only (and Start)

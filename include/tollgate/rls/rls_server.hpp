@@ -43,6 +43,9 @@ struct RlsOptions {
   metrics::Registry* registry = nullptr;
   // response_headers: which sets of fields (the gateway's `headers:`).
   config::HeadersConfig headers;
+  // The runtime deny list (the gateway's admin API) that `domains` honour beside the
+  // configuration's; returns null while it is empty. Unset: the configuration's only.
+  std::function<std::shared_ptr<const policy::DenyList>()> runtime_deny;
 };
 
 // Counters for /metrics. Thread-safe.
@@ -51,6 +54,7 @@ struct RlsStats {
   std::atomic<uint64_t> over_limit{0};
   std::atomic<uint64_t> unknown_domain{0};
   std::atomic<uint64_t> unknown_key{0};
+  std::atomic<uint64_t> denied{0};         // descriptors of `domains` the deny list refuses
   std::atomic<uint64_t> invalid{0};        // calls answered INVALID_ARGUMENT
   std::atomic<uint64_t> shadow_ok{0};      // calls OVER_LIMIT turned OK by rls.shadow_mode
   std::atomic<uint64_t> degraded{0};       // decisions the store failed: answered OK
@@ -64,7 +68,8 @@ struct RlsStats {
 // Domains of `domains` (tollgate identities): each descriptor is one request of the API key
 // or address it names (all-or-nothing per descriptor); hits_addend is the cost (0 means 1).
 // A descriptor with no mapped entry answers OK; an unknown API key answers OVER_LIMIT (the
-// gateway's 401).
+// gateway's 401), as does a key or address the deny list refuses (the gateway's 403; it
+// consumes nothing).
 //
 // Domains of `envoy_config`: upstream's matching (docs/envoy-ratelimit.md). The descriptors of
 // one call are decided together: a call rejected by one descriptor consumes none of the others

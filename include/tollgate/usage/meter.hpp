@@ -13,10 +13,6 @@
 #include <tollgate/core/time.hpp>
 #include <tollgate/usage/usage.hpp>
 
-namespace tollgate::policy {
-struct MeterSlot;
-}
-
 namespace tollgate::usage {
 
 // The UTC days of a period label: "2026-11-29" (a day) or "2026-11" (a month). Errors name
@@ -31,6 +27,15 @@ struct UsageRecord {
   usage::UsageCounts counts;
 };
 
+// What names one key to UsageMeter::Record while it lives: its address (compared, never
+// dereferenced) and an epoch within which no other key has that address (the gateway: its
+// policy's generation, which holds every key of it alive and unique).
+struct MeterTag {
+  const void* key = nullptr;  // null: no tag (the row is found by hashing the strings)
+  uint64_t epoch = 0;
+  bool operator==(const MeterTag&) const = default;
+};
+
 // Thread-safe. Record() only adds to an in-process buffer (no I/O on the request path); Flush()
 // hands the buffer to the backend: the gateway flushes a slice every 100 ms, and everything
 // before a query and at shutdown.
@@ -39,11 +44,12 @@ class UsageMeter {
   // The rows are dealt to `slices` slices, round robin as they are created.
   explicit UsageMeter(usage::UsageBackend& backend, size_t slices = 1)
       : backend_(backend), slices_(slices == 0 ? 1 : slices) {}
+  size_t slices() const { return slices_; }
 
-  // `slot`, if given, is the caller's key's (policy::Key::meter_slot): its row is found there
-  // rather than by hashing the strings, while the row lasts.
+  // `tag`, if given, names the caller's key: its row is found in the meter's own cache by the
+  // tag rather than by hashing the strings, while the row lasts and its day holds.
   void Record(std::string_view account, std::string_view key_id, usage::Outcome outcome,
-              int64_t cost, core::Instant now, policy::MeterSlot* slot = nullptr);
+              int64_t cost, core::Instant now, MeterTag tag = {});
   // Every row.
   void Flush();
   // The rows of one slice (slice < slices): called with slice 0, 1, ... in turn, each row goes
@@ -68,12 +74,18 @@ class UsageMeter {
 
   // A key's counts of one day since the last flush. What a request touches comes first.
   struct Row {
-    uint64_t serial = 0;  // bumped when the row is dropped: slots naming it no longer match
+    uint64_t serial = 0;  // bumped when the row is dropped: cache entries naming it go stale
     int64_t day = 0;      // days since the epoch
-    const policy::MeterSlot* owner = nullptr;  // the slot that names this row, if any
     usage::UsageCounts counts;
     usage::UsageKey key;
   };
+  // The row a tag last counted into, as it was then (direct-mapped by the tag's bits).
+  struct Cached {
+    MeterTag tag;
+    Row* row = nullptr;
+    uint64_t serial = 0;
+  };
+  static constexpr int kCacheBits = 14;  // 16,384 entries, 512 KiB
 
   // Hands the counts of slices [first, last) to the backend.
   void Send(size_t first, size_t last);
@@ -93,6 +105,7 @@ class UsageMeter {
   // points at a Row, whose serial then says whether it is still the slot's.
   std::vector<std::unique_ptr<Row>> rows_;
   std::vector<Row*> free_;
+  std::vector<Cached> cache_ = std::vector<Cached>(size_t{1} << kCacheBits);
   // Each slice's rows, so that a flush visits only its own.
   std::vector<std::vector<Row*>> slice_rows_{slices_};
   size_t rows_created_ = 0;

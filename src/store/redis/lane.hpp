@@ -31,6 +31,8 @@ namespace tollgate::store {
 namespace internal {
 // The Lua script (src/store/redis_script.lua), embedded at build time (redis_script.cpp.in).
 extern const std::string_view kRedisScript;
+extern const std::string_view kHeartbeatScript;  // redis_heartbeat.lua
+extern const std::string_view kGiveBackScript;   // redis_give_back.lua
 }  // namespace internal
 
 namespace redis {

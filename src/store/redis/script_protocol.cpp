@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <charconv>
 #include <string>
+#include <tollgate/store/redis_keys.hpp>
 #include <tollgate/util/hash.hpp>
 #include <tollgate/util/text.hpp>
 #include <type_traits>
@@ -19,13 +20,13 @@ std::pair<size_t, size_t> AppendKeys(util::StringAppender& text, std::string_vie
                                      const Batch& batch) {
   std::pair<size_t, size_t> first{0, 0};
   for (const Check& c : batch.checks) {
-    const char* suffix = AlgorithmSuffix(c.limit->algorithm());
+    const std::string_view suffix = AlgorithmSuffix(c.limit->algorithm());
     const std::string_view scope = c.scope.empty() ? batch.scope : c.scope;
-    const size_t len = prefix.size() + 2 + scope.size() + 2 + c.name.size() + 1 +
-                       std::char_traits<char>::length(suffix);
+    const size_t len = redis_keys::LimitSize(prefix, scope, c.name, suffix);
     text << "$" << len << "\r\n";
     if (first.first == 0) first = {text.size(), len};
-    text << prefix << ":{" << scope << "}:" << c.name << ":" << suffix << "\r\n";
+    redis_keys::AppendLimit(text, prefix, scope, c.name, suffix);
+    text << "\r\n";
   }
   return first;
 }

@@ -3,7 +3,6 @@
 
 #include <future>
 #include <memory>
-#include <set>
 #include <sstream>
 #include <vector>
 
@@ -380,20 +379,10 @@ bool KnowsSlotsOf(const testing::RedisServer& node, const std::string& id) {
 TEST(ClusterFailover, SlotsOfADeadMasterFollowItsReplica) {
   // Three masters and a replica, on ports whose cluster bus ports (+10000) are free.
   std::vector<std::unique_ptr<testing::RedisServer>> nodes;
-  std::set<int> taken;
-  for (unsigned i = 0; i < 4 * 100 && nodes.size() < 4; ++i) {
-    const int port =
-        20000 + static_cast<int>((static_cast<unsigned>(::getpid()) * 7919u + i * 104729u) % 30000);
-    if (taken.count(port) || taken.count(port + 10000) || !testing::TryBind(port) ||
-        !testing::TryBind(port + 10000)) {
-      continue;
-    }
-    taken.insert({port, port + 10000});
-    nodes.push_back(std::make_unique<testing::RedisServer>(
-        std::vector<std::string>{"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
-                                 "--cluster-node-timeout", "1000", "--repl-diskless-sync-delay",
-                                 "0"},
-        port));
+  for (int i = 0; i < 4; ++i) {
+    nodes.push_back(std::make_unique<testing::RedisServer>(std::vector<std::string>{
+        "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout",
+        "1000", "--repl-diskless-sync-delay", "0"}));
   }
   ASSERT_EQ(nodes.size(), 4u);
   auto replica = std::move(nodes.back());
@@ -507,26 +496,13 @@ TEST_F(ClusterTest, ManyIdentitiesLeaveInBatches) {
 // rediss-cluster://: every node over TLS (`tls-cluster yes`, so the slot map names TLS ports).
 TEST(TlsCluster, LimitsHoldWithEveryNodeOverTls) {
   testing::TlsCerts certs;
-  // Ports whose cluster bus port (+10000) is free, none of them handed out twice.
-  std::set<int> taken;
-  auto pick = [&taken] {
-    for (int i = 0; i < 5000; ++i) {
-      const int p = 20000 + static_cast<int>(
-                                (static_cast<unsigned>(::getpid()) * 7919u + i * 104729u) % 30000);
-      if (!taken.count(p) && !taken.count(p + 10000) && testing::TryBind(p) &&
-          testing::TryBind(p + 10000)) {
-        taken.insert({p, p + 10000});
-        return p;
-      }
-    }
-    return 0;
-  };
   std::vector<std::unique_ptr<testing::RedisServer>> nodes;
   std::string create = "--tls --cacert " + certs.File("ca.crt") + " --cluster create";
   int first_tls_port = 0;
   for (int i = 0; i < 3; ++i) {
-    const int plain = pick();
-    const int tls = pick();
+    // Ports whose cluster bus ports (+10000) are free, none of them handed out twice.
+    const int plain = testing::FreeClusterPort();
+    const int tls = testing::FreeClusterPort();
     std::vector<std::string> args = certs.RedisArgs(tls, false);
     args.insert(args.end(),
                 {"--tls-cluster", "yes", "--cluster-enabled", "yes", "--cluster-config-file",

@@ -289,5 +289,94 @@ TEST(RlsEnvoyConfig, OnAStoreThatCannotSpanScopesEachDescriptorIsDecidedAlone) {
   EXPECT_EQ(RemainingAfterARejectedCall(false), (std::vector<uint32_t>{4, 3}));
 }
 
+// The deny list (the configuration's and the admin API's runtime list) refuses the keys,
+// accounts and addresses of `domains` as the gateway's 403 does: OVER_LIMIT, counted, and
+// nothing consumed (issue 32, part 1).
+TEST(RlsDeny, DeniedKeysAccountsAndAddressesAreOverLimitAndConsumeNothing) {
+  auto c = config::ParseConfig(R"(
+plans:
+  team:
+    limits:
+      - {name: burst, capacity: 3, refill_per_second: 0.01}
+keys:
+  - {key: k-team, id: t, account: acme, plan: team}
+  - {key: k-denied, id: d, account: other, plan: team}
+  - {key: k-account, id: a, account: banned, plan: team}
+  - {key: k-runtime, id: r, account: acme, plan: team}
+anonymous:
+  limits: [{name: ip, capacity: 3, refill_per_second: 0.01}]
+deny:
+  keys: [d]
+  accounts: [banned]
+  addresses: [198.51.100.7, 203.0.113.0/24, "2001:db8::/32"]
+)");
+  ASSERT_TRUE(c.ok()) << c.error();
+  auto built = policy::Policy::Build(std::move(c).value());
+  ASSERT_TRUE(built.ok()) << built.error();
+  std::shared_ptr<const policy::Policy> pol = *built;
+  auto runtime = std::make_shared<policy::DenyList>();
+  ASSERT_FALSE(runtime->Add(policy::DenyList::Kind::kKey, "r").has_value());
+  ASSERT_FALSE(runtime->Add(policy::DenyList::Kind::kAddress, "192.0.2.99").has_value());
+  store::MemoryStore memory{store::MemoryStoreOptions{.max_keys = 1000, .shards = 2}};
+  engine::Engine engine{memory};
+  RlsServer server(
+      RlsOptions{.listen = "127.0.0.1:0",
+                 .domains = {{.domain = "api", .key_entry = "api_key", .ip_entry = "addr"}},
+                 .runtime_deny = [&runtime] { return runtime; }},
+      engine, [pol] { return pol; });
+  auto port = server.Start();
+  ASSERT_TRUE(port.ok()) << port.error();
+  auto stub = pb::RateLimitService::NewStub(grpc::CreateChannel(
+      "127.0.0.1:" + std::to_string(*port), grpc::InsecureChannelCredentials()));
+  auto call = [&](const std::vector<std::pair<std::string, std::string>>& entries) {
+    pb::RateLimitRequest req;
+    req.set_domain("api");
+    auto* d = req.add_descriptors();
+    for (const auto& [k, v] : entries) {
+      auto* e = d->add_entries();
+      e->set_key(k);
+      e->set_value(v);
+    }
+    pb::RateLimitResponse res;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    EXPECT_TRUE(stub->ShouldRateLimit(&ctx, req, &res).ok());
+    return res.overall_code();
+  };
+  const struct {
+    std::vector<std::pair<std::string, std::string>> entries;
+    const char* why;
+  } denied[] = {
+      {{{"api_key", "k-denied"}}, "key by id (configuration)"},
+      {{{"api_key", "Bearer k-denied"}}, "key by id, as a bearer token"},
+      {{{"api_key", "k-account"}}, "key of a denied account"},
+      {{{"api_key", "k-runtime"}}, "key by id (runtime list)"},
+      {{{"addr", "198.51.100.7"}}, "address (configuration)"},
+      {{{"addr", "203.0.113.200"}}, "address in a denied IPv4 range"},
+      {{{"addr", "2001:db8::1"}}, "address in a denied IPv6 range"},
+      {{{"addr", "2001:DB8:0::1"}}, "the same IPv6 address, another spelling"},
+      {{{"addr", "192.0.2.99"}}, "address (runtime list)"},
+      {{{"api_key", "k-team"}, {"addr", "198.51.100.7"}}, "a good key from a denied address"},
+      {{{"addr", "198.51.100.7"}, {"api_key", "k-team"}}, "the same, entries the other way"},
+  };
+  for (const auto& d : denied) {
+    EXPECT_EQ(call(d.entries), pb::RateLimitResponse::OVER_LIMIT) << d.why;
+  }
+  EXPECT_EQ(server.stats().denied.load(), std::size(denied));
+  EXPECT_EQ(server.stats().unknown_key.load(), 0u);
+  // Nothing was consumed: the good key and a good address have their whole budget.
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(call({{"api_key", "k-team"}, {"addr", "192.0.2.1"}}), pb::RateLimitResponse::OK);
+    EXPECT_EQ(call({{"addr", "192.0.2.2"}}), pb::RateLimitResponse::OK);
+  }
+  EXPECT_EQ(call({{"api_key", "k-team"}}), pb::RateLimitResponse::OVER_LIMIT);
+  EXPECT_EQ(call({{"addr", "192.0.2.2"}}), pb::RateLimitResponse::OVER_LIMIT);
+  // Lifted from the runtime list (calls are one after another): admitted again.
+  runtime = nullptr;
+  EXPECT_EQ(call({{"api_key", "k-runtime"}}), pb::RateLimitResponse::OK);
+  EXPECT_EQ(call({{"addr", "192.0.2.99"}}), pb::RateLimitResponse::OK);
+  server.Shutdown();
+}
+
 }  // namespace
 }  // namespace tollgate::rls

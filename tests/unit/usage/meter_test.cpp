@@ -3,11 +3,11 @@
 #include <algorithm>
 #include <map>
 #include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 
 #include <tollgate/core/calendar.hpp>
-#include <tollgate/policy/policy.hpp>
 
 namespace tollgate::usage {
 namespace {
@@ -155,39 +155,65 @@ TEST(UsageMeter, FlushedInSlicesEachKeyGoesOncePerRound) {
   EXPECT_EQ(last[1].second.requests[0], 2);
 }
 
-// A key's slot finds its row without hashing while the row lasts. Once the row is dropped (and
-// perhaps reused by another key), or the day turns, or the slot is a copy's, the slot no longer
-// matches, and the counts still go to the row the strings name.
-TEST(UsageMeter, ASlotNeverCountsForAnotherKeyOrDayOrIntoADroppedRow) {
+// A tag finds its key's row without hashing while the row lasts. Once the row is dropped (and
+// perhaps reused by another key), or the day turns, or another key comes with the same address
+// in another epoch (a Key's address reused after a reload), the entry no longer matches, and the
+// counts still go to the row the strings name.
+TEST(UsageMeter, ATagNeverCountsForAnotherKeyOrDayOrIntoADroppedRow) {
   usage::MemoryUsageBackend backend;
   UsageMeter meter(backend);
-  policy::MeterSlot a, b;
+  const int key_a = 0, key_b = 0;  // their addresses are the tags
+  const MeterTag a{&key_a, 1};
+  const MeterTag b{&key_b, 1};
+  const MeterTag a_later{&key_a, 2};  // the same address, another epoch: another key
   const core::Instant t = At(2026, 11, 29, 100);
   auto drop_idle_rows = [&] {
     meter.Flush();  // sent; the rows stay, at zero
     meter.Flush();  // zero for a whole interval: dropped
   };
-  meter.Record("acme", "ka", Outcome::kSuccess, 1, t, &a);
-  meter.Record("acme", "ka", Outcome::kSuccess, 1, t, &a);  // through the slot
-  ASSERT_NE(a.row, nullptr);
+  meter.Record("acme", "ka", Outcome::kSuccess, 1, t, a);
+  meter.Record("acme", "ka", Outcome::kSuccess, 1, t, a);  // through the cache
   drop_idle_rows();
-  meter.Record("acme", "ka", Outcome::kSuccess, 100, t, &a);  // its row was dropped
+  meter.Record("acme", "ka", Outcome::kSuccess, 100, t, a);  // its row was dropped
   drop_idle_rows();
-  meter.Record("bolt", "kb", Outcome::kSuccess, 10, t, &b);  // reuses ka's row
-  EXPECT_EQ(b.row, a.row);
-  meter.Record("acme", "ka", Outcome::kSuccess, 1000, t, &a);  // ... which is kb's now
-  policy::MeterSlot copy = a;  // a key copied (its slot starts empty), and its account changed
-  EXPECT_EQ(copy.row, nullptr);
-  meter.Record("other", "ka", Outcome::kSuccess, 7, t, &copy);
-  meter.Record("acme", "ka", Outcome::kSuccess, 5, At(2026, 11, 30, 0), &a);  // the next day
+  meter.Record("bolt", "kb", Outcome::kSuccess, 10, t, b);     // reuses ka's row
+  meter.Record("acme", "ka", Outcome::kSuccess, 1000, t, a);   // ... which is kb's now
+  meter.Record("other", "ka", Outcome::kSuccess, 7, t, a_later);  // after a reload
+  meter.Record("acme", "kz", Outcome::kSuccess, 3, t, {&key_a, 3});
+  meter.Record("acme", "ka", Outcome::kSuccess, 1, t, a);  // the first again
+  meter.Record("acme", "ka", Outcome::kSuccess, 5, At(2026, 11, 30, 0), a);  // the next day
   std::map<std::string, int64_t> cost;
   for (const auto& r : QuerySync(meter, "2026-11-29"))
     cost[r.account + "/" + r.key_id] += r.counts.cost[0];
-  EXPECT_EQ(cost,
-            (std::map<std::string, int64_t>{{"acme/ka", 1102}, {"bolt/kb", 10}, {"other/ka", 7}}));
+  EXPECT_EQ(cost, (std::map<std::string, int64_t>{
+                      {"acme/ka", 1103}, {"acme/kz", 3}, {"bolt/kb", 10}, {"other/ka", 7}}));
   const auto next = QuerySync(meter, "2026-11-30");
   ASSERT_EQ(next.size(), 1u);
   EXPECT_EQ(next[0].counts.cost[0], 5);
+}
+
+// Many keys: each one's counts stay its own whether its tag's entry is its own or another's
+// (16,384 entries, 40,000 keys: most entries are shared).
+TEST(UsageMeter, ManyTagsSharingCacheEntriesCountEachKeyExactly) {
+  usage::MemoryUsageBackend backend;
+  UsageMeter meter(backend, 10);
+  std::vector<char> keys(40'000);
+  const core::Instant t = At(2026, 11, 29, 100);
+  for (int round = 1; round <= 3; ++round) {
+    for (size_t i = 0; i < keys.size(); ++i) {
+      meter.Record("acct" + std::to_string(i % 7), "k" + std::to_string(i), Outcome::kSuccess,
+                   static_cast<int64_t>(i % 5) + 1, t, MeterTag{&keys[i], 1});
+    }
+    meter.Flush(static_cast<size_t>(round) % 10);  // some rows go out between the rounds
+  }
+  const auto records = QuerySync(meter, "2026-11-29");
+  ASSERT_EQ(records.size(), keys.size());
+  for (const auto& r : records) {
+    const size_t i = std::stoul(r.key_id.substr(1));
+    EXPECT_EQ(r.account, "acct" + std::to_string(i % 7));
+    EXPECT_EQ(r.counts.requests[0], 3) << r.key_id;
+    EXPECT_EQ(r.counts.cost[0], 3 * (static_cast<int64_t>(i % 5) + 1)) << r.key_id;
+  }
 }
 
 TEST(UsageMeter, CsvAndJsonExports) {
