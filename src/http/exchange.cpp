@@ -401,6 +401,7 @@ Step Worker::Identify(Exchange& ex, Scratch& scratch, const RequestHead& head) {
   if (engine::ReadsKey(&route, about_the_key)) {
     ex.presented = pol.PresentedKey([&head](const std::string& name) { return head.Get(name); });
     if (!ex.presented.empty()) ex.key = key_cache.Find(pol, ex.generation, ex.presented);
+    if (ex.key) gw.meter->Prefetch(usage::MeterTag{ex.key, ex.generation});
   }
   const std::shared_ptr<const policy::DenyList> runtime_deny = gw.RuntimeDeny();
   const engine::Admitted admission = engine::Admitter(pol).Admit(

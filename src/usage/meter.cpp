@@ -76,8 +76,7 @@ void UsageMeter::Record(std::string_view account, std::string_view key_id, usage
   Cached* cached = nullptr;
   Row* row = nullptr;
   if (tag.key) {
-    const auto bits = reinterpret_cast<uintptr_t>(tag.key) >> 4;
-    cached = &cache_[(bits * 0x9E3779B97F4A7C15ull) >> (64 - kCacheBits)];
+    cached = &cache_[CacheIndex(tag)];
     if (cached->tag == tag && cached->row->serial == cached->serial) row = cached->row;
   }
   if (row == nullptr || row->day != day) {

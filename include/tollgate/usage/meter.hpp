@@ -50,6 +50,9 @@ class UsageMeter {
   // tag rather than by hashing the strings, while the row lasts and its day holds.
   void Record(std::string_view account, std::string_view key_id, usage::Outcome outcome,
               int64_t cost, core::Instant now, MeterTag tag = {});
+  // Starts loading `tag`'s cache entry, for a Record() of it later in the request (with many
+  // keys the entry is rarely in the CPU's cache). Reads nothing; any thread, no lock.
+  void Prefetch(MeterTag tag) const { __builtin_prefetch(&cache_[CacheIndex(tag)]); }
   // Every row.
   void Flush();
   // The rows of one slice (slice < slices): called with slice 0, 1, ... in turn, each row goes
@@ -86,6 +89,10 @@ class UsageMeter {
     uint64_t serial = 0;
   };
   static constexpr int kCacheBits = 14;  // 16,384 entries, 512 KiB
+  static size_t CacheIndex(MeterTag tag) {
+    const auto bits = reinterpret_cast<uintptr_t>(tag.key) >> 4;
+    return (bits * 0x9E3779B97F4A7C15ull) >> (64 - kCacheBits);
+  }
 
   // Hands the counts of slices [first, last) to the backend.
   void Send(size_t first, size_t last);

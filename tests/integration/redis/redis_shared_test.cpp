@@ -106,8 +106,9 @@ TEST(RedisShared, HeartbeatsCountTheReplicasOfTheLastFiveSeconds) {
   EXPECT_EQ(Await<int>([&](auto done) { shared.Beat("b", done); }), 2);
   EXPECT_EQ(Await<int>([&](auto done) { shared.Beat("a", done); }), 2);  // one entry per id
   // A replica last seen more than 5 s ago (by Redis's clock) is not counted.
-  const long long now_ms = std::stoll(server.Cli("EVAL \"local t = redis.call('TIME') return "
-                                                 "t[1] * 1000\" 0"));
+  const long long now_ms =
+      std::stoll(server.Cli("EVAL \"local t = redis.call('TIME') return "
+                            "t[1] * 1000\" 0"));
   server.Cli("ZADD " + redis_keys::Replicas("sh") + " " + std::to_string(now_ms - 6000) + " c");
   EXPECT_EQ(Await<int>([&](auto done) { shared.Beat("a", done); }), 2);
   EXPECT_EQ(server.Cli("ZSCORE " + redis_keys::Replicas("sh") + " c"), "");

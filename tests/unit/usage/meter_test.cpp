@@ -176,11 +176,11 @@ TEST(UsageMeter, ATagNeverCountsForAnotherKeyOrDayOrIntoADroppedRow) {
   drop_idle_rows();
   meter.Record("acme", "ka", Outcome::kSuccess, 100, t, a);  // its row was dropped
   drop_idle_rows();
-  meter.Record("bolt", "kb", Outcome::kSuccess, 10, t, b);     // reuses ka's row
-  meter.Record("acme", "ka", Outcome::kSuccess, 1000, t, a);   // ... which is kb's now
+  meter.Record("bolt", "kb", Outcome::kSuccess, 10, t, b);        // reuses ka's row
+  meter.Record("acme", "ka", Outcome::kSuccess, 1000, t, a);      // ... which is kb's now
   meter.Record("other", "ka", Outcome::kSuccess, 7, t, a_later);  // after a reload
   meter.Record("acme", "kz", Outcome::kSuccess, 3, t, {&key_a, 3});
-  meter.Record("acme", "ka", Outcome::kSuccess, 1, t, a);  // the first again
+  meter.Record("acme", "ka", Outcome::kSuccess, 1, t, a);                    // the first again
   meter.Record("acme", "ka", Outcome::kSuccess, 5, At(2026, 11, 30, 0), a);  // the next day
   std::map<std::string, int64_t> cost;
   for (const auto& r : QuerySync(meter, "2026-11-29"))
