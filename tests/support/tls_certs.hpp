@@ -35,6 +35,13 @@ class TlsCerts {
 
   std::string File(const std::string& name) const { return dir_ + "/" + name; }
 
+  // <name>.crt and <name>.key: a leaf signed by the CA with the extension `extension` (e.g.
+  // "subjectAltName=DNS:api.example.com,DNS:*.example.com"), an RSA key or, with `ec`, a P-256
+  // one; its subject CN is `name`.
+  void Leaf(const std::string& name, const std::string& extension, bool ec = false) {
+    Sign(name, extension, ec ? "ec -pkeyopt ec_paramgen_curve:prime256v1" : "rsa:2048");
+  }
+
   // redis-server arguments: TLS on `port` with the server certificate; client certificates
   // signed by the CA required when `clients` is set.
   std::vector<std::string> RedisArgs(int port, bool clients) const {
@@ -48,9 +55,10 @@ class TlsCerts {
     if (std::system((cmd + " >/dev/null 2>&1").c_str()) != 0)
       throw std::runtime_error("failed: " + cmd);
   }
-  void Sign(const std::string& name, const std::string& extension) {
+  void Sign(const std::string& name, const std::string& extension,
+            const std::string& key = "rsa:2048") {
     const std::string d = dir_ + "/";
-    Run("openssl req -newkey rsa:2048 -nodes -subj /CN=" + name + " -keyout " + d + name +
+    Run("openssl req -newkey " + key + " -nodes -subj /CN=" + name + " -keyout " + d + name +
         ".key -out " + d + name + ".csr");
     std::ofstream(d + name + ".ext") << extension << "\n";
     Run("openssl x509 -req -days 2 -in " + d + name + ".csr -CA " + d + "ca.crt -CAkey " + d +

@@ -32,6 +32,9 @@ inline std::string_view Trim(std::string_view s) {
   return s;
 }
 
+// An ASCII upper-case letter as lower case; any other byte as it is.
+inline char ToLower(char c) { return c >= 'A' && c <= 'Z' ? static_cast<char>(c + 32) : c; }
+
 // ASCII only (header names, tokens); inline, since header names are compared by the dozen
 // on every proxied request and most differ in length.
 inline bool EqualsIgnoreCase(std::string_view a, std::string_view b) {
