@@ -7,21 +7,24 @@ void Worker::CountDecision(Exchange& ex, const policy::Plan& plan, std::span<con
                            std::span<const core::Decision> ds) {
   const engine::Verdict& v = ex.verdict;
   for (size_t i = 0; i < cs.size(); ++i) {
-    const int result = ds[i].allowed ? 0 : (cs[i].enforced ? 1 : 2);
-    DecisionCounter(ex.generation, plan, cs[i].name, result)
+    const CheckResult result = ds[i].allowed    ? CheckResult::kAllowed
+                               : cs[i].enforced ? CheckResult::kRejected
+                                                : CheckResult::kShadowRejected;
+    decision_counters.Decision(ex.generation, plan, cs[i].name, result)
         .fetch_add(1, std::memory_order_relaxed);
   }
   const bool enforced = ex.key ? ex.key->enforced : plan.enforced;
-  ModeCounter(ex.generation, plan, enforced).fetch_add(1, std::memory_order_relaxed);
+  decision_counters.Mode(ex.generation, plan, enforced).fetch_add(1, std::memory_order_relaxed);
   if (v.shadow_rejections > 0) {
-    ShadowRejectionCounter(ex.generation, plan).fetch_add(1, std::memory_order_relaxed);
+    decision_counters.ShadowRejection(ex.generation, plan).fetch_add(1, std::memory_order_relaxed);
     ex.log.decision = contract::LogDecision::kShadowRejected;
   }
   if (v.local) {  // the store failed; this replica's share of each limit decided
     gw.metrics.Counter("tollgate_degraded_total").fetch_add(1, std::memory_order_relaxed);
     gw.LogStoreFailure(v.store_error);
     if (v.kind == engine::Verdict::Kind::kRejected) {
-      RejectionCounter(ex.generation, plan, v.code).fetch_add(1, std::memory_order_relaxed);
+      decision_counters.Rejection(ex.generation, plan, v.code)
+          .fetch_add(1, std::memory_order_relaxed);
     }
     ex.log.decision =
         v.allowed() ? contract::LogDecision::kLocalAllowed : contract::LogDecision::kLocalRejected;
@@ -50,7 +53,8 @@ void Worker::CountDecision(Exchange& ex, const policy::Plan& plan, std::span<con
       break;
     case engine::Verdict::Kind::kRejected:
       ex.log.decision = contract::LogDecision::kRejected;
-      RejectionCounter(ex.generation, plan, v.code).fetch_add(1, std::memory_order_relaxed);
+      decision_counters.Rejection(ex.generation, plan, v.code)
+          .fetch_add(1, std::memory_order_relaxed);
       break;
   }
 }
@@ -66,19 +70,17 @@ Step Worker::Reject(Exchange& ex, Scratch& scratch, const contract::AnswerOption
   contract::AppendRejectionFacts(facts, cs, ds, ex.verdict, options);
   facts.push_back(static_cast<char>(ex.reply_keep));
   facts.push_back(static_cast<char>(ex.head->version));
-  LastRejection& last = last_rejection;
-  if (facts != last.facts) {
-    last.facts.swap(facts);
+  const RejectionCache::Response r = last_rejection.Get(facts, [&](std::string& response) {
     scratch.body.clear();
     scratch.rate_headers.Clear();
     const contract::Answer a =
         contract::Respond(ex.verdict, cs, ds, true, options, scratch.rate_headers, scratch.body);
-    last.status = a.status;
-    RenderResponse(last.response, static_cast<bhttp::status>(a.status), ex.reply_keep,
-                   ex.head->version, a.content_type, scratch.rate_headers.Rendered(), scratch.body);
-  }
-  scratch.out.assign(last.response);
-  Finish(ex, scratch, last.status);
+    RenderResponse(response, static_cast<bhttp::status>(a.status), ex.reply_keep, ex.head->version,
+                   a.content_type, scratch.rate_headers.Rendered(), scratch.body);
+    return a.status;
+  });
+  scratch.out.assign(r.bytes);
+  Finish(ex, scratch, r.status);
   return Step::kReply;
 }
 

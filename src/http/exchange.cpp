@@ -9,6 +9,7 @@
 #include <tollgate/util/clock.hpp>
 #include <tollgate/util/query.hpp>
 
+#include "access_line.hpp"
 #include "client_body.hpp"
 #include "endpoints.hpp"
 #include "fields.hpp"
@@ -158,84 +159,38 @@ const std::string& RequestId(Exchange& ex) {
   return id;
 }
 
-// The parameters of `query` named `param` (form-decoded, as the cost reads them), as sent and
-// JSON-escaped, '&'-separated: what the access log keeps of a query.
-static void AppendCostParams(std::string& line, std::string_view query, std::string_view param) {
-  if (param.empty()) return;
-  std::string scratch;
-  bool first = true;
-  for (size_t begin = 0; begin <= query.size();) {
-    const size_t amp = std::min(query.find('&', begin), query.size());
-    const std::string_view raw = query.substr(begin, amp - begin);
-    if (util::FormDecode(raw.substr(0, raw.find('=')), scratch) == param) {
-      if (!first) line.push_back('&');
-      AppendJsonEscaped(line, raw);
-      first = false;
-    }
-    begin = amp + 1;
-  }
-}
-
 void Worker::Finish(Exchange& ex, Scratch& scratch, int status) {
   gw.requests_by_class[static_cast<size_t>(std::clamp(status / 100, 2, 5) - 2)]->fetch_add(
       1, std::memory_order_relaxed);
   const RequestLog& rlog = ex.log;
   using contract::LogDecision;
   const bool rejected = contract::IsRejection(rlog.decision);
+  const std::string_view client = ex.client.empty() ? ex.peer : std::string_view(ex.client);
   if (gw.server.top_offenders &&
       (rejected || rlog.decision == LogDecision::kAllowed ||
        rlog.decision == LogDecision::kShadowRejected || rlog.decision == LogDecision::kDegraded ||
        rlog.decision == LogDecision::kLocalAllowed)) {
-    top.Record(rejected, rlog.key_id, ex.client.empty() ? ex.peer : std::string_view(ex.client),
-               ex.now.unix_micros() / 1'000'000);
+    top.Record(rejected, rlog.key_id, client, ex.now.unix_micros() / 1'000'000);
   }
   if (ex.key && rlog.metered) {
     gw.meter->Record(ex.key->account, ex.key->id, OutcomeOf(status, rejected), rlog.cost, ex.now,
                      usage::MeterTag{ex.key, ex.generation});
   }
   if (!gw.server.access_log) return;
-  // Built in a buffer of the connection; JSON-escaped: paths and addresses are client bytes.
+  // Built in a buffer of the connection.
   std::string& line = scratch.log_line;
-  line.assign("{\"ts\":\"");
-  AppendIsoNow(line);
-  line.append("\",\"method\":\"");
-  AppendJsonEscaped(line, ex.method);
-  line.append("\",\"path\":\"");
-  AppendJsonEscaped(line, ex.path);
-  line.append("\",\"query\":\"");
-  AppendCostParams(line, ex.query, rlog.cost_param);
-  line.append("\",\"status\":");
-  AppendDecimal(line, status);
-  line.append(",\"client\":\"");
-  AppendJsonEscaped(line, ex.client.empty() ? ex.peer : std::string_view(ex.client));
-  line.append("\",\"peer\":\"");
-  AppendJsonEscaped(line, ex.peer);
-  line.append("\",\"request_id\":\"");
-  AppendJsonEscaped(line, RequestId(ex));
-  line.append("\",\"key_id\":\"");
-  AppendJsonEscaped(line, rlog.key_id);
-  line.append("\",\"plan\":\"");
-  AppendJsonEscaped(line, rlog.plan);
-  line.append("\",\"route\":\"");
-  AppendJsonEscaped(line, rlog.route);
-  line.append("\",\"decision\":\"").append(contract::NameOf(rlog.decision)).append("\",\"cost\":");
-  AppendDecimal(line, rlog.cost);
-  line.append(",\"upstream_status\":");
-  AppendDecimal(line, rlog.upstream_status);
-  // Milliseconds to the microsecond, without printf's floating-point formatting.
-  const auto us =
-      std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - ex.start).count();
-  const char frac[] = {'.', static_cast<char>('0' + us / 100 % 10),
-                       static_cast<char>('0' + us / 10 % 10), static_cast<char>('0' + us % 10)};
-  line.append(",\"latency_ms\":");
-  AppendDecimal(line, us / 1000);
-  line.append(frac, sizeof frac);
-  // When it was decided (Identify's clock), for `tollgate replay`'s order (issue 31).
-  if (!rlog.route.empty()) {
-    line.append(",\"decided_us\":");
-    AppendDecimal(line, ex.now.unix_micros());
-  }
-  line.append("}\n");
+  RenderAccessLine(
+      line, rlog,
+      {.method = ex.method,
+       .path = ex.path,
+       .query = ex.query,
+       .status = status,
+       .client = client,
+       .peer = ex.peer,
+       .request_id = RequestId(ex),
+       .latency_us =
+           std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - ex.start).count(),
+       .decided_us = ex.now.unix_micros()});
   gw.log.Access(line);
 }
 
@@ -445,7 +400,7 @@ Step Worker::Identify(Exchange& ex, Scratch& scratch, const RequestHead& head) {
   const bool about_the_key = ex.status_endpoint || usage_endpoint;
   if (engine::ReadsKey(&route, about_the_key)) {
     ex.presented = pol.PresentedKey([&head](const std::string& name) { return head.Get(name); });
-    if (!ex.presented.empty()) ex.key = FindByKey(pol, ex.presented);
+    if (!ex.presented.empty()) ex.key = key_cache.Find(pol, ex.generation, ex.presented);
     if (ex.key) gw.meter->Prefetch(usage::MeterTag{ex.key, ex.generation});
   }
   const std::shared_ptr<const policy::DenyList> runtime_deny = gw.RuntimeDeny();

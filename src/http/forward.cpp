@@ -148,14 +148,14 @@ net::awaitable<beast::error_code> Worker::SendOnce(Conn& stream, beast::flat_buf
   beast::error_code ec;
   t.pooled = true;
   // A client that holds its share of the pool waits for none (upstream.max_client_share_percent).
-  if (!t.claim.MayHold(Shares().client_connections)) {
+  if (!t.claim.MayHold(pool.shares().client_connections)) {
     t.busy = t.over_share = true;
     co_return ec;
   }
-  t.up = TakeIdle();
-  if (!t.up) t.up = co_await Acquire(ec, &t.pooled, &t.busy, t.claim);
+  t.up = pool.TakeIdle();
+  if (!t.up) t.up = co_await pool.Acquire(ec, &t.pooled, &t.busy, t.claim);
   if (!t.up) {
-    t.over_share = t.busy && !t.claim.MayHold(Shares().client_connections);
+    t.over_share = t.busy && !t.claim.MayHold(pool.shares().client_connections);
     co_return ec;
   }
   t.claim.Hold();

@@ -180,7 +180,7 @@ void Gateway::Impl::RegisterMetrics() {
                 "Requests held now by smoothing (on_limit: delay), waiting for their slot.",
                 metrics::ReadOf(holding));
   metrics.Gauge("tollgate_connections", "Open client connections.",
-                [this] { return static_cast<double>(connections.load()); });
+                [this] { return static_cast<double>(connections.OpenApprox()); });
   metrics.Gauge("tollgate_keys_unknown_plan",
                 "Keys whose plan does not exist (they get the strictest plan).",
                 metrics::ReadOf(unknown_plan_keys));
@@ -352,26 +352,25 @@ Gateway::Gateway(std::string config_path, config::Config config, std::string_vie
     a.listen(net::socket_base::max_listen_connections);
     return a;
   };
-  for (size_t i = 0; i < threads; ++i) g.workers.push_back(std::make_unique<Worker>(g, i));
-  auto sum = [&g](auto field) {
-    return [&g, field] {
+  for (size_t i = 0; i < threads; ++i) {
+    g.workers.push_back(std::make_unique<Worker>(g, i, threads));
+  }
+  auto sum = [&g](size_t (UpstreamPool::*read)() const) {
+    return [&g, read] {
       size_t n = 0;
-      for (const auto& w : g.workers) n += ((*w).*field).load(std::memory_order_relaxed);
+      for (const auto& w : g.workers) n += (w->pool.*read)();
       return static_cast<double>(n);
     };
   };
   g.metrics.Gauge(
       "tollgate_upstream_pool_per_worker",
       "Upstream connections each worker thread may open (upstream.max_connections / threads).",
-      [&g] {
-        return static_cast<double>(
-            std::max<size_t>(1, g.upstream_config.max_connections / g.workers.size()));
-      });
+      [&g] { return static_cast<double>(g.workers.front()->pool.shares().connections); });
   g.metrics.Gauge("tollgate_upstream_connections",
                   "Open upstream connections, idle and busy, all workers.",
-                  sum(&Worker::upstream_open));
+                  sum(&UpstreamPool::OpenApprox));
   g.metrics.Gauge("tollgate_upstream_queue_waiting", "Requests waiting for an upstream connection.",
-                  sum(&Worker::pool_waiting));
+                  sum(&UpstreamPool::WaitingApprox));
   g.metrics.Gauge("tollgate_max_connections",
                   "Client connections allowed (server.max_connections, after the file limit).",
                   [&g] { return static_cast<double>(g.server.max_connections); });

@@ -41,9 +41,12 @@
 
 #include "access_log.hpp"
 #include "conn.hpp"
+#include "connection_budget.hpp"
+#include "hold_budget.hpp"
 #include "live_page.hpp"
 #include "top.hpp"
 #include "upstream_head.hpp"
+#include "upstream_pool.hpp"
 
 namespace tollgate::http {
 
@@ -60,11 +63,6 @@ using util::CanonicalTarget;
 namespace bhttp = boost::beast::http;
 using engine::kMaxChecks;
 using util::AppendDecimal;
-
-struct Endpoint {
-  std::string host;
-  std::string port;
-};
 
 struct UpstreamTarget {
   Endpoint endpoint;
@@ -94,7 +92,7 @@ class Counted {
 // After an accept failed for want of descriptors or memory.
 constexpr milliseconds kAcceptBackoff{50};
 
-struct Worker;
+class Worker;
 
 // A request's fields come from an arena of its connection, emptied between requests: Beast's
 // fields otherwise cost a malloc and a free per field.
@@ -153,13 +151,10 @@ struct Gateway::Impl {
   // Store failures are logged at most once a second (every one is counted).
   void LogStoreFailure(store::StoreErrc errc);
 
-  std::atomic<size_t> connections{0};  // gateway and decision listeners (server.max_connections)
-  std::atomic<size_t> admin_connections{0};  // the admin listener's own budget
-  // Open connections per client address (server.max_connections_per_address).
-  struct AddressCounts {
-    std::mutex mu;
-    absl::flat_hash_map<std::string, size_t> counts;
-  } by_address;
+  // Client connections: the gateway and decision listeners' (server.max_connections,
+  // server.max_connections_per_address), and the admin listener's own budget.
+  ConnectionBudget connections{server.max_connections, server.max_connections_per_address};
+  ConnectionBudget admin_connections{server.admin_max_connections, 0};
   std::atomic<uint64_t>& upstream_busy = metrics.Counter("tollgate_upstream_busy_total");
   std::atomic<uint64_t>& upstream_stale = metrics.Counter("tollgate_upstream_stale_total");
   std::atomic<uint64_t>& upstream_retries = metrics.Counter("tollgate_upstream_retries_total");
@@ -204,18 +199,11 @@ struct Gateway::Impl {
   std::map<std::string, AdminHandler, std::less<>> admin_endpoints;
   LivePage live;  // the config version and start time of GET /admin/ui/data (admin_ui.cpp)
 
-  // Smoothing: room for held requests, reserved before a decision that may delay (so that the
-  // bounds are exact), given back after the hold or at once when there is none.
-  struct Held {
-    std::mutex mu;
-    size_t total = 0;  // reservations
-    absl::flat_hash_map<std::string, size_t> by_identity;
-  } held;
+  // Smoothing: room for held requests (hold.cpp).
+  HoldBudget held{server.max_held_requests, server.max_held_per_identity};
   std::atomic<size_t> holding{0};  // requests waiting out their delay now
   metrics::Histogram& delay_seconds = metrics.Hist("tollgate_delay_seconds");
   std::atomic<uint64_t>& held_refused = metrics.Counter("tollgate_held_refused_total");
-  bool ReserveHeld(std::string_view identity);
-  void ReleaseHeld(std::string_view identity);
 
   std::vector<std::unique_ptr<Worker>> workers;
 

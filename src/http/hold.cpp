@@ -10,29 +10,6 @@
 
 namespace tollgate::http {
 
-bool Gateway::Impl::ReserveHeld(std::string_view identity) {
-  std::lock_guard lock(held.mu);
-  if (held.total >= server.max_held_requests) return false;
-  // absl's string_view is not std's in Debian's build: keys are looked up as strings.
-  const std::string key(identity);
-  size_t& mine = held.by_identity[key];
-  if (mine >= server.max_held_per_identity) {
-    if (mine == 0) held.by_identity.erase(key);
-    return false;
-  }
-  ++mine;
-  ++held.total;
-  return true;
-}
-
-void Gateway::Impl::ReleaseHeld(std::string_view identity) {
-  std::lock_guard lock(held.mu);
-  auto it = held.by_identity.find(std::string(identity));
-  if (it == held.by_identity.end()) return;
-  --held.total;
-  if (--it->second == 0) held.by_identity.erase(it);
-}
-
 void Worker::ReserveHold(Exchange& ex) {
   const std::span<store::Check> checks{ex.checks.data(), ex.n_checks};
   const bool smooths = std::any_of(checks.begin(), checks.end(), [](const store::Check& c) {
@@ -40,7 +17,7 @@ void Worker::ReserveHold(Exchange& ex) {
     return c.enforced && b && b->smooths();
   });
   if (!smooths) return;
-  ex.held = gw.ReserveHeld(ex.scopes.primary);
+  ex.held = gw.held.Reserve(ex.scopes.primary);
   if (ex.held) return;
   gw.held_refused.fetch_add(1, std::memory_order_relaxed);
   for (store::Check& c : checks) c.may_delay = false;
@@ -57,7 +34,7 @@ net::awaitable<void> Worker::Hold(Exchange& ex) {
     co_await timer.async_wait(kTuple);
     gw.holding.fetch_sub(1, std::memory_order_relaxed);
   }
-  gw.ReleaseHeld(ex.scopes.primary);
+  gw.held.Release(ex.scopes.primary);
   ex.held = false;
 }
 

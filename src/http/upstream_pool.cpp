@@ -1,12 +1,12 @@
-// The upstream pool of one worker: idle connections checked before reuse, new ones up to the
-// worker's share, and a bounded queue when every one is busy.
+#include "upstream_pool.hpp"
+
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <optional>
 
 #include <boost/asio/connect.hpp>
-
-#include "worker.hpp"
 
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmismatched-new-delete"
@@ -29,56 +29,57 @@ bool StayedQuiet(int fd) {
 
 }  // namespace
 
-std::unique_ptr<UpstreamConnection> Worker::TakeIdle() {
-  while (!idle.empty()) {
-    auto c = std::move(idle.back());
-    idle.pop_back();
-    if (c->conn.socket.is_open() && StayedQuiet(c->conn.socket.native_handle())) return c;
-    gw.upstream_stale.fetch_add(1, std::memory_order_relaxed);
-    upstream_open.fetch_sub(1, std::memory_order_relaxed);
-  }
-  return nullptr;
-}
-
-void Worker::Release(std::unique_ptr<UpstreamConnection> c, bool reusable) {
-  if (c && reusable) {
-    idle.push_back(std::move(c));
-  } else {
-    c.reset();
-    upstream_open.fetch_sub(1, std::memory_order_relaxed);
-  }
-  WakeWaiter();
-}
-
-void Worker::WakeWaiter() {
-  if (!pool_waiters.empty()) {
-    PoolWaiter* w = pool_waiters.front();
-    pool_waiters.pop_front();
-    pool_waiting.store(pool_waiters.size(), std::memory_order_relaxed);
-    w->granted = true;
-    w->timer->cancel();
-  }
-}
-
-Worker::PoolShares Worker::Shares() const {
-  const size_t workers = gw.workers.size();
-  PoolShares s;
-  s.connections = std::max<size_t>(1, gw.upstream_config.max_connections / workers);
-  s.queue = gw.upstream_config.queue_size == 0
-                ? 0
-                : std::max<size_t>(1, gw.upstream_config.queue_size / workers);
+UpstreamPool::Shares UpstreamPool::SharesOf(const config::UpstreamConfig& config, size_t workers) {
+  Shares s;
+  s.connections = std::max<size_t>(1, config.max_connections / workers);
+  s.queue = config.queue_size == 0 ? 0 : std::max<size_t>(1, config.queue_size / workers);
   // At least one of each: a pool of one connection is one client's at a time.
-  const auto part = [pct = static_cast<size_t>(gw.upstream_config.max_client_share_percent)](
-                        size_t n) { return n == 0 ? 0 : std::max<size_t>(1, n * pct / 100); };
+  const auto part = [pct = static_cast<size_t>(config.max_client_share_percent)](size_t n) {
+    return n == 0 ? 0 : std::max<size_t>(1, n * pct / 100);
+  };
   s.client_connections = part(s.connections);
   s.client_queue = part(s.queue);
   return s;
 }
 
-net::awaitable<std::unique_ptr<UpstreamConnection>> Worker::Acquire(beast::error_code& ec,
-                                                                    bool* pooled, bool* busy,
-                                                                    ClientShares::Claim& claim) {
-  const PoolShares shares = Shares();
+UpstreamPool::UpstreamPool(net::io_context& ioc, ConnList& conns, Options options,
+                           std::atomic<uint64_t>& stale)
+    : ioc_(ioc), conns_(conns), options_(std::move(options)), stale_(stale) {}
+
+std::unique_ptr<UpstreamConnection> UpstreamPool::TakeIdle() {
+  while (!idle_.empty()) {
+    auto c = std::move(idle_.back());
+    idle_.pop_back();
+    if (c->conn.socket.is_open() && StayedQuiet(c->conn.socket.native_handle())) return c;
+    stale_.fetch_add(1, std::memory_order_relaxed);
+    open_.fetch_sub(1, std::memory_order_relaxed);
+  }
+  return nullptr;
+}
+
+void UpstreamPool::Release(std::unique_ptr<UpstreamConnection> c, bool reusable) {
+  if (c && reusable) {
+    idle_.push_back(std::move(c));
+  } else {
+    c.reset();
+    open_.fetch_sub(1, std::memory_order_relaxed);
+  }
+  WakeWaiter();
+}
+
+void UpstreamPool::WakeWaiter() {
+  if (!waiters_.empty()) {
+    Waiter* w = waiters_.front();
+    waiters_.pop_front();
+    SetWaiting();
+    w->granted = true;
+    w->timer->cancel();
+  }
+}
+
+net::awaitable<std::unique_ptr<UpstreamConnection>> UpstreamPool::Acquire(
+    beast::error_code& ec, bool* pooled, bool* busy, ClientShares::Claim& claim) {
+  const Shares& shares = options_.shares;
   std::optional<net::steady_timer> timer;
   for (;;) {
     // Also after a wait: the client's other requests may have taken connections meanwhile.
@@ -92,9 +93,9 @@ net::awaitable<std::unique_ptr<UpstreamConnection>> Worker::Acquire(beast::error
       co_return c;
     }
     *pooled = false;
-    if (upstream_open.load(std::memory_order_relaxed) < shares.connections) {
-      // Counted before the wait, as upstream_open: requests of one client connecting at once
-      // cannot overshoot its share.
+    if (open_.load(std::memory_order_relaxed) < shares.connections) {
+      // Counted before the wait, as open_: requests of one client connecting at once cannot
+      // overshoot its share.
       claim.Hold();
       auto c = co_await Connect(ec);
       if (!c) claim.Unhold();
@@ -103,20 +104,20 @@ net::awaitable<std::unique_ptr<UpstreamConnection>> Worker::Acquire(beast::error
     // Every connection is busy (slow clients reading large responses hold theirs): wait for one,
     // in a bounded queue for a bounded time, rather than fail at once; one client only in its
     // share of the queue.
-    if (pool_waiters.size() >= shares.queue || !claim.MayQueue(shares.client_queue)) break;
+    if (waiters_.size() >= shares.queue || !claim.MayQueue(shares.client_queue)) break;
     if (!timer) {
-      timer.emplace(ioc);
-      timer->expires_after(milliseconds(gw.upstream_config.queue_timeout_ms));
+      timer.emplace(ioc_);
+      timer->expires_after(options_.queue_timeout);
     }
-    PoolWaiter w{&*timer};
-    pool_waiters.push_back(&w);
-    pool_waiting.store(pool_waiters.size(), std::memory_order_relaxed);
+    Waiter w{&*timer};
+    waiters_.push_back(&w);
+    SetWaiting();
     claim.Queue();
     co_await timer->async_wait(kTuple);
     claim.Unqueue();
     if (!w.granted) {
-      pool_waiters.erase(std::find(pool_waiters.begin(), pool_waiters.end(), &w));
-      pool_waiting.store(pool_waiters.size(), std::memory_order_relaxed);
+      waiters_.erase(std::find(waiters_.begin(), waiters_.end(), &w));
+      SetWaiting();
       break;
     }
   }
@@ -124,24 +125,24 @@ net::awaitable<std::unique_ptr<UpstreamConnection>> Worker::Acquire(beast::error
   co_return nullptr;
 }
 
-net::awaitable<std::unique_ptr<UpstreamConnection>> Worker::Connect(beast::error_code& ec) {
+net::awaitable<std::unique_ptr<UpstreamConnection>> UpstreamPool::Connect(beast::error_code& ec) {
   // The place is taken before the first wait: requests connecting at once cannot overshoot it.
-  upstream_open.fetch_add(1, std::memory_order_relaxed);
+  open_.fetch_add(1, std::memory_order_relaxed);
   struct Undo {
-    Worker* w;
+    UpstreamPool* pool;
     ~Undo() {
-      if (w) w->Release(nullptr, false);
+      if (pool) pool->Release(nullptr, false);
     }
   } undo{this};
-  auto c = std::make_unique<UpstreamConnection>(conns, ioc);
-  tcp::resolver resolver(ioc);
+  auto c = std::make_unique<UpstreamConnection>(conns_, ioc_);
+  tcp::resolver resolver(ioc_);
   auto [rec, results] =
-      co_await resolver.async_resolve(gw.upstream.endpoint.host, gw.upstream.endpoint.port, kTuple);
+      co_await resolver.async_resolve(options_.endpoint.host, options_.endpoint.port, kTuple);
   if (rec) {
     ec = rec;
     co_return nullptr;
   }
-  c->conn.ExpiresAfter(milliseconds(gw.upstream_config.connect_timeout_ms));
+  c->conn.ExpiresAfter(options_.connect_timeout);
   auto [cec, ep] = co_await net::async_connect(c->conn.socket, results, kTuple);
   if (cec) {
     ec = c->conn.Check(cec);
@@ -150,7 +151,7 @@ net::awaitable<std::unique_ptr<UpstreamConnection>> Worker::Connect(beast::error
   beast::error_code ignored;
   c->conn.socket.set_option(tcp::no_delay(true), ignored);
   c->conn.socket.non_blocking(true, ignored);  // for WriteAll's first attempt
-  undo.w = nullptr;
+  undo.pool = nullptr;
   co_return c;
 }
 

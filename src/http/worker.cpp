@@ -30,6 +30,16 @@ void HeadFromBeast(const RequestParser& p, RequestHead& head) {
 
 }  // namespace
 
+Worker::Worker(Gateway::Impl& g, size_t i, size_t workers)
+    : gw(g),
+      index(i),
+      pool(ioc, conns,
+           {.shares = UpstreamPool::SharesOf(g.upstream_config, workers),
+            .endpoint = g.upstream.endpoint,
+            .connect_timeout = milliseconds(g.upstream_config.connect_timeout_ms),
+            .queue_timeout = milliseconds(g.upstream_config.queue_timeout_ms)},
+           g.upstream_stale) {}
+
 net::awaitable<void> Worker::Accept(tcp::acceptor& a, Listener listener) {
   const bool admin_listener = listener == Listener::kAdmin;
   const char* const listener_name = admin_listener                    ? "admin"
@@ -59,19 +69,16 @@ net::awaitable<void> Worker::Accept(tcp::acceptor& a, Listener listener) {
     }
     beast::error_code ignored;
     ConnectionSlot slot;
-    if (!slot.TakeTotal(
-            admin_listener ? gw.admin_connections : gw.connections,
-            admin_listener ? gw.server.admin_max_connections : gw.server.max_connections)) {
+    ConnectionBudget& budget = admin_listener ? gw.admin_connections : gw.connections;
+    if (!budget.TakeTotal(slot)) {
       refused_total.fetch_add(1, std::memory_order_relaxed);
       socket.close(ignored);
       continue;
     }
-    if (!admin_listener && gw.server.max_connections_per_address > 0) {
+    if (budget.LimitsAddresses()) {
       const auto remote = socket.remote_endpoint(ignored);
       std::string address = ignored ? std::string() : remote.address().to_string();
-      if (!Policy()->IsTrusted(address) &&
-          !slot.TakeAddress(gw.by_address, std::move(address),
-                            gw.server.max_connections_per_address)) {
+      if (!Policy()->IsTrusted(address) && !budget.TakeAddress(slot, std::move(address))) {
         refused_address.fetch_add(1, std::memory_order_relaxed);
         socket.close(ignored);
         continue;

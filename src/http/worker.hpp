@@ -2,81 +2,58 @@
 // connections, upstream pool and caches), and one request's state (Exchange) and buffers
 // (Scratch); the process-wide state (Gateway::Impl) is in gateway_impl.hpp. The rooms: worker.cpp
 // (accepting, the connection loop), exchange.cpp (a request's steps: identity, decision, answer),
-// forward.cpp (the proxy), upstream_pool.cpp, gateway.cpp (wiring, reload, drain).
+// forward.cpp (the proxy), hold.cpp (smoothing), gateway.cpp (wiring, reload, drain). The
+// worker's parts are classes of their own: the key cache, the decision counters, the 429 cache
+// and the upstream pool (key_cache.hpp, decision_counters.hpp, rejection_cache.hpp,
+// upstream_pool.hpp).
 #pragma once
 
 #include "client_body.hpp"
 #include "client_share.hpp"
+#include "connection_budget.hpp"
+#include "decision_counters.hpp"
 #include "gateway_impl.hpp"
+#include "key_cache.hpp"
+#include "rejection_cache.hpp"
+#include "upstream_pool.hpp"
 
 namespace tollgate::http {
 
-// A client connection's place in the connection budgets: its listener's total and, unless the
-// peer is a trusted proxy, its address's count. Released when the connection ends. Not
-// thread-safe; moved from the accepting coroutine into the connection's.
-class ConnectionSlot {
+// One worker thread: its event loop, listeners and connections, and the parts it keeps for
+// their requests. Not thread-safe: used on its own thread, but for the public members, which
+// gateway.cpp sets up before the loop runs and uses to stop it, and which GET /metrics (the
+// pool's counts) and GET /admin/top (`top`, itself thread-safe) read from other threads.
+class Worker {
  public:
-  ConnectionSlot() = default;
-  ConnectionSlot(const ConnectionSlot&) = delete;
-  ConnectionSlot& operator=(const ConnectionSlot&) = delete;
-  ConnectionSlot(ConnectionSlot&& o) noexcept
-      : total_(std::exchange(o.total_, nullptr)),
-        by_address_(std::exchange(o.by_address_, nullptr)),
-        address_(std::move(o.address_)) {}
-  ~ConnectionSlot() {
-    if (total_) total_->fetch_sub(1);
-    if (!by_address_) return;
-    std::lock_guard lock(by_address_->mu);
-    auto it = by_address_->counts.find(address_);
-    if (--it->second == 0) by_address_->counts.erase(it);
-  }
-  // Takes a place in `total` if fewer than `limit` are taken.
-  bool TakeTotal(std::atomic<size_t>& total, size_t limit) {
-    if (total.fetch_add(1) >= limit) {
-      total.fetch_sub(1);
-      return false;
-    }
-    total_ = &total;
-    return true;
-  }
-  // Takes a place among `address`'s connections if fewer than `limit` are taken.
-  bool TakeAddress(Gateway::Impl::AddressCounts& counts, std::string address, size_t limit) {
-    std::lock_guard lock(counts.mu);
-    size_t& n = counts.counts[address];
-    if (n >= limit) {
-      if (n == 0) counts.counts.erase(address);
-      return false;
-    }
-    ++n;
-    by_address_ = &counts;
-    address_ = std::move(address);
-    return true;
-  }
+  // Worker `i` of `workers`.
+  Worker(Gateway::Impl& g, size_t i, size_t workers);
+
+  // The coroutines gateway.cpp starts on the loop: one per listener, and the sweep of deadlines.
+  net::awaitable<void> Accept(tcp::acceptor& acceptor, Listener listener);
+  net::awaitable<void> SweepDeadlines();
 
  private:
-  std::atomic<size_t>* total_ = nullptr;
-  Gateway::Impl::AddressCounts* by_address_ = nullptr;
-  std::string address_;
-};
-
-struct Worker {
-  Worker(Gateway::Impl& g, size_t i) : gw(g), index(i) {}
-
   Gateway::Impl& gw;
   size_t index;
   ConnList conns;  // this thread's connections (before ioc: they may outlive its run)
   // What of this thread's pool each client holds (upstream.max_client_share_percent). Before
   // ioc too: the claims of requests still waiting when it stops are given back as it frees them.
   ClientShares client_shares;
+
+ public:
   size_t store_lane = 0;  // with a Redis store: this thread's lane of it
-  TopOffenders top;       // GET /admin/top
+  TopOffenders top;       // GET /admin/top and the live page merge every worker's (MergeTop)
   // Only this thread touches its sockets: the reactor needs no lock around their operations.
   net::io_context ioc{BOOST_ASIO_CONCURRENCY_HINT_UNSAFE_IO};
+  // Keep-alive connections to the upstream: this thread's share of upstream.max_connections,
+  // and of upstream.queue_size for requests waiting for one of them. Its counts are gauges.
+  UpstreamPool pool;
   std::optional<tcp::acceptor> acceptor;
   std::optional<tcp::acceptor> admin;
   std::optional<tcp::acceptor> decision;  // the decision service (worker 0 only)
   std::thread thread;
 
+ private:
   // This thread's copy of the policy, refreshed when the generation moves on. A request holds
   // its own reference for its whole life: a reload while it waits must not free what its
   // checks point into.
@@ -87,123 +64,17 @@ struct Worker {
     if (g != generation) {
       policy = gw.CurrentPolicy();
       generation = g;
-      decision_counters.clear();  // entries of older generations are never looked up again
-      key_cache.clear();
     }
     return policy;
   }
 
-  // tollgate_decisions_total{plan,check,result}, resolved once per policy: building the label
-  // strings for every request showed in profiles.
-  struct CounterKey {
-    uint64_t generation;  // plans of a freed policy may leave their addresses to new ones
-    const void* plan;
-    // The check's name (its characters live in the policy, as long as the generation), or a
-    // tag of the plan-wide counters below.
-    const void* check;
-    int result;
-    bool operator==(const CounterKey&) const = default;
-  };
-  struct CounterKeyHash {
-    size_t operator()(const CounterKey& k) const {
-      // Mixed: the flat table takes its probe and its 7-bit tag from the low and high bits.
-      uint64_t h =
-          reinterpret_cast<uintptr_t>(k.plan) ^
-          (reinterpret_cast<uintptr_t>(k.check) * 31 + static_cast<size_t>(k.result) * 7919) ^
-          (k.generation << 40);
-      h *= 0x9e3779b97f4a7c15ull;
-      return h ^ (h >> 29);
-    }
-  };
-  // Flat: looked up once per check and once more per decided request.
-  absl::flat_hash_map<CounterKey, std::atomic<uint64_t>*, CounterKeyHash> decision_counters;
-  static constexpr char kRejectionsTag = 'r';
-  static constexpr char kShadowTag = 's';
-  static constexpr char kModeTag = 'm';
-  // The counter of `key`, created by `create()` on first use.
-  template <class Create>
-  std::atomic<uint64_t>& PlanCounter(const CounterKey& key, Create create) {
-    auto [it, inserted] = decision_counters.try_emplace(key, nullptr);
-    if (inserted) it->second = &create();
-    return *it->second;
-  }
-  // `check`: a plan limit's or a route limit's name, as the policy holds it.
-  std::atomic<uint64_t>& DecisionCounter(uint64_t gen, const policy::Plan& plan,
-                                         std::string_view check, int result) {
-    return PlanCounter(
-        CounterKey{gen, &plan, check.data(), result}, [&]() -> std::atomic<uint64_t>& {
-          static constexpr const char* kResults[] = {"allowed", "rejected", "shadow_rejected"};
-          return gw.metrics.Counter("tollgate_decisions_total",
-                                    metrics::Label("plan", plan.name) + "," +
-                                        metrics::Label("check", check) + "," +
-                                        metrics::Label("result", kResults[result]));
-        });
-  }
-  // tollgate_rejections_total{plan,code} and tollgate_shadow_rejections_total{plan}.
-  std::atomic<uint64_t>& RejectionCounter(uint64_t gen, const policy::Plan& plan,
-                                          core::RejectCode code) {
-    return PlanCounter(CounterKey{gen, &plan, &kRejectionsTag, static_cast<int>(code)},
-                       [&]() -> std::atomic<uint64_t>& {
-                         return gw.metrics.Counter(
-                             "tollgate_rejections_total",
-                             metrics::Label("plan", plan.name) + "," +
-                                 metrics::Label("code", core::RejectCodeName(code)));
-                       });
-  }
-  // tollgate_requests_by_mode_total{plan,mode}: requests decided under enforcement or in shadow
-  // mode (a key's own mode, its plan's cohort or mode).
-  std::atomic<uint64_t>& ModeCounter(uint64_t gen, const policy::Plan& plan, bool enforced) {
-    return PlanCounter(
-        CounterKey{gen, &plan, &kModeTag, enforced ? 1 : 0}, [&]() -> std::atomic<uint64_t>& {
-          return gw.metrics.Counter("tollgate_requests_by_mode_total",
-                                    metrics::Label("plan", plan.name) + "," +
-                                        metrics::Label("mode", enforced ? "enforce" : "shadow"));
-        });
-  }
-  std::atomic<uint64_t>& ShadowRejectionCounter(uint64_t gen, const policy::Plan& plan) {
-    return PlanCounter(CounterKey{gen, &plan, &kShadowTag, 0}, [&]() -> std::atomic<uint64_t>& {
-      return gw.metrics.Counter("tollgate_shadow_rejections_total",
-                                metrics::Label("plan", plan.name));
-    });
-  }
+  // The decision counters of this thread's requests (CountDecision).
+  DecisionCounters decision_counters{gw.metrics};
 
-  // Presented API keys and what they resolved to under this policy (nullptr: unknown), so that
-  // a busy key is hashed with SHA-256 once, not on every request. Exact up to kMaxCachedKeys
-  // keys; past that it starts over (a flood of made-up keys cannot grow it).
-  // Open addressing: with many keys, std::unordered_map's lookup was three dependent cache
-  // misses and a division per request.
-  static constexpr size_t kMaxCachedKeys = 1 << 16;
-  struct KeyHash {
-    using is_transparent = void;
-    size_t operator()(std::string_view s) const { return util::Hash64(s); }
-  };
-  absl::flat_hash_map<std::string, const policy::Key*, KeyHash, std::equal_to<>> key_cache;
-  const policy::Key* FindByKey(const policy::Policy& pol, std::string_view presented) {
-    if (auto it = key_cache.find(presented); it != key_cache.end()) return it->second;
-    if (key_cache.size() >= kMaxCachedKeys) key_cache.clear();
-    return key_cache.emplace(presented, pol.FindByKey(presented)).first->second;
-  }
+  // Presented API keys and what they resolved to under this thread's policy (Identify).
+  KeyCache key_cache;
 
-  // Keep-alive connections to the upstream: this thread's share of upstream.max_connections,
-  // and of upstream.queue_size for requests waiting for one of them.
-  std::vector<std::unique_ptr<UpstreamConnection>> idle;
-  std::atomic<size_t> upstream_open{0};  // idle and busy; read by /metrics
-  struct PoolWaiter {
-    net::steady_timer* timer;
-    bool granted = false;  // a connection was released for it
-  };
-  std::deque<PoolWaiter*> pool_waiters;  // oldest first
-  std::atomic<size_t> pool_waiting{0};   // pool_waiters.size(), for /metrics
-  // This thread's shares of upstream.max_connections and upstream.queue_size, and the most of
-  // each one client may hold.
-  struct PoolShares {
-    size_t connections, queue, client_connections, client_queue;
-  };
-  PoolShares Shares() const;
-
-  net::awaitable<void> Accept(tcp::acceptor& acceptor, Listener listener);
   net::awaitable<void> Session(tcp::socket socket, Listener listener, ConnectionSlot slot);
-  net::awaitable<void> SweepDeadlines();
   // A head of another shape than ParseRequestHead() takes, or still arriving: Beast's parser.
   net::awaitable<beast::error_code> ReadGeneralHead(Conn& stream, beast::flat_buffer& buffer,
                                                     RequestParser& parser);
@@ -239,12 +110,7 @@ struct Worker {
   // A rejection (answer.cpp): the last one's bytes again when its facts are the same
   // (contract::AppendRejectionFacts, with the connection's keep-alive and HTTP version).
   Step Reject(Exchange& ex, Scratch& scratch, const contract::AnswerOptions& options);
-  struct LastRejection {
-    std::string facts;
-    std::string response;
-    int status = 0;
-  };
-  LastRejection last_rejection;
+  RejectionCache last_rejection;
   Step Pass(Exchange& ex, Scratch& scratch);  // allowed: forwarded, or the decision service's 200
   milliseconds SendTimeout() const { return milliseconds(gw.server.send_timeout_ms); }
   // Whether our answer keeps the connection: the client's wish, its request read whole, and no
@@ -310,10 +176,10 @@ struct Worker {
   // server.max_header_bytes or max_header_fields, 400 when malformed; false when the client
   // just went away.
   bool RenderBodyError(Exchange& ex, Scratch& scratch, beast::error_code ec);
-  // Gives t.up back (see Release()) and the client's count of it.
+  // Gives t.up back (see UpstreamPool::Release()) and the client's count of it.
   void ReleaseTry(UpstreamTry& t, bool reusable) {
     t.claim.Unhold();
-    Release(std::move(t.up), reusable);
+    pool.Release(std::move(t.up), reusable);
   }
   net::awaitable<beast::error_code> SendOnce(Conn& stream, beast::flat_buffer& buffer,
                                              Scratch& scratch, UpstreamTry& t);
@@ -327,19 +193,6 @@ struct Worker {
   // live until the result is awaited.
   net::awaitable<engine::Verdict> Decide(const engine::Engine::Request& request,
                                          std::span<core::Decision> decisions);
-  // An upstream connection: an idle one of the pool that has stayed quiet, else a new one
-  // (Connect), else one released to this request while it waits in the queue. Null with
-  // `*busy` when the queue is full or the wait ends first; null with `ec` when Connect fails.
-  // `claim`: the client's, whose queue places are bounded too.
-  net::awaitable<std::unique_ptr<UpstreamConnection>> Acquire(beast::error_code& ec, bool* pooled,
-                                                              bool* busy,
-                                                              ClientShares::Claim& claim);
-  std::unique_ptr<UpstreamConnection> TakeIdle();
-  net::awaitable<std::unique_ptr<UpstreamConnection>> Connect(beast::error_code& ec);
-  // Gives a connection back: to the pool when `reusable`, else closed; a waiting request gets
-  // its turn either way.
-  void Release(std::unique_ptr<UpstreamConnection> c, bool reusable);
-  void WakeWaiter();  // the oldest waiting request, if any, gets its turn
   // GET /admin/usage and GET /v1/usage: renders the reply (a coroutine of its own, as only
   // these requests wait on the usage backend) and says the next step.
   // The usage endpoints and those of Gateway::AddAdminEndpoint: steps that await.

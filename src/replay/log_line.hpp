@@ -1,4 +1,4 @@
-// One line of the gateway's JSON access log (src/http/exchange.cpp, Worker::Finish), parsed by
+// One line of the gateway's JSON access log (src/http/access_line.cpp, RenderAccessLine), parsed by
 // hand for `tollgate replay`: a flat JSON object with known members, read at over a million
 // lines a second. A pure function: no I/O, no state.
 #pragma once
