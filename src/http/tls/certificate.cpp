@@ -16,15 +16,6 @@ struct BioFree {
   void operator()(BIO* b) const { BIO_free(b); }
 };
 
-std::string OpenSslError() {
-  const unsigned long e = ERR_get_error();
-  ERR_clear_error();
-  if (e == 0) return "no details";
-  char buf[256];
-  ERR_error_string_n(e, buf, sizeof buf);
-  return buf;
-}
-
 std::string Lower(std::string_view s) {
   std::string out(s);
   for (char& c : out) c = util::ToLower(c);
@@ -61,6 +52,15 @@ int64_t UnixOf(const ASN1_TIME* t) {
 }
 
 }  // namespace
+
+std::string OpenSslError() {
+  const unsigned long e = ERR_get_error();
+  ERR_clear_error();
+  if (e == 0) return "no details";
+  char buf[256];
+  ERR_error_string_n(e, buf, sizeof buf);
+  return buf;
+}
 
 bool NameMatches(std::string_view pattern, std::string_view name) {
   if (pattern.size() > 2 && pattern.substr(0, 2) == "*.") {

@@ -58,4 +58,8 @@ class Certificate {
 // "a.example.com", not "example.com" nor "a.b.example.com").
 bool NameMatches(std::string_view pattern, std::string_view name);
 
+// The oldest error of this thread's OpenSSL queue as text ("no details" when there is none);
+// clears the queue.
+std::string OpenSslError();
+
 }  // namespace tollgate::http::tls

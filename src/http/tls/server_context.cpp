@@ -19,15 +19,6 @@ struct ServerContext::Served {
 
 namespace {
 
-std::string OpenSslError() {
-  const unsigned long e = ERR_get_error();
-  ERR_clear_error();
-  if (e == 0) return "no details";
-  char buf[256];
-  ERR_error_string_n(e, buf, sizeof buf);
-  return buf;
-}
-
 // ALPN: the first of the server's protocols the client offers; none in common: no ALPN (the
 // connection goes on as HTTP/1.1).
 int OnAlpn(SSL*, const unsigned char** out, unsigned char* outlen, const unsigned char* in,
