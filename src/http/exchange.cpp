@@ -1,4 +1,4 @@
-// One request's steps (see Worker::Begin): the canonical target, identity and checks, the
+// One request's steps (Exchange, see worker.hpp): the canonical target, identity and checks, the
 // decision's answer (contract/), the built-in endpoints, and the access log line.
 #include <algorithm>
 #include <charconv>
@@ -209,55 +209,58 @@ Step Worker::ReplyProblem(Exchange& ex, Scratch& scratch, bhttp::status status,
                contract::kProblemJson);
 }
 
-Step Worker::Begin(Exchange& ex, Scratch& scratch, const RequestHead& head,
-                   RequestParser* body_parser, std::string_view peer, std::string_view peer_ip,
-                   Listener listener) {
-  if (gw.server.access_log) ex.start = Clock::now();  // for the line's latency_ms alone
-  ex.policy = Policy();
-  ex.generation = generation;
-  ex.head = &head;
-  ex.body_parser = body_parser;
-  ex.peer = peer;
-  ex.peer_ip = peer_ip;
-  ex.log = {};
-  ex.key = nullptr;
-  ex.plan = nullptr;
-  ex.n_checks = 0;
-  ex.invalid_key = false;
-  ex.held = false;
-  ex.status_endpoint = false;
-  ex.presented = ex.forwarded_for = ex.authority = {};
+Step Exchange::Begin(Worker& w, Scratch& scratch, const RequestHead& request_head,
+                     RequestParser* request_body, std::string_view connection_peer,
+                     std::string_view connection_peer_ip, Listener listener) {
+  w_ = &w;
+  if (w.gw.server.access_log) start = Clock::now();  // for the line's latency_ms alone
+  policy = w.Policy();
+  generation = w.generation;
+  head = &request_head;
+  body_parser = request_body;
+  peer = connection_peer;
+  peer_ip = connection_peer_ip;
+  log = {};
+  key = nullptr;
+  plan = nullptr;
+  n_checks = 0;
+  invalid_key = false;
+  held = false;
+  status_endpoint = false;
+  presented = forwarded_for = authority = {};
   scratch.rate_headers.Clear();
-  ex.decision_service = listener == Listener::kDecision;
-  ex.client.clear();
-  ex.request_id.clear();
-  ex.admin = listener == Listener::kAdmin;
-  ex.client_keep_alive = head.keep_alive;
-  if (auto refused = ReadTarget(ex, scratch, head)) return *refused;
-  if (auto answered = BuiltIn(ex, scratch, listener)) return *answered;
-  return Identify(ex, scratch, head);
+  decision_service = listener == Listener::kDecision;
+  client.clear();
+  request_id.clear();
+  admin = listener == Listener::kAdmin;
+  client_keep_alive = request_head.keep_alive;
+  if (auto refused = ReadTarget(scratch)) return *refused;
+  if (auto answered = BuiltIn(scratch, listener)) return *answered;
+  return Identify(scratch);
 }
 
-std::optional<Step> Worker::ReadTarget(Exchange& ex, Scratch& scratch, const RequestHead& head) {
+std::optional<Step> Exchange::ReadTarget(Scratch& scratch) {
+  Worker& w = *w_;
+  Gateway::Impl& gw = w.gw;
   // The request stays as it was read for the whole exchange (the forwarded head is rendered
   // apart), so views into it stay valid. The decision service decides about the original
   // request, which the proxy in front describes in headers.
-  std::string_view target = head.target;
-  ex.method = head.method;
-  ex.path = target;  // for the log line of a refusal
-  ex.query = {};
-  if (ex.decision_service) DescribedRequest(ex, head, *ex.policy, target);
+  std::string_view target = head->target;
+  method = head->method;
+  path = target;  // for the log line of a refusal
+  query = {};
+  if (decision_service) DescribedRequest(target);
 
   // Framing and Host first (RFC 9112), then one canonical target for everything after:
   // routes, cost, the log and the forwarded request line (issue 18).
   std::string_view host;
-  const char* bad = CheckRequestHead(head, &host);
+  const char* bad = CheckRequestHead(*head, &host);
   const char* detail = bad ? "see docs/http-contract.md" : nullptr;
   CanonicalTarget canonical;
   if (!bad) {
     const config::TargetConfig& tc =
-        ex.decision_service ? gw.decision.request_target : gw.server.request_target;
-    detail = CanonicalizeTarget(ex.method, target,
+        decision_service ? gw.decision.request_target : gw.server.request_target;
+    detail = CanonicalizeTarget(method, target,
                                 {.allow_encoded_slash = tc.allow_encoded_slash,
                                  .allow_path_parameters = tc.allow_path_parameters},
                                 scratch.target, canonical);
@@ -266,94 +269,99 @@ std::optional<Step> Worker::ReadTarget(Exchange& ex, Scratch& scratch, const Req
   if (bad) {
     gw.metrics.Counter("tollgate_bad_requests_total", std::string("code=\"") + bad + "\"")
         .fetch_add(1, std::memory_order_relaxed);
-    ex.client_keep_alive = false;  // what follows on the connection cannot be trusted to be framed
-    return ReplyProblem(ex, scratch, bhttp::status::bad_request, bad, detail);
+    client_keep_alive = false;  // what follows on the connection cannot be trusted to be framed
+    return w.ReplyProblem(*this, scratch, bhttp::status::bad_request, bad, detail);
   }
-  ex.path = canonical.path;
-  ex.query = canonical.query;
-  ex.has_query = canonical.has_query;
-  ex.authority = canonical.authority;
+  path = canonical.path;
+  query = canonical.query;
+  has_query = canonical.has_query;
+  authority = canonical.authority;
   return std::nullopt;
 }
 
-std::optional<Step> Worker::BuiltIn(Exchange& ex, Scratch& scratch, Listener listener) {
-  const std::string_view method = ex.method, path = ex.path;
-  if (ex.decision_service) return std::nullopt;  // it decides every request it gets
+std::optional<Step> Exchange::BuiltIn(Scratch& scratch, Listener listener) {
+  Worker& w = *w_;
+  Gateway::Impl& gw = w.gw;
+  if (decision_service) return std::nullopt;  // it decides every request it gets
   // The built-in endpoints: all on the admin listener, those of server.public_endpoints on the
   // gateway listener (the others are the upstream's paths there).
   const auto& pub = gw.server.public_endpoints;
-  if (ex.admin) {
-    if (auto refused = AdminGuardRefusal(ex, scratch)) return refused;
+  if (admin) {
+    if (auto refused = w.AdminGuardRefusal(*this, scratch)) return refused;
   }
-  if (method == "GET" && (ex.admin || pub.health)) {
-    if (path == "/healthz") return Reply(ex, scratch, bhttp::status::ok, "{\"status\":\"ok\"}");
+  if (method == "GET" && (admin || pub.health)) {
+    if (path == "/healthz")
+      return w.Reply(*this, scratch, bhttp::status::ok, "{\"status\":\"ok\"}");
     if (path == "/readyz") {
       const std::string_view why = gw.Readiness();
-      return why.empty() ? Reply(ex, scratch, bhttp::status::ok, "{\"status\":\"ready\"}")
-                         : Reply(ex, scratch, bhttp::status::service_unavailable,
-                                 "{\"status\":\"" + std::string(why) + "\"}");
+      return why.empty() ? w.Reply(*this, scratch, bhttp::status::ok, "{\"status\":\"ready\"}")
+                         : w.Reply(*this, scratch, bhttp::status::service_unavailable,
+                                   "{\"status\":\"" + std::string(why) + "\"}");
     }
   }
-  if (method == "GET" && path == "/metrics" && (ex.admin || pub.metrics)) {
-    return Reply(ex, scratch, bhttp::status::ok, gw.metrics.Render(), {},
-                 "text/plain; version=0.0.4");
+  if (method == "GET" && path == "/metrics" && (admin || pub.metrics)) {
+    return w.Reply(*this, scratch, bhttp::status::ok, gw.metrics.Render(), {},
+                   "text/plain; version=0.0.4");
   }
   if (listener == Listener::kAdmin) {
-    const std::string_view refused = AdminBrowserRefusal(
-        ex.head->Get("Host"), ex.head->Get("Origin"), ex.head->Get("Sec-Fetch-Site"));
+    const std::string_view refused =
+        AdminBrowserRefusal(head->Get("Host"), head->Get("Origin"), head->Get("Sec-Fetch-Site"));
     if (!refused.empty()) {
-      return ReplyProblem(ex, scratch, bhttp::status::forbidden, "cross_site_refused", refused);
+      return w.ReplyProblem(*this, scratch, bhttp::status::forbidden, "cross_site_refused",
+                            refused);
     }
-    if (auto refused_token = AdminTokenRefusal(ex, scratch)) return refused_token;
+    if (auto refused_token = w.AdminTokenRefusal(*this, scratch)) return refused_token;
     // The caller's own limits and usage (Identify), by the key the request presents.
     if (method == "GET" && (path == "/v1/rate-limit" || path == "/v1/usage")) return std::nullopt;
     if (method == "POST" && path == "/admin/reload") {
       auto r = gw.Reload();
-      return r ? Reply(ex, scratch, bhttp::status::ok, "{\"status\":\"reloaded\"}")
-               : ReplyProblem(ex, scratch, bhttp::status::bad_request, "invalid_config", r.error());
+      return r ? w.Reply(*this, scratch, bhttp::status::ok, "{\"status\":\"reloaded\"}")
+               : w.ReplyProblem(*this, scratch, bhttp::status::bad_request, "invalid_config",
+                                r.error());
     }
     if (method == "GET" && path.substr(0, 12) == "/admin/keys/") {
-      const policy::Key* k = ex.policy->FindById(path.substr(12));
+      const policy::Key* k = policy->FindById(path.substr(12));
       if (!k)
-        return ReplyProblem(ex, scratch, bhttp::status::not_found, "unknown_key",
-                            "no key with this id");
-      return Reply(ex, scratch, bhttp::status::ok, AdminKeyBody(*k));
+        return w.ReplyProblem(*this, scratch, bhttp::status::not_found, "unknown_key",
+                              "no key with this id");
+      return w.Reply(*this, scratch, bhttp::status::ok, AdminKeyBody(*k));
     }
     if (method == "GET" && path == "/admin/usage") return Step::kAdminUsage;
-    if (path == "/admin/deny" || path == "/admin/deny/remove") return AdminDeny(ex, scratch);
-    if (method == "GET" && path == "/admin/top") return AdminTop(ex, scratch);
+    if (path == "/admin/deny" || path == "/admin/deny/remove") return w.AdminDeny(*this, scratch);
+    if (method == "GET" && path == "/admin/top") return w.AdminTop(*this, scratch);
     if (const UiAsset* page = method == "GET" ? FindUiAsset(path) : nullptr)  // GET /admin/ui
-      return Reply(ex, scratch, bhttp::status::ok, page->body, kUiHeaders, page->content_type);
+      return w.Reply(*this, scratch, bhttp::status::ok, page->body, kUiHeaders, page->content_type);
     if (auto it = gw.admin_endpoints.find(std::string(method) + " " + std::string(path));
         it != gw.admin_endpoints.end()) {
-      ex.admin_hook = &it->second;
+      admin_hook = &it->second;
       return Step::kAdminHook;
     }
-    return ReplyProblem(ex, scratch, bhttp::status::not_found, "not_found",
-                        "unknown admin endpoint");
+    return w.ReplyProblem(*this, scratch, bhttp::status::not_found, "not_found",
+                          "unknown admin endpoint");
   }
   return std::nullopt;
 }
 
-void Worker::JoinForwardedFor(Exchange& ex, Scratch& scratch, const RequestHead& head) {
+void Exchange::JoinForwardedFor(Scratch& scratch) {
+  Gateway::Impl& gw = w_->gw;
   // Every X-Forwarded-For line is one list (RFC 9110 5.3): a trusted proxy that appends its
   // own line after the client's must be read, not the client's first line.
   size_t forwarded_lines = 0;
-  for (const RequestHead::Field& f : head.fields) {
+  for (const RequestHead::Field& f : head->fields) {
     if (f.name.size() != 15 || !util::EqualsIgnoreCase(f.name, "X-Forwarded-For")) continue;
     if (++forwarded_lines == 1) {
-      ex.forwarded_for = f.value;
+      forwarded_for = f.value;
       continue;
     }
-    if (forwarded_lines == 2) scratch.forwarded_for.assign(ex.forwarded_for);
+    if (forwarded_lines == 2) scratch.forwarded_for.assign(forwarded_for);
     scratch.forwarded_for.append(", ").append(f.value);
-    ex.forwarded_for = scratch.forwarded_for;
+    forwarded_for = scratch.forwarded_for;
   }
-  if (ex.forwarded_for.empty()) {
-    ex.client.assign(ex.peer);  // already in the form ClientAddress() gives (see Session())
+  if (forwarded_for.empty()) {
+    client.assign(peer);  // already in the form ClientAddress() gives (see Session())
   } else {
     bool unparsed = false;
-    ex.client = ex.policy->ClientAddress(ex.peer_ip, ex.forwarded_for, &unparsed);
+    client = policy->ClientAddress(peer_ip, forwarded_for, &unparsed);
     if (unparsed) gw.forwarded_for_unparsed.fetch_add(1, std::memory_order_relaxed);
   }
 }
@@ -379,177 +387,182 @@ struct OverrideFields {
   }
 };
 
-Step Worker::Identify(Exchange& ex, Scratch& scratch, const RequestHead& head) {
-  const policy::Policy& pol = *ex.policy;
-  const std::string_view method = ex.method, path = ex.path;
+Step Exchange::Identify(Scratch& scratch) {
+  Worker& w = *w_;
+  Gateway::Impl& gw = w.gw;
+  const policy::Policy& pol = *policy;
   // The strictest of the routes the request's method and its overrides meet.
   const policy::Route& route =
-      engine::StrictestRoute(pol, method, path, ex.query, OverrideFields{head});
-  ex.log.route = route.label;  // what tollgate replay re-derives routes and costs against
-  ex.log.cost_param = route.cost.query;
-  ex.now = util::SystemClock::Instance().Now();
+      engine::StrictestRoute(pol, method, path, query, OverrideFields{*head});
+  log.route = route.label;  // what tollgate replay re-derives routes and costs against
+  log.cost_param = route.cost.query;
+  now = util::SystemClock::Instance().Now();
   const auto& pub = gw.server.public_endpoints;
-  ex.status_endpoint = (ex.admin || pub.rate_limit) && method == "GET" && path == "/v1/rate-limit";
-  const bool usage_endpoint = (ex.admin || pub.usage) && method == "GET" && path == "/v1/usage";
-  JoinForwardedFor(ex, scratch, head);
-  ex.deny_status = ex.decision_service ? static_cast<bhttp::status>(gw.decision.deny_status)
-                                       : bhttp::status::too_many_requests;
+  status_endpoint = (admin || pub.rate_limit) && method == "GET" && path == "/v1/rate-limit";
+  const bool usage_endpoint = (admin || pub.usage) && method == "GET" && path == "/v1/usage";
+  JoinForwardedFor(scratch);
+  deny_status = decision_service ? static_cast<bhttp::status>(gw.decision.deny_status)
+                                 : bhttp::status::too_many_requests;
 
   // The status and usage endpoints are about the caller's key, whatever the route, and
   // consume nothing.
-  const bool about_the_key = ex.status_endpoint || usage_endpoint;
+  const bool about_the_key = status_endpoint || usage_endpoint;
   if (engine::ReadsKey(&route, about_the_key)) {
-    ex.presented = pol.PresentedKey([&head](const std::string& name) { return head.Get(name); });
-    if (!ex.presented.empty()) ex.key = key_cache.Find(pol, ex.generation, ex.presented);
-    if (ex.key) gw.meter->Prefetch(usage::MeterTag{ex.key, ex.generation});
+    presented = pol.PresentedKey([this](const std::string& name) { return head->Get(name); });
+    if (!presented.empty()) key = w.key_cache.Find(pol, generation, presented);
+    if (key) gw.meter->Prefetch(usage::MeterTag{key, generation});
   }
   const std::shared_ptr<const policy::DenyList> runtime_deny = gw.RuntimeDeny();
   const engine::Admitted admission = engine::Admitter(pol).Admit(
       {.route = &route,
-       .presented_key = !ex.presented.empty(),
-       .key = ex.key,
-       .client = ex.client,
-       .query = ex.query,
+       .presented_key = !presented.empty(),
+       .key = key,
+       .client = client,
+       .query = query,
        .fixed_cost = about_the_key ? std::optional<int64_t>(0) : std::nullopt,
-       .now = ex.now,
+       .now = now,
        .about_the_key = about_the_key,
        .runtime_deny = runtime_deny.get()},
-      ex.checks, ex.scopes);
+      checks, scopes);
   if (admission.denied) {
     gw.blocked.fetch_add(1, std::memory_order_relaxed);
-    ex.log.decision = contract::LogDecision::kBlocked;
-    if (ex.key) ex.log.key_id = ex.key->id;
-    return ReplyProblem(ex, scratch, bhttp::status::forbidden, "blocked", "this client is blocked");
+    log.decision = contract::LogDecision::kBlocked;
+    if (key) log.key_id = key->id;
+    return w.ReplyProblem(*this, scratch, bhttp::status::forbidden, "blocked",
+                          "this client is blocked");
   }
-  ex.n_checks = admission.n;
+  n_checks = admission.n;
   if (admission.kind == engine::Admission::Kind::kInvalidKey) {
     // Decided below (Conclude): repeated invalid keys from one address are limited per address.
     gw.invalid_keys.fetch_add(1, std::memory_order_relaxed);
-    ex.log.decision = contract::LogDecision::kInvalidKey;
-    ex.invalid_key = true;
-    ex.request = {.batch = {.scope = ex.scopes.primary, .checks = {ex.checks.data(), 1}},
-                  .fail_mode = engine::FailMode::kOpen};
+    log.decision = contract::LogDecision::kInvalidKey;
+    invalid_key = true;
+    request = {.batch = {.scope = scopes.primary, .checks = {checks.data(), 1}},
+               .fail_mode = engine::FailMode::kOpen};
     return Step::kDecide;
   }
-  ex.plan = admission.plan;
-  if (ex.key) ex.log.key_id = ex.key->id;
+  plan = admission.plan;
+  if (key) log.key_id = key->id;
   if (usage_endpoint) return Step::kKeyUsage;
-  if (ex.plan) ex.log.plan = ex.plan->name;
+  if (plan) log.plan = plan->name;
   if (admission.kind == engine::Admission::Kind::kInvalidCost) {
-    return ReplyProblem(ex, scratch, bhttp::status::bad_request, "invalid_cost", admission.error);
+    return w.ReplyProblem(*this, scratch, bhttp::status::bad_request, "invalid_cost",
+                          admission.error);
   }
-  ex.log.cost = admission.cost;
-  ex.log.metered = admission.kind == engine::Admission::Kind::kChecks && !ex.status_endpoint;
-  if (ex.n_checks > 0) {
-    ex.request = {
-        .batch = {.scope = ex.scopes.primary,
-                  .checks = {ex.checks.data(), ex.n_checks},
-                  .mode = ex.status_endpoint ? store::Mode::kPeek : store::Mode::kConsume,
-                  // The memory store decides now, on this thread: at the time already read.
-                  .now = gw.engine->DecidesAtOnce() ? std::optional(ex.now) : std::nullopt},
-        // GET /v1/rate-limit reports the shared budget or nothing (503): not a local share.
-        .fail_mode = ex.status_endpoint && route.fail_mode == config::FailMode::kLocal
-                         ? engine::FailMode::kOpen
-                         : engine::EngineFailMode(route.fail_mode)};
-    if (!ex.status_endpoint) ReserveHold(ex);
-    ex.decide_start = Clock::now();
+  log.cost = admission.cost;
+  log.metered = admission.kind == engine::Admission::Kind::kChecks && !status_endpoint;
+  if (n_checks > 0) {
+    request = {.batch = {.scope = scopes.primary,
+                         .checks = {checks.data(), n_checks},
+                         .mode = status_endpoint ? store::Mode::kPeek : store::Mode::kConsume,
+                         // The memory store decides now, on this thread: at the time already read.
+                         .now = gw.engine->DecidesAtOnce() ? std::optional(now) : std::nullopt},
+               // GET /v1/rate-limit reports the shared budget or nothing (503): not a local share.
+               .fail_mode = status_endpoint && route.fail_mode == config::FailMode::kLocal
+                                ? engine::FailMode::kOpen
+                                : engine::EngineFailMode(route.fail_mode)};
+    if (!status_endpoint) w.ReserveHold(*this);
+    decide_start = Clock::now();
     return Step::kDecide;
   }
-  if (ex.status_endpoint)
-    return ReplyProblem(ex, scratch, bhttp::status::not_found, "not_found", "no limits apply");
-  return Pass(ex, scratch);
+  if (status_endpoint)
+    return w.ReplyProblem(*this, scratch, bhttp::status::not_found, "not_found", "no limits apply");
+  return Pass(scratch);
 }
 
-void Worker::DescribedRequest(Exchange& ex, const RequestHead& head, const policy::Policy& pol,
-                              std::string_view& target) {
+void Exchange::DescribedRequest(std::string_view& target) {
+  Gateway::Impl& gw = w_->gw;
   // One proxy's headers only: Traefik forwards every client header to the check, so a client's
   // own X-Original-URI beside Traefik's X-Forwarded-Uri must not be read (issue 18). Envoy's
   // ext_authz sends the original method and path as the check request's own.
-  std::string_view uri, method;
+  std::string_view uri, original_method;
   switch (gw.decision.proxy) {
     case config::DecisionProxy::kNginx:
-      uri = head.Get("X-Original-URI");
-      method = head.Get("X-Original-Method");
+      uri = head->Get("X-Original-URI");
+      original_method = head->Get("X-Original-Method");
       break;
     case config::DecisionProxy::kTraefik:
-      uri = head.Get("X-Forwarded-Uri");
-      method = head.Get("X-Forwarded-Method");
+      uri = head->Get("X-Forwarded-Uri");
+      original_method = head->Get("X-Forwarded-Method");
       break;
     case config::DecisionProxy::kEnvoy:
       return;
   }
-  if (uri.empty() && method.empty()) return;
-  if (!pol.IsTrusted(ex.peer_ip)) {
+  if (uri.empty() && original_method.empty()) return;
+  if (!policy->IsTrusted(peer_ip)) {
     // Anyone who can reach the listener could name a cheaper route: decided on the check
     // request's own line instead, and counted.
     gw.untrusted_headers.fetch_add(1, std::memory_order_relaxed);
     return;
   }
   if (!uri.empty()) target = uri;
-  if (!method.empty()) ex.method = method;
+  if (!original_method.empty()) method = original_method;
 }
 
-Step Worker::Conclude(Exchange& ex, Scratch& scratch) {
-  const policy::Policy& pol = *ex.policy;
-  const engine::Verdict& v = ex.verdict;
+Step Exchange::Conclude(Scratch& scratch) {
+  Worker& w = *w_;
+  Gateway::Impl& gw = w.gw;
+  const policy::Policy& pol = *policy;
+  const engine::Verdict& v = verdict;
   HeaderList& rate_headers = scratch.rate_headers;
-  const std::span<const store::Check> cs{ex.checks.data(), ex.n_checks};
-  const std::span<const core::Decision> ds{ex.decisions.data(), ex.n_checks};
+  const std::span<const store::Check> cs{checks.data(), n_checks};
+  const std::span<const core::Decision> ds{decisions.data(), n_checks};
   // The decision listener denies with its own status, and nginx drops an auth subrequest's
   // body: the code travels in a header too.
   const contract::AnswerOptions options{.headers = &pol.config().headers,
-                                        .deny_status = static_cast<int>(ex.deny_status),
-                                        .deny_unavailable = ex.decision_service,
-                                        .code_header = ex.decision_service};
+                                        .deny_status = static_cast<int>(deny_status),
+                                        .deny_unavailable = decision_service,
+                                        .code_header = decision_service};
   scratch.body.clear();
-  if (ex.invalid_key) {
-    const contract::Answer a = contract::RespondInvalidKey(v, cs[0], ds[0], !ex.presented.empty(),
+  if (invalid_key) {
+    const contract::Answer a = contract::RespondInvalidKey(v, cs[0], ds[0], !presented.empty(),
                                                            options, rate_headers, scratch.body);
-    return Reply(ex, scratch, static_cast<bhttp::status>(a.status), scratch.body,
-                 rate_headers.Rendered(), a.content_type);
+    return w.Reply(*this, scratch, static_cast<bhttp::status>(a.status), scratch.body,
+                   rate_headers.Rendered(), a.content_type);
   }
-  gw.limiter_latency.Observe(SecondsSince(ex.decide_start));
-  const policy::Plan& plan = *ex.plan;
+  gw.limiter_latency.Observe(SecondsSince(decide_start));
   // Headers advertise the checks that reject this caller: its own limits when its cohort is
   // enforced (issue 20), and route limits that hold every caller (issue 31).
   const bool enforced =
       std::any_of(cs.begin(), cs.end(), [](const store::Check& c) { return c.enforced; });
 
-  if (ex.status_endpoint) {
+  if (status_endpoint) {
     // GET /v1/rate-limit: the caller's limits and usage; consumes nothing.
     if (v.kind == engine::Verdict::Kind::kDegraded ||
         v.kind == engine::Verdict::Kind::kUnavailable) {
-      return Reply(
-          ex, scratch, bhttp::status::service_unavailable,
+      return w.Reply(
+          *this, scratch, bhttp::status::service_unavailable,
           RejectionBody(cs, ds, engine::Verdict{.kind = engine::Verdict::Kind::kUnavailable}),
           "Retry-After: 1\r\n", "application/problem+json");
     }
     AppendRateLimitHeaders(pol.config().headers, cs, ds, v, rate_headers);
-    ex.log.decision = contract::LogDecision::kStatus;
-    return Reply(ex, scratch, bhttp::status::ok, RateLimitStatusBody(*ex.key, plan, cs, ds, v),
-                 enforced ? std::string_view(rate_headers.Rendered()) : "");
+    log.decision = contract::LogDecision::kStatus;
+    return w.Reply(*this, scratch, bhttp::status::ok, RateLimitStatusBody(*key, *plan, cs, ds, v),
+                   enforced ? std::string_view(rate_headers.Rendered()) : "");
   }
 
-  CountDecision(ex, plan, cs, ds);
-  if (v.kind == engine::Verdict::Kind::kRejected) return Reject(ex, scratch, options);
+  w.CountDecision(*this, *plan, cs, ds);
+  if (v.kind == engine::Verdict::Kind::kRejected) return w.Reject(*this, scratch, options);
   const contract::Answer a =
       contract::Respond(v, cs, ds, enforced, options, rate_headers, scratch.body);
   if (!a.allowed) {
-    return Reply(ex, scratch, static_cast<bhttp::status>(a.status), scratch.body,
-                 rate_headers.Rendered(), a.content_type);
+    return w.Reply(*this, scratch, static_cast<bhttp::status>(a.status), scratch.body,
+                   rate_headers.Rendered(), a.content_type);
   }
-  return Pass(ex, scratch);
+  return Pass(scratch);
 }
 
-Step Worker::Pass(Exchange& ex, Scratch& scratch) {
-  if (!ex.decision_service) return Step::kForward;
+Step Exchange::Pass(Scratch& scratch) {
+  Worker& w = *w_;
+  if (!decision_service) return Step::kForward;
   // Allowed: the proxy in front forwards the request itself. The key id and plan go back in
   // headers the proxy may pass upstream (nginx: auth_request_set).
-  if (ex.key) {
-    scratch.rate_headers.Add("X-Tollgate-Key-Id", ex.key->id);
-    scratch.rate_headers.Add("X-Tollgate-Plan", ex.plan->name);
+  if (key) {
+    scratch.rate_headers.Add("X-Tollgate-Key-Id", key->id);
+    scratch.rate_headers.Add("X-Tollgate-Plan", plan->name);
   }
-  return Reply(ex, scratch, bhttp::status::ok, "", scratch.rate_headers.Rendered(), "text/plain");
+  return w.Reply(*this, scratch, bhttp::status::ok, "", scratch.rate_headers.Rendered(),
+                 "text/plain");
 }
 
 }  // namespace tollgate::http

@@ -99,8 +99,8 @@ class Worker;
 using RequestAllocator = std::pmr::polymorphic_allocator<char>;
 using RequestParser = bhttp::request_parser<bhttp::buffer_body, RequestAllocator>;
 
-struct Scratch;   // a connection's buffers, below
-struct Exchange;  // a request's state from one step to the next, below
+struct Scratch;  // a connection's buffers, below
+class Exchange;  // a request's state from one step to the next, below
 // What is left to do for a request after one step of it.
 enum class Step {
   kReply,       // send scratch.out, a response of ours

@@ -231,21 +231,19 @@ net::awaitable<void> Worker::Session(tcp::socket socket, Listener listener, Conn
     bool keep = false;
     {
       const Counted in_flight(gw.in_flight);  // SIGTERM's drain waits for these
-      // The request, in steps (see Worker::Begin), here rather than in a coroutine of its own:
-      // a request answered by us with the memory store allocates no coroutine frame.
+      // The request's steps (Exchange), here rather than in a coroutine of their own: a request
+      // answered by us with the memory store allocates no coroutine frame.
       Exchange& ex = scratch.exchange;
-      Step step = Begin(ex, scratch, head, parser ? &*parser : nullptr, peer, peer_ip, listener);
+      Step step =
+          ex.Begin(*this, scratch, head, parser ? &*parser : nullptr, peer, peer_ip, listener);
       if (step == Step::kAdminUsage || step == Step::kKeyUsage || step == Step::kAdminHook) {
         step = co_await ServeUsage(step, stream, buffer, ex, scratch);
       } else if (step == Step::kDecide) {
         // Not `?:`: GCC 12 also runs a co_await in the arm not chosen (decided twice).
         const std::span<core::Decision> decisions{ex.decisions.data(), ex.n_checks};
-        if (gw.engine->DecidesAtOnce()) {
-          ex.verdict = gw.engine->DecideNow(ex.request, decisions);
-        } else {
-          ex.verdict = co_await Decide(ex.request, decisions);
-        }
-        step = Conclude(ex, scratch);
+        if (gw.engine->DecidesAtOnce()) ex.verdict = gw.engine->DecideNow(ex.request, decisions);
+        if (!gw.engine->DecidesAtOnce()) ex.verdict = co_await Decide(ex.request, decisions);
+        step = ex.Conclude(scratch);
         if (ex.held) co_await Hold(ex);
       }
       if (step == Step::kForward) {

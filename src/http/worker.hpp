@@ -81,19 +81,9 @@ class Worker {
   // The answer to a head that could not be read (400, 408, 413, 431) into scratch.out; false
   // when the client just went away.
   bool RenderHeadError(beast::error_code hec, Scratch& scratch);
-  // A request is handled in steps (see Session()): those that need no waiting are plain
-  // functions, which render our own responses (Reply) into scratch.out; only waiting on the
-  // store, the usage meter or the upstream takes a coroutine.
-  Step Begin(Exchange& ex, Scratch& scratch, const RequestHead& head, RequestParser* body_parser,
-             std::string_view peer, std::string_view peer_ip, Listener listener);
-  // Begin's parts: the canonical target (or a 400), the built-in endpoints, the identity and
-  // checks. The first two answer only when they end the request.
-  std::optional<Step> ReadTarget(Exchange& ex, Scratch& scratch, const RequestHead& head);
-  std::optional<Step> BuiltIn(Exchange& ex, Scratch& scratch, Listener listener);
-  Step Identify(Exchange& ex, Scratch& scratch, const RequestHead& head);
-  // ex.forwarded_for (every X-Forwarded-For line, joined) and ex.client.
-  void JoinForwardedFor(Exchange& ex, Scratch& scratch, const RequestHead& head);
-  Step Conclude(Exchange& ex, Scratch& scratch);  // after the decision, in ex.verdict
+  // A request's steps are the Exchange's (below); it calls these for what the worker keeps:
+  // its caches and counters, and the answers it renders.
+  friend class Exchange;
   // Smoothing: holds an allowed request for its delay (ex.verdict.delay), then gives back its
   // reservation (ex.held). A coroutine of its own: only requests that may be held come here.
   net::awaitable<void> Hold(Exchange& ex);
@@ -103,15 +93,10 @@ class Worker {
   // Counts and logs the verdict: tollgate_decisions_total, rejections, shadow, degraded.
   void CountDecision(Exchange& ex, const policy::Plan& plan, std::span<const store::Check> cs,
                      std::span<const core::Decision> ds);
-  // The decision service: the original request's method (into ex.method) and target, from the
-  // headers of the configured proxy (decision.proxy), believed only from a trusted peer.
-  void DescribedRequest(Exchange& ex, const RequestHead& head, const policy::Policy& pol,
-                        std::string_view& target);
   // A rejection (answer.cpp): the last one's bytes again when its facts are the same
   // (contract::AppendRejectionFacts, with the connection's keep-alive and HTTP version).
   Step Reject(Exchange& ex, Scratch& scratch, const contract::AnswerOptions& options);
   RejectionCache last_rejection;
-  Step Pass(Exchange& ex, Scratch& scratch);  // allowed: forwarded, or the decision service's 200
   milliseconds SendTimeout() const { return milliseconds(gw.server.send_timeout_ms); }
   // Whether our answer keeps the connection: the client's wish, its request read whole, and no
   // shutdown under way.
@@ -207,9 +192,26 @@ class Worker {
                                          std::string& body);
 };
 
-// What a request carries from one step to the next (see Worker::Begin). Lives in its
-// connection's Scratch, reset by Begin().
-struct Exchange {
+// One request on its way through the gateway, whatever the transport that carries it (ADR 4):
+// its steps, and what it carries from one step to the next. Lives in its connection's Scratch,
+// reset by Begin(). The transport (Worker::Session) hands it a request head, then carries out
+// the Step each step returns: it writes scratch.out, has the engine decide `request` and calls
+// Conclude(), or forwards. The steps that need no waiting are plain functions, which render
+// our own responses into scratch.out; only waiting on the store, the usage meter or the
+// upstream takes a coroutine, the transport's. Used on its worker's thread only.
+class Exchange {
+ public:
+  // The request `request_head` (and its body, through `request_body` when Beast read the head)
+  // on `listener` of worker `w`, from `connection_peer` (the client address as limits name it;
+  // `connection_peer_ip` the socket's peer as text): the canonical target (or a 400), the
+  // built-in endpoints, the identity and checks. What they point into must live as long as the
+  // exchange.
+  Step Begin(Worker& w, Scratch& scratch, const RequestHead& request_head,
+             RequestParser* request_body, std::string_view connection_peer,
+             std::string_view connection_peer_ip, Listener listener);
+  // After the decision, in `verdict`: the answer, or Pass().
+  Step Conclude(Scratch& scratch);
+
   Clock::time_point start;
   // Held for the whole request: a reload while it waits must not free what its checks point
   // into. Dropped after it.
@@ -251,6 +253,20 @@ struct Exchange {
 
   // Whether the request was read in full (its body too): only then is the connection reusable.
   bool RequestRead() const { return !body_parser || body_parser->is_done(); }
+
+ private:
+  // Begin's parts. The first two answer only when they end the request.
+  std::optional<Step> ReadTarget(Scratch& scratch);
+  std::optional<Step> BuiltIn(Scratch& scratch, Listener listener);
+  Step Identify(Scratch& scratch);
+  // forwarded_for (every X-Forwarded-For line, joined) and client.
+  void JoinForwardedFor(Scratch& scratch);
+  // The decision service: the original request's method (into `method`) and target, from the
+  // headers of the configured proxy (decision.proxy), believed only from a trusted peer.
+  void DescribedRequest(std::string_view& target);
+  Step Pass(Scratch& scratch);  // allowed: forwarded, or the decision service's 200
+
+  Worker* w_ = nullptr;  // Begin()'s
 };
 
 inline bool Worker::KeepsAlive(const Exchange& ex) const {

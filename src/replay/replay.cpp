@@ -57,7 +57,7 @@ std::optional<LogDecision> Decided(const LogLine& l) {
   return contract::ParseLogDecision(l.decision);
 }
 
-// The built-in endpoints about the caller's own key consume nothing (Worker::Identify).
+// The built-in endpoints about the caller's own key consume nothing (Exchange::Identify).
 bool ConsumesNothing(const LogLine& l) {
   return l.method == "GET" && (l.path == "/v1/rate-limit" || l.path == "/v1/usage") &&
          (Decided(l) == LogDecision::kStatus || Decided(l) == LogDecision::kNone);

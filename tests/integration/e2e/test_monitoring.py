@@ -227,7 +227,7 @@ class ScrapeTests(GatewayTestCase):
                 out["invalid"] += 1
                 return r
             # Every request with a valid key is decided: limiter latency is observed in
-            # Worker::Conclude for allowed, rejected and shadow-rejected requests alike
+            # Exchange::Conclude for allowed, rejected and shadow-rejected requests alike
             # (src/http/exchange.cpp), never for an invalid key.
             out["decided"] += 1
             out[plan] += 1
