@@ -20,6 +20,7 @@ class MemoryStack final : public Services, public store::Chores {
             .store = *this,
             .replicas = nullptr,
             .meter = meter_,
+            .policy = policy_,
             .start_keys = start_keys_};
   }
   void ExportMetrics(metrics::Registry& registry) const override {

@@ -16,8 +16,9 @@ struct Server::Rls {
 
 namespace {
 
-// Envoy's rate limit service on the gateway's engine and policy (rls.listen), or nothing.
-std::unique_ptr<rls::RlsServer> StartRls(const config::Config& config, http::Gateway& gateway) {
+// Envoy's rate limit service (rls.listen) on the services' engine and policy, or nothing.
+std::unique_ptr<rls::RlsServer> StartRls(const config::Config& config, Services& services,
+                                         http::Gateway& gateway) {
   const config::RlsConfig& rls = config.rls;
   if (rls.listen.empty()) return nullptr;
   rls::RlsOptions options{.listen = rls.listen,
@@ -30,8 +31,9 @@ std::unique_ptr<rls::RlsServer> StartRls(const config::Config& config, http::Gat
                           .headers = config.headers,
                           .runtime_deny = [&gateway] { return gateway.RuntimeDeny(); }};
   for (const auto& d : rls.domains) options.domains.push_back({d.domain, d.key_entry, d.ip_entry});
-  auto server = std::make_unique<rls::RlsServer>(std::move(options), gateway.engine(),
-                                                 [&gateway] { return gateway.CurrentPolicy(); });
+  auto server =
+      std::make_unique<rls::RlsServer>(std::move(options), services.engine(),
+                                       [&policy = services.policy()] { return policy.Current(); });
   auto port = server->Start();
   if (!port) throw std::runtime_error(port.error());
   server->ExportMetrics(gateway.metrics());
@@ -53,7 +55,7 @@ Server::Server(std::string config_path, config::Config config, std::string_view 
       gateway_(std::move(config_path), config, config_text, services_->ForGateway()) {
   services_->ExportMetrics(gateway_.metrics());
 #ifdef TOLLGATE_HAVE_RLS
-  rls_ = std::make_unique<Rls>(Rls{StartRls(config, gateway_)});
+  rls_ = std::make_unique<Rls>(Rls{StartRls(config, *services_, gateway_)});
 #else
   if (!config.rls.listen.empty()) {
     throw std::runtime_error("rls.listen: this build has no gRPC (configure with TOLLGATE_RLS=ON)");
