@@ -21,6 +21,7 @@ class MemoryStack final : public Services, public store::Chores {
             .replicas = nullptr,
             .meter = meter_,
             .policy = policy_,
+            .metrics = metrics_,
             .start_keys = start_keys_};
   }
   void ExportMetrics(metrics::Registry& registry) const override {

@@ -64,6 +64,7 @@ class RedisStack final : public Services, public store::Chores, public store::Re
             .replicas = this,
             .meter = meter_,
             .policy = policy_,
+            .metrics = metrics_,
             .start_keys = start_keys_};
   }
   void ExportMetrics(metrics::Registry& registry) const override {

@@ -27,7 +27,7 @@ std::unique_ptr<rls::RlsServer> StartRls(const config::Config& config, Services&
                           .response_headers = rls.response_headers,
                           .near_limit_ratio = rls.near_limit_ratio,
                           .store_spans_scopes = !config::IsRedisCluster(config.store),
-                          .registry = &gateway.metrics(),
+                          .registry = &services.metrics(),
                           .headers = config.headers,
                           .runtime_deny = [&gateway] { return gateway.RuntimeDeny(); }};
   for (const auto& d : rls.domains) options.domains.push_back({d.domain, d.key_entry, d.ip_entry});
@@ -36,7 +36,7 @@ std::unique_ptr<rls::RlsServer> StartRls(const config::Config& config, Services&
                                        [&policy = services.policy()] { return policy.Current(); });
   auto port = server->Start();
   if (!port) throw std::runtime_error(port.error());
-  server->ExportMetrics(gateway.metrics());
+  server->ExportMetrics(services.metrics());
   gateway.OnDrain([s = server.get()] { s->SetServing(false); });
   gateway.OnReload([s = server.get()] { (void)s->Reload(); });
   gateway.AddAdminEndpoint("/json", [s = server.get()](std::string body, auto reply) {
@@ -53,7 +53,7 @@ struct Server::Rls {};
 Server::Server(std::string config_path, config::Config config, std::string_view config_text)
     : services_(Services::Open(config)),
       gateway_(std::move(config_path), config, config_text, services_->ForGateway()) {
-  services_->ExportMetrics(gateway_.metrics());
+  services_->ExportMetrics(services_->metrics());
 #ifdef TOLLGATE_HAVE_RLS
   rls_ = std::make_unique<Rls>(Rls{StartRls(config, *services_, gateway_)});
 #else

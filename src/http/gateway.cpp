@@ -137,6 +137,7 @@ Gateway::Impl::Impl(std::string path, config::Config config, std::string_view co
       upstream(ParseUpstream(config.upstream.url)),
       policies(services.policy),
       decision(config.decision),
+      metrics(services.metrics),
       engine(&services.engine),
       store(services.store),
       replicas(services.replicas),
@@ -382,7 +383,6 @@ Gateway::Gateway(std::string config_path, config::Config config, std::string_vie
 Gateway::~Gateway() = default;
 
 std::shared_ptr<const policy::DenyList> Gateway::RuntimeDeny() { return impl_->RuntimeDeny(); }
-metrics::Registry& Gateway::metrics() { return impl_->metrics; }
 
 void Gateway::OnDrain(std::function<void()> hook) { impl_->on_drain = std::move(hook); }
 void Gateway::OnReload(std::function<void()> hook) { impl_->on_reload = std::move(hook); }

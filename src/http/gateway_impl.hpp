@@ -127,7 +127,7 @@ struct Gateway::Impl {
   const std::atomic<uint64_t>& generation = policies.generation();
 
   const config::DecisionConfig decision;
-  metrics::Registry metrics;
+  metrics::Registry& metrics;  // handed in (GatewayServices::metrics); counters bound below
   metrics::Histogram& limiter_latency = metrics.Hist("tollgate_limiter_latency_seconds");
   metrics::Histogram& upstream_latency = metrics.Hist("tollgate_upstream_latency_seconds");
   std::atomic<uint64_t>& invalid_keys = metrics.Counter("tollgate_invalid_keys_total");

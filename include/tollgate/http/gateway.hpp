@@ -31,6 +31,8 @@ struct GatewayServices {
   usage::UsageMeter& meter;
   // The policy in force: the gateway installs it (start-up, reload, key changes) and reads it.
   policy::PolicyHolder& policy;
+  // The process's metrics: the gateway declares its series in it and serves GET /metrics.
+  metrics::Registry& metrics;
   // keys.source: postgres: starts the key source with the gateway's change callback and log.
   // Empty: keys come from the configuration file.
   std::function<core::Result<std::unique_ptr<policy::KeySource>>(policy::KeySource::ChangeCallback,
@@ -53,10 +55,9 @@ class Gateway {
   int Run();
 
   // For other listeners of the process (the Envoy RLS server, composed in app/), which take
-  // the engine and the policy from the services: the admin API's deny list (POST /admin/deny),
-  // null while it is empty, and the metrics registry. Thread-safe.
+  // the engine, the policy and the metrics registry from the services: the admin API's deny
+  // list (POST /admin/deny), null while it is empty. Thread-safe.
   std::shared_ptr<const policy::DenyList> RuntimeDeny();
-  metrics::Registry& metrics();
   // Called once, on the main thread, when SIGTERM or SIGINT starts the drain (the RLS server
   // reports NOT_SERVING from then on). Set before Run().
   void OnDrain(std::function<void()> hook);
