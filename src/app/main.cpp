@@ -12,7 +12,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
-#include <memory>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -20,16 +19,12 @@
 #include <tollgate/config/config.hpp>
 #include <tollgate/config/envoy_rls.hpp>
 #include <tollgate/core/limit.hpp>
-#include <tollgate/http/gateway.hpp>
-#ifdef TOLLGATE_HAVE_RLS
-#include <tollgate/rls/rls_server.hpp>
-#endif
 #include <tollgate/policy/policy.hpp>
 #include <tollgate/replay/replay.hpp>
 #include <tollgate/util/host_port.hpp>
 
 #include "app/cli.hpp"
-#include "app/services.hpp"
+#include "app/server.hpp"
 
 namespace {
 
@@ -259,51 +254,6 @@ int CheckConfig(const std::string& path) {
   return 0;
 }
 
-}  // namespace
-
-// Envoy's rate limit service on the gateway's engine and policy (rls.listen), or nothing.
-#ifdef TOLLGATE_HAVE_RLS
-std::unique_ptr<tollgate::rls::RlsServer> StartRls(const tollgate::config::RlsConfig& config,
-                                                   const tollgate::config::StoreConfig& store,
-                                                   const tollgate::config::HeadersConfig& headers,
-                                                   tollgate::http::Gateway& gateway) {
-  if (config.listen.empty()) return nullptr;
-  tollgate::rls::RlsOptions options{.listen = config.listen,
-                                    .envoy_config = config.envoy_config,
-                                    .shadow_mode = config.shadow_mode,
-                                    .response_headers = config.response_headers,
-                                    .near_limit_ratio = config.near_limit_ratio,
-                                    .store_spans_scopes = !tollgate::config::IsRedisCluster(store),
-                                    .registry = &gateway.metrics(),
-                                    .headers = headers,
-                                    .runtime_deny = [&gateway] { return gateway.RuntimeDeny(); }};
-  for (const auto& d : config.domains)
-    options.domains.push_back({d.domain, d.key_entry, d.ip_entry});
-  auto server = std::make_unique<tollgate::rls::RlsServer>(
-      std::move(options), gateway.engine(), [&gateway] { return gateway.CurrentPolicy(); });
-  auto port = server->Start();
-  if (!port) throw std::runtime_error(port.error());
-  server->ExportMetrics(gateway.metrics());
-  gateway.OnDrain([s = server.get()] { s->SetServing(false); });
-  gateway.OnReload([s = server.get()] { (void)s->Reload(); });
-  gateway.AddAdminEndpoint("/json", [s = server.get()](std::string body, auto reply) {
-    s->DecideJson(std::move(body), std::move(reply));
-  });
-  return server;
-}
-#else
-std::nullptr_t StartRls(const tollgate::config::RlsConfig& config,
-                        const tollgate::config::StoreConfig&,
-                        const tollgate::config::HeadersConfig&, tollgate::http::Gateway&) {
-  if (!config.listen.empty()) {
-    throw std::runtime_error("rls.listen: this build has no gRPC (configure with TOLLGATE_RLS=ON)");
-  }
-  return nullptr;
-}
-#endif
-
-namespace {
-
 int Serve(const std::string& path) {
   std::string text;  // the version the gateway reports is of these bytes, the ones it serves
   auto config = tollgate::config::LoadConfigFile(path, &text);
@@ -311,14 +261,7 @@ int Serve(const std::string& path) {
     std::fprintf(stderr, "%s: %s\n", path.c_str(), config.error().c_str());
     return tollgate::app::kExitError;
   }
-  const tollgate::config::Config startup = *config;
-  // The services outlive the gateway and the RLS server they are handed to.
-  const std::unique_ptr<tollgate::app::Services> services = tollgate::app::Services::Open(startup);
-  tollgate::http::Gateway gateway(path, std::move(config).value(), text, services->ForGateway());
-  services->ExportMetrics(gateway.metrics());
-  [[maybe_unused]] const auto rls =
-      StartRls(startup.rls, startup.store, startup.headers, gateway);  // stopped before the gateway
-  return gateway.Run();
+  return tollgate::app::Server(path, *std::move(config), text).Run();
 }
 
 }  // namespace

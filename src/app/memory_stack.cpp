@@ -20,6 +20,8 @@ class MemoryStack final : public Services, public store::Chores {
             .store = *this,
             .replicas = nullptr,
             .meter = meter_,
+            .policy = policy_,
+            .metrics = metrics_,
             .start_keys = start_keys_};
   }
   void ExportMetrics(metrics::Registry& registry) const override {

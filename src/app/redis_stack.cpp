@@ -63,6 +63,8 @@ class RedisStack final : public Services, public store::Chores, public store::Re
             .store = *this,
             .replicas = this,
             .meter = meter_,
+            .policy = policy_,
+            .metrics = metrics_,
             .start_keys = start_keys_};
   }
   void ExportMetrics(metrics::Registry& registry) const override {

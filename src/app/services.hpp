@@ -1,7 +1,7 @@
 // The process's services, built from the configuration (issue 32, part 2): the store stack
 // (memory; or Redis with token leases, the deny cache and the local fallback), its chores, the
-// engine on it, the usage meter, and the key source. The gateway and the RLS server are handed
-// them (http::GatewayServices); they build none.
+// engine on it, the usage meter, the policy holder, the key source and the metrics registry.
+// The gateway and the RLS server are handed them (http::GatewayServices); they build none.
 #pragma once
 
 #include <memory>
@@ -10,6 +10,7 @@
 #include <tollgate/engine/engine.hpp>
 #include <tollgate/http/gateway.hpp>
 #include <tollgate/metrics/metrics.hpp>
+#include <tollgate/policy/policy_holder.hpp>
 
 namespace tollgate::app {
 
@@ -26,15 +27,25 @@ class Services {
   virtual ~Services() = default;
 
   virtual engine::Engine& engine() = 0;
+  // The policy in force: empty until the gateway installs the first one (its keys may come
+  // from the key source it starts).
+  policy::PolicyHolder& policy() { return policy_; }
+  // Every component's series (GET /metrics on the gateway's admin listener).
+  metrics::Registry& metrics() { return metrics_; }
   // For the gateway; `start_keys` set when keys.source is postgres.
   virtual http::GatewayServices ForGateway() = 0;
-  // The store's own series (and the replicas seen); the key source's are the gateway's.
+  // Declares the store's own series (and the replicas seen) in `registry`; the key source's
+  // are the gateway's.
   virtual void ExportMetrics(metrics::Registry& registry) const = 0;
 
  protected:
   explicit Services(const config::Config& config);
   // How the gateway starts the PostgreSQL key source (empty without keys.source).
   decltype(http::GatewayServices::start_keys) start_keys_;
+  policy::PolicyHolder policy_;
+  // Declared before the stacks' members: it outlives the gauges they register (never read
+  // once the gateway, which serves it, is gone).
+  metrics::Registry metrics_;
 };
 
 }  // namespace tollgate::app

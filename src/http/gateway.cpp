@@ -135,7 +135,9 @@ Gateway::Impl::Impl(std::string path, config::Config config, std::string_view co
       server(WithFileLimit(config)),
       upstream_config(config.upstream),
       upstream(ParseUpstream(config.upstream.url)),
+      policies(services.policy),
       decision(config.decision),
+      metrics(services.metrics),
       engine(&services.engine),
       store(services.store),
       replicas(services.replicas),
@@ -145,10 +147,9 @@ Gateway::Impl::Impl(std::string path, config::Config config, std::string_view co
   std::unique_lock startup(reload_mu);
   if (services.start_keys) config.keys = StartKeySource(services.start_keys);
   file_config = config;
-  auto built = policy::Policy::Build(std::move(config));
-  if (!built) throw std::runtime_error(built.error());
-  policy = *built;
-  NoteUnknownPlans(policy->config());
+  if (auto installed = Install(std::move(config)); !installed) {
+    throw std::runtime_error(installed.error());
+  }
   startup.unlock();
   live.SetConfig(config_text);
   RegisterMetrics();
@@ -183,7 +184,7 @@ void Gateway::Impl::RegisterMetrics() {
                 [this] { return static_cast<double>(connections.OpenApprox()); });
   metrics.Gauge("tollgate_keys_unknown_plan",
                 "Keys whose plan does not exist (they get the strictest plan).",
-                metrics::ReadOf(unknown_plan_keys));
+                metrics::ReadOf(policies.unknown_plan_keys()));
   // Each component declares its own (the store's: app/).
   if (key_source) key_source->ExportMetrics(metrics);
 }
@@ -213,27 +214,18 @@ void Gateway::Impl::LogStoreFailure(store::StoreErrc errc) {
 }
 
 core::Result<bool> Gateway::Impl::Install(config::Config config) {
-  auto built = policy::Policy::Build(std::move(config));
-  if (!built) return core::Error{built.error()};
-  {
-    std::lock_guard lock(policy_mu);
-    policy = *built;
-  }
-  NoteUnknownPlans((*built)->config());
-  generation.fetch_add(1, std::memory_order_release);
-  return true;
+  return policies.Install(std::move(config), [this](size_t keys, const config::KeyConfig& first) {
+    NoteUnknownPlans(keys, first);
+  });
 }
 
-// Issue 31: keys of a plan that does not exist get the strictest plan: counted, and logged when
-// their number changes (a key source reports every change: not a line each time).
-void Gateway::Impl::NoteUnknownPlans(const config::Config& config) {
-  const std::vector<const config::KeyConfig*> keys = config::KeysOfUnknownPlans(config);
-  if (unknown_plan_keys.exchange(keys.size()) == keys.size() || keys.empty()) return;
+// Issue 31: keys of a plan that does not exist get the strictest plan (counted by the holder).
+void Gateway::Impl::NoteUnknownPlans(size_t keys, const config::KeyConfig& first) {
   log.Error(
       "{\"level\":\"warning\",\"msg\":\"keys name a plan that does not exist: they get "
       "the strictest plan\",\"keys\":" +
-      std::to_string(keys.size()) + ",\"first_key_id\":\"" + contract::JsonEscape(keys[0]->id) +
-      "\",\"plan\":\"" + contract::JsonEscape(keys[0]->plan) + "\"}");
+      std::to_string(keys) + ",\"first_key_id\":\"" + contract::JsonEscape(first.id) +
+      "\",\"plan\":\"" + contract::JsonEscape(first.plan) + "\"}");
 }
 
 void Gateway::Impl::Tick() {
@@ -390,10 +382,7 @@ Gateway::Gateway(std::string config_path, config::Config config, std::string_vie
 
 Gateway::~Gateway() = default;
 
-engine::Engine& Gateway::engine() { return *impl_->engine; }
-std::shared_ptr<const policy::Policy> Gateway::CurrentPolicy() { return impl_->CurrentPolicy(); }
 std::shared_ptr<const policy::DenyList> Gateway::RuntimeDeny() { return impl_->RuntimeDeny(); }
-metrics::Registry& Gateway::metrics() { return impl_->metrics; }
 
 void Gateway::OnDrain(std::function<void()> hook) { impl_->on_drain = std::move(hook); }
 void Gateway::OnReload(std::function<void()> hook) { impl_->on_reload = std::move(hook); }

@@ -33,6 +33,7 @@
 #include <tollgate/metrics/metrics.hpp>
 #include <tollgate/policy/key_source.hpp>
 #include <tollgate/policy/policy.hpp>
+#include <tollgate/policy/policy_holder.hpp>
 #include <tollgate/store/chores.hpp>
 #include <tollgate/usage/meter.hpp>
 #include <tollgate/usage/usage.hpp>
@@ -121,12 +122,12 @@ struct Gateway::Impl {
   const config::UpstreamConfig upstream_config;
   const UpstreamTarget upstream;
 
-  std::mutex policy_mu;
-  std::shared_ptr<const policy::Policy> policy;
-  std::atomic<uint64_t> generation{1};
+  // Handed in (GatewayServices::policy): the policy in force and its generation.
+  policy::PolicyHolder& policies;
+  const std::atomic<uint64_t>& generation = policies.generation();
 
   const config::DecisionConfig decision;
-  metrics::Registry metrics;
+  metrics::Registry& metrics;  // handed in (GatewayServices::metrics); counters bound below
   metrics::Histogram& limiter_latency = metrics.Hist("tollgate_limiter_latency_seconds");
   metrics::Histogram& upstream_latency = metrics.Hist("tollgate_upstream_latency_seconds");
   std::atomic<uint64_t>& invalid_keys = metrics.Counter("tollgate_invalid_keys_total");
@@ -144,8 +145,8 @@ struct Gateway::Impl {
   // tollgate_requests_total by class (2xx, 3xx, 4xx, 5xx), resolved once.
   std::array<std::atomic<uint64_t>*, 4> requests_by_class{};
 
-  // Builds the policy from `config` with `keys` and swaps it in; the old one keeps serving on
-  // error. REQUIRES: reload_mu held.
+  // Builds the policy from `config` with `keys` and swaps it in (policies.Install(), keys of
+  // unknown plans logged); the old one keeps serving on error. REQUIRES: reload_mu held.
   core::Result<bool> Install(config::Config config);
   std::mutex reload_mu;
   // Store failures are logged at most once a second (every one is counted).
@@ -189,9 +190,8 @@ struct Gateway::Impl {
   void Reset(std::string body, AdminReply reply);     // POST /admin/reset (admin.cpp)
   void Explain(std::string query, AdminReply reply);  // GET /admin/explain (explain.cpp)
 
-  // Keys of a plan that does not exist (issue 31): counted and logged at each install.
-  std::atomic<size_t> unknown_plan_keys{0};
-  void NoteUnknownPlans(const config::Config& config);
+  // Keys of a plan that does not exist (issue 31): logged when their number changes.
+  void NoteUnknownPlans(size_t keys, const config::KeyConfig& first);
 
   std::function<void()> on_drain;   // Gateway::OnDrain
   std::function<void()> on_reload;  // Gateway::OnReload
@@ -216,10 +216,7 @@ struct Gateway::Impl {
   // Reload: a bad configuration is refused and the old one keeps serving.
   core::Result<bool> Reload();
   ~Impl();
-  std::shared_ptr<const policy::Policy> CurrentPolicy() {
-    std::lock_guard lock(policy_mu);
-    return policy;
-  }
+  std::shared_ptr<const policy::Policy> CurrentPolicy() { return policies.Current(); }
 };
 
 }  // namespace tollgate::http

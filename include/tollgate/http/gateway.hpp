@@ -13,6 +13,7 @@
 #include <tollgate/metrics/metrics.hpp>
 #include <tollgate/policy/key_source.hpp>
 #include <tollgate/policy/policy.hpp>
+#include <tollgate/policy/policy_holder.hpp>
 #include <tollgate/store/chores.hpp>
 
 namespace tollgate::usage {
@@ -28,6 +29,10 @@ struct GatewayServices {
   store::Chores& store;       // readiness, reset, sweeps, lanes, status
   store::Replicas* replicas;  // null: no other replica shares the store (memory)
   usage::UsageMeter& meter;
+  // The policy in force: the gateway installs it (start-up, reload, key changes) and reads it.
+  policy::PolicyHolder& policy;
+  // The process's metrics: the gateway declares its series in it and serves GET /metrics.
+  metrics::Registry& metrics;
   // keys.source: postgres: starts the key source with the gateway's change callback and log.
   // Empty: keys come from the configuration file.
   std::function<core::Result<std::unique_ptr<policy::KeySource>>(policy::KeySource::ChangeCallback,
@@ -49,13 +54,10 @@ class Gateway {
   // and returns the process exit code (0).
   int Run();
 
-  // For other listeners of the process (the Envoy RLS server, composed in app/): the engine,
-  // the policy in force (it changes on reload) and the metrics registry. Thread-safe.
-  engine::Engine& engine();
-  std::shared_ptr<const policy::Policy> CurrentPolicy();
-  // The admin API's deny list (POST /admin/deny), null while it is empty.
+  // For other listeners of the process (the Envoy RLS server, composed in app/), which take
+  // the engine, the policy and the metrics registry from the services: the admin API's deny
+  // list (POST /admin/deny), null while it is empty. Thread-safe.
   std::shared_ptr<const policy::DenyList> RuntimeDeny();
-  metrics::Registry& metrics();
   // Called once, on the main thread, when SIGTERM or SIGINT starts the drain (the RLS server
   // reports NOT_SERVING from then on). Set before Run().
   void OnDrain(std::function<void()> hook);
