@@ -6,6 +6,10 @@
 #include <tollgate/util/text.hpp>
 
 namespace tollgate::contract {
+
+using util::AppendJsonEscaped;
+using util::JsonEscape;
+
 namespace {
 
 bool Advertised(const store::Check& c) { return c.enforced && c.limit->PolicyQuota() > 0; }

@@ -4,6 +4,7 @@
 
 #include <tollgate/contract/contract.hpp>
 #include <tollgate/util/clock.hpp>
+#include <tollgate/util/json_escape.hpp>
 #include <tollgate/util/query.hpp>
 #include <tollgate/util/text.hpp>
 
@@ -11,8 +12,8 @@ namespace tollgate::http {
 
 namespace {
 
-using contract::AppendJsonEscaped;
 using util::AppendDecimal;
+using util::AppendJsonEscaped;
 
 // The parameters of `query` named `param` (form-decoded, as the cost reads them), as sent and
 // JSON-escaped, '&'-separated: what the access log keeps of a query.

@@ -49,7 +49,7 @@ std::optional<core::Error> Gateway::Impl::ChangeDeny(bool add, policy::DenyList:
   log.Error("{\"level\":\"info\",\"msg\":\"admin: deny list " +
             std::string(add ? "entry added" : "entry removed") + "\",\"kind\":\"" +
             std::string(policy::DenyList::NameOf(kind)) + "\",\"value\":\"" +
-            contract::JsonEscape(value) + "\"}");
+            util::JsonEscape(value) + "\"}");
   return std::nullopt;
 }
 
@@ -107,11 +107,10 @@ void Gateway::Impl::Reset(std::string body, AdminReply reply) {
                                    checks, scopes);
   const size_t n = a.n;
   const store::Batch batch{.scope = scopes.primary, .checks = {checks.data(), n}};
-  const std::string done = "{\"status\":\"reset\",\"scope\":\"" +
-                           contract::JsonEscape(scopes.primary) +
+  const std::string done = "{\"status\":\"reset\",\"scope\":\"" + util::JsonEscape(scopes.primary) +
                            "\",\"limits\":" + std::to_string(n) + "}";
   log.Error("{\"level\":\"info\",\"msg\":\"admin: counters reset\",\"scope\":\"" +
-            contract::JsonEscape(scopes.primary) + "\"}");
+            util::JsonEscape(scopes.primary) + "\"}");
   store.Forget(batch, [reply = std::move(reply), done](std::string error) {
     if (!error.empty()) return reply(503, contract::ProblemBody(503, "store_unavailable", error));
     reply(200, done);

@@ -224,8 +224,8 @@ void Gateway::Impl::NoteUnknownPlans(size_t keys, const config::KeyConfig& first
   log.Error(
       "{\"level\":\"warning\",\"msg\":\"keys name a plan that does not exist: they get "
       "the strictest plan\",\"keys\":" +
-      std::to_string(keys) + ",\"first_key_id\":\"" + contract::JsonEscape(first.id) +
-      "\",\"plan\":\"" + contract::JsonEscape(first.plan) + "\"}");
+      std::to_string(keys) + ",\"first_key_id\":\"" + util::JsonEscape(first.id) +
+      "\",\"plan\":\"" + util::JsonEscape(first.plan) + "\"}");
 }
 
 void Gateway::Impl::Tick() {

@@ -38,6 +38,7 @@
 #include <tollgate/usage/meter.hpp>
 #include <tollgate/usage/usage.hpp>
 #include <tollgate/util/hash.hpp>
+#include <tollgate/util/json_escape.hpp>
 #include <tollgate/util/target.hpp>
 
 #include "access_log.hpp"
@@ -51,15 +52,15 @@
 
 namespace tollgate::http {
 
-using contract::AppendJsonEscaped;
 using contract::AppendRateLimitHeaders;
 using contract::AppendRejectionBody;
 using contract::HeaderList;
-using contract::JsonEscape;
 using contract::ProblemBody;
 using contract::RejectionBody;
+using util::AppendJsonEscaped;
 using util::CanonicalizeTarget;
 using util::CanonicalTarget;
+using util::JsonEscape;
 
 namespace bhttp = boost::beast::http;
 using engine::kMaxChecks;

@@ -1,4 +1,5 @@
 #include <tollgate/rls/rls_server.hpp>
+#include <tollgate/util/json_escape.hpp>
 
 #include <sys/stat.h>
 
@@ -299,7 +300,7 @@ struct RlsServer::Impl final : internal::pb::RateLimitService::CallbackService {
       LogLine(
           "{\"level\":\"error\",\"msg\":\"rls.envoy_config refused; the previous "
           "descriptors keep serving\",\"error\":\"" +
-          contract::JsonEscape(error->message) + "\"}");
+          util::JsonEscape(error->message) + "\"}");
       return error;
     }
     stats.reloads_ok.fetch_add(1, std::memory_order_relaxed);
@@ -363,7 +364,7 @@ void RlsServer::DecideJson(std::string body,
   auto problem = [](const std::string& message) {
     return "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,"
            "\"code\":\"invalid_request\",\"detail\":\"" +
-           contract::JsonEscape(message) + "\"}";
+           util::JsonEscape(message) + "\"}";
   };
   const auto parsed = google::protobuf::util::JsonStringToMessage(body, &call->request);
   if (!parsed.ok()) {

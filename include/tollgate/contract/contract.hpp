@@ -160,8 +160,4 @@ Answer RespondInvalidKey(const engine::Verdict& verdict, const store::Check& che
 inline constexpr std::string_view kProblemJson = "application/problem+json";
 std::string ProblemBody(int status, std::string_view code, std::string_view detail);
 
-// The one JSON string escaper (util/json_escape.hpp), by the name the adapters call it.
-using util::AppendJsonEscaped;
-using util::JsonEscape;
-
 }  // namespace tollgate::contract

@@ -3,6 +3,7 @@
 
 #include <array>
 #include <cstddef>
+#include <string>
 #include <string_view>
 
 namespace tollgate::util {
@@ -34,6 +35,12 @@ inline std::string_view Trim(std::string_view s) {
 
 // An ASCII upper-case letter as lower case; any other byte as it is.
 inline char ToLower(char c) { return c >= 'A' && c <= 'Z' ? static_cast<char>(c + 32) : c; }
+// `s` with its ASCII upper-case letters in lower case (host names, certificate names).
+inline std::string AsciiLower(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) c = ToLower(c);
+  return out;
+}
 
 // ASCII only (header names, tokens); inline, since header names are compared by the dozen
 // on every proxied request and most differ in length.

@@ -16,12 +16,6 @@ struct BioFree {
   void operator()(BIO* b) const { BIO_free(b); }
 };
 
-std::string Lower(std::string_view s) {
-  std::string out(s);
-  for (char& c : out) c = util::ToLower(c);
-  return out;
-}
-
 // subjectAltName DNS entries; the subject's CN when there are none.
 std::vector<std::string> NamesOf(X509* leaf) {
   std::vector<std::string> names;
@@ -32,15 +26,15 @@ std::vector<std::string> NamesOf(X509* leaf) {
       const GENERAL_NAME* n = sk_GENERAL_NAME_value(sans, i);
       if (n->type != GEN_DNS) continue;
       const ASN1_IA5STRING* s = n->d.dNSName;
-      names.push_back(Lower({reinterpret_cast<const char*>(ASN1_STRING_get0_data(s)),
-                             static_cast<size_t>(ASN1_STRING_length(s))}));
+      names.push_back(util::AsciiLower({reinterpret_cast<const char*>(ASN1_STRING_get0_data(s)),
+                                        static_cast<size_t>(ASN1_STRING_length(s))}));
     }
     GENERAL_NAMES_free(sans);
   }
   if (names.empty()) {
     char cn[256];
     if (X509_NAME_get_text_by_NID(X509_get_subject_name(leaf), NID_commonName, cn, sizeof cn) > 0)
-      names.push_back(Lower(cn));
+      names.push_back(util::AsciiLower(cn));
   }
   return names;
 }

@@ -12,8 +12,7 @@ CertificateSet::CertificateSet(std::vector<Certificate> certificates, bool refus
 
 const Certificate* CertificateSet::Select(std::string_view host_name) const {
   if (host_name.empty()) return &certificates_.front();
-  std::string name(host_name);
-  for (char& c : name) c = util::ToLower(c);
+  std::string name = util::AsciiLower(host_name);
   if (!name.empty() && name.back() == '.') name.pop_back();  // a fully qualified spelling
   for (const Certificate& c : certificates_) {
     for (const std::string& n : c.names()) {

@@ -58,8 +58,20 @@ std::optional<core::Error> Configure(SSL_CTX* ctx, const ServerOptions& o,
 
 }  // namespace
 
+namespace {
+// Protocol names in ALPN's wire form: each prefixed by its length.
+std::string AlpnWire(const std::vector<std::string>& protocols) {
+  std::string wire;
+  for (const std::string& p : protocols) {
+    wire += static_cast<char>(p.size());
+    wire += p;
+  }
+  return wire;
+}
+}  // namespace
+
 ServerContext::ServerContext(ServerOptions options, SSL_CTX* base)
-    : options_(std::move(options)), base_(base) {}
+    : options_(std::move(options)), base_(base), alpn_wire_(AlpnWire(options_.alpn)) {}
 
 ServerContext::~ServerContext() { SSL_CTX_free(base_); }
 
@@ -74,7 +86,7 @@ core::Result<std::unique_ptr<ServerContext>> ServerContext::Create(ServerOptions
   SSL_CTX* base = SSL_CTX_new(TLS_server_method());
   if (!base) return core::Error{"tls: " + OpenSslError()};
   std::unique_ptr<ServerContext> c(new ServerContext(std::move(options), base));
-  if (auto e = Configure(base, c->options_, c->alpn_wire())) return *e;
+  if (auto e = Configure(base, c->options_, c->alpn_wire_)) return *e;
   // Resumption: tickets (keys of this context, kept across reloads: the certificates' contexts
   // come and go, the sessions' context stays) and a server-side cache for clients without.
   SSL_CTX_set_session_cache_mode(base, SSL_SESS_CACHE_SERVER);
@@ -82,16 +94,6 @@ core::Result<std::unique_ptr<ServerContext>> ServerContext::Create(ServerOptions
   SSL_CTX_set_tlsext_servername_arg(base, c.get());
   if (auto e = c->Reload(now_unix)) return *e;
   return c;
-}
-
-const std::string& ServerContext::alpn_wire() {
-  if (alpn_wire_.empty()) {
-    for (const std::string& p : options_.alpn) {
-      alpn_wire_ += static_cast<char>(p.size());
-      alpn_wire_ += p;
-    }
-  }
-  return alpn_wire_;
 }
 
 core::Result<std::shared_ptr<const ServerContext::Served>> ServerContext::Load(

@@ -79,12 +79,9 @@ class ServerContext {
   core::Result<std::shared_ptr<const Served>> Load(int64_t now_unix) const;
   std::shared_ptr<const Served> Current() const;
   static int OnServerName(SSL* ssl, int* alert, void* arg);
-  // options_.alpn in ALPN's wire form (length-prefixed); made once, before any handshake.
-  const std::string& alpn_wire();
-
   const ServerOptions options_;
   SSL_CTX* const base_;
-  std::string alpn_wire_;
+  const std::string alpn_wire_;  // options_.alpn in ALPN's wire form (length-prefixed)
   mutable std::mutex mu_;
   std::shared_ptr<const Served> served_;  // under mu_
   struct FileState {

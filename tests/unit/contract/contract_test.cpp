@@ -106,6 +106,9 @@ TEST_F(ContractTest, ShadowChecksAreNotAdvertisedAndSetsAreConfigurable) {
   EXPECT_EQ(m.count("X-RateLimit-Limit"), 0u);
 }
 
+// The escaper the contract's bodies go through (util/json_escape.hpp).
+using util::JsonEscape;
+
 TEST(Contract, JsonEscape) {
   EXPECT_EQ(JsonEscape("a\"b\\c\n"), "a\\\"b\\\\c\\u000a");
   EXPECT_EQ(JsonEscape("caf\xc3\xa9 \xe2\x82\xac"), "caf\xc3\xa9 \xe2\x82\xac");  // UTF-8 kept

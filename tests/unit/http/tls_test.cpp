@@ -200,6 +200,13 @@ TEST_F(Tls, SniChoosesExactThenWildcardThenTheDefault) {
       {"other.test", "other"},
       {"unknown.test", "other"},
       {"", "other"},  // no SNI
+      // Hostile names: none reaches a certificate it does not cover.
+      {"example.com", "other"},                // the wildcard's parent
+      {".example.com", "other"},               // an empty left-most label
+      {"api.example.com.evil.test", "other"},  // a covered name as a prefix
+      {"evilapi.example.com", "wild"},         // one label: the wildcard, never api's
+      {"*.example.com", "wild"},               // the pattern as a name: the wildcard's own
+      {std::string(253, 'a'), "other"},        // as long as a name may be
   };
   for (const auto& c : cases) {
     const Seen seen = Connect(*server, {.sni = c.sni});
