@@ -14,6 +14,7 @@
 #include "config/keys.hpp"
 #include "config/limits.hpp"
 #include "config/routes.hpp"
+#include "config/tls.hpp"
 #include "config/yaml.hpp"
 
 namespace tollgate::config {
@@ -31,6 +32,7 @@ using internal::Name;
 using internal::OnlyKeys;
 using internal::ParseEnum;
 using internal::ParseMode;
+using internal::ParseTls;
 using internal::Secret;
 using internal::Set;
 using internal::Str;
@@ -94,11 +96,15 @@ void ParseServer(const YAML::Node& s, ServerConfig& server) {
        "admin_token", "admin_hosts", "route_match",
        // bounds of heads, bodies and slow clients (issue 31)
        "max_header_fields", "body_buffer_bytes", "body_timeout_ms", "min_body_bytes_per_second",
-       "send_timeout_ms"});
+       "send_timeout_ms",
+       // TLS (issue 33)
+       "tls", "admin_tls"});
   // clang-format on
   if (s["listen"]) server.listen = ListenAddress(s["listen"], "server.listen");
   if (s["admin_listen"])
     server.admin_listen = ListenAddress(s["admin_listen"], "server.admin_listen");
+  if (s["tls"]) server.tls = ParseTls(s["tls"], "server.tls");
+  if (s["admin_tls"]) server.admin_tls = ParseTls(s["admin_tls"], "server.admin_tls");
   Set(s, "threads", "server", server.threads, 0, 256);
   Set(s, "max_connections", "server", server.max_connections, 0, 1'000'000);
   Set(s, "max_connections_per_address", "server", server.max_connections_per_address, 0, 1'000'000);

@@ -15,7 +15,7 @@
 #include <boost/beast/core/error.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 
-#include "socket.hpp"
+#include "stream.hpp"
 
 namespace tollgate::http {
 
@@ -99,7 +99,7 @@ class Conn {
     }
   }
 
-  internal::Socket socket;
+  Stream socket;  // TCP, or TLS on it
 
  private:
   ConnList& list_;

@@ -210,16 +210,17 @@ Step Worker::ReplyProblem(Exchange& ex, Scratch& scratch, bhttp::status status,
 }
 
 Step Exchange::Begin(Worker& w, Scratch& scratch, const RequestHead& request_head,
-                     RequestParser* request_body, std::string_view connection_peer,
-                     std::string_view connection_peer_ip, Listener listener) {
+                     RequestParser* request_body, const ConnectionFacts& connection) {
+  const Listener listener = connection.listener;
   w_ = &w;
   if (w.gw.server.access_log) start = Clock::now();  // for the line's latency_ms alone
   policy = w.Policy();
   generation = w.generation;
   head = &request_head;
   body_parser = request_body;
-  peer = connection_peer;
-  peer_ip = connection_peer_ip;
+  peer = connection.peer;
+  peer_ip = connection.peer_ip;
+  tls = connection.tls;
   log = {};
   key = nullptr;
   plan = nullptr;

@@ -58,7 +58,9 @@ void Worker::AppendProxyHeaders(const Exchange& ex, bool trusted, std::string_vi
   const auto& want = gw.upstream_config.forwarded_headers;
   const RequestHead& req = *ex.head;
   auto ours = [&](bool on, std::string_view name) { return on && !(trusted && Sent(req, name)); };
-  if (ours(want.x_forwarded_proto, "X-Forwarded-Proto")) head << "X-Forwarded-Proto: http\r\n";
+  const std::string_view proto = ex.tls ? "https" : "http";
+  if (ours(want.x_forwarded_proto, "X-Forwarded-Proto"))
+    head << "X-Forwarded-Proto: " << proto << "\r\n";
   if (ours(want.x_forwarded_host, "X-Forwarded-Host") && !host.empty()) {
     head << "X-Forwarded-Host: " << host << "\r\n";
   }
@@ -75,7 +77,7 @@ void Worker::AppendProxyHeaders(const Exchange& ex, bool trusted, std::string_vi
     const bool v6 = ex.peer_ip.find(':') != std::string_view::npos;
     head << "Forwarded: for=" << (v6 ? "\"[" : "") << ex.peer_ip << (v6 ? "]\"" : "");
     if (!host.empty()) head << ";host=\"" << host << "\"";
-    head << ";proto=http\r\n";
+    head << ";proto=" << proto << "\r\n";
   }
 }
 

@@ -16,6 +16,7 @@
 #include <optional>
 #include <stdexcept>
 #include <thread>
+#include <tuple>
 #include <type_traits>
 #include <unordered_map>
 #include <vector>
@@ -242,6 +243,10 @@ void Gateway::Impl::Tick() {
     meter->Flush(ticks / 10 % meter->slices());
   }
   store.Tick(util::SystemClock::Instance().Now());
+  const Clock::time_point now = Clock::now();
+  for (ListenerTls* tls : {gateway_tls.get(), admin_tls.get()}) {
+    if (tls) tls->Tick(now);
+  }
 }
 
 void Gateway::Impl::CloseListeners() {
@@ -267,7 +272,16 @@ std::string_view Gateway::Impl::Readiness() const {
   return {};
 }
 
+void Gateway::Impl::ReloadTls(std::string_view why) {
+  for (ListenerTls* tls : {gateway_tls.get(), admin_tls.get()}) {
+    if (tls) (void)tls->Reload(why);
+  }
+}
+
 core::Result<bool> Gateway::Impl::Reload() {
+  // The certificates first, each listener's refusal on its own (logged and counted): they are
+  // not the configuration, whose result this is.
+  ReloadTls("reload");
   std::lock_guard lock(reload_mu);
   struct AfterReload {
     const std::function<void()>& hook;
@@ -315,6 +329,18 @@ Gateway::Gateway(std::string config_path, config::Config config, std::string_vie
     : impl_(std::make_unique<Impl>(std::move(config_path), config, config_text,
                                    std::move(services))) {
   Impl& g = *impl_;
+  // TLS (issue 33): a write to a peer that closed must be an error, not SIGPIPE (OpenSSL writes
+  // the socket itself, without MSG_NOSIGNAL).
+  std::signal(SIGPIPE, SIG_IGN);
+  for (auto [tls, tls_config, field] :
+       {std::tuple{&g.gateway_tls, &g.server.tls, "server.tls"},
+        std::tuple{&g.admin_tls, &g.server.admin_tls, "server.admin_tls"}}) {
+    if (!tls_config->enabled()) continue;
+    const std::string_view listener = field == std::string_view("server.tls") ? "gateway" : "admin";
+    auto made = ListenerTls::Create(*tls_config, std::string(listener), g.metrics, g.log);
+    if (!made) throw std::runtime_error(std::string(field) + ": " + made.error());
+    *tls = std::move(made).value();
+  }
   g.admin_endpoints["POST /admin/reset"] = [&g](std::string body, AdminReply reply) {
     g.Reset(std::move(body), std::move(reply));
   };

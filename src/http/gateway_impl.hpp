@@ -45,6 +45,7 @@
 #include "conn.hpp"
 #include "connection_budget.hpp"
 #include "hold_budget.hpp"
+#include "listener_tls.hpp"
 #include "live_page.hpp"
 #include "top.hpp"
 #include "upstream_head.hpp"
@@ -207,6 +208,17 @@ struct Gateway::Impl {
   std::atomic<uint64_t>& held_refused = metrics.Counter("tollgate_held_refused_total");
 
   std::vector<std::unique_ptr<Worker>> workers;
+
+  // TLS of the gateway and admin listeners (server.tls, server.admin_tls); null: plaintext.
+  std::unique_ptr<ListenerTls> gateway_tls, admin_tls;
+  ListenerTls* TlsOf(Listener l) const {
+    return l == Listener::kGateway ? gateway_tls.get()
+           : l == Listener::kAdmin ? admin_tls.get()
+                                   : nullptr;
+  }
+  // Reads every TLS listener's certificates again (`why`: what asked), each refusal logged and
+  // counted (ListenerTls::Reload()).
+  void ReloadTls(std::string_view why);
 
   // The constructor's steps: the key source (REQUIRES: reload_mu held) and its first keys; the
   // gauges of what the gateway counts.

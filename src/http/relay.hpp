@@ -37,8 +37,19 @@ constexpr size_t kMaxUpstreamHead = 64 * 1024;
 // operation through the reactor and the executor. Would-block is not an error.
 // sendmsg(2) through syscall(2), as socket.hpp reads (no cancellation point), with up to 16
 // buffers of `rest` at a time.
+// On TLS, what OpenSSL writes now, a record at a time.
 template <class Buffers>
-beast::error_code WriteNow(tcp::socket& socket, beast::buffers_suffix<Buffers>& rest) {
+beast::error_code WriteNow(Stream& socket, beast::buffers_suffix<Buffers>& rest) {
+  if (socket.tls()) {
+    while (beast::buffer_bytes(rest) > 0) {
+      size_t written = 0;
+      const beast::error_code ec = tls_ops::WriteNow(socket, Stream::Gather(rest), written);
+      if (ec) return ec;
+      if (written == 0) return {};
+      rest.consume(written);
+    }
+    return {};
+  }
   std::array<iovec, 16> iov;
   msghdr msg{};
   for (auto it = net::buffer_sequence_begin(rest);

@@ -183,6 +183,21 @@ bool Worker::RenderHeadError(beast::error_code hec, Scratch& scratch) {
   return true;
 }
 
+net::awaitable<bool> Worker::Handshake(Conn& stream, ListenerTls& tls) {
+  if (!stream.socket.StartTls(tls.native())) {
+    tls.handshakes_failed.fetch_add(1, std::memory_order_relaxed);
+    co_return false;
+  }
+  stream.ExpiresAfter(tls.handshake_timeout());
+  auto [hec] = co_await stream.socket.async_handshake(kTuple);
+  hec = stream.Check(hec);
+  auto& counted = !hec                           ? tls.handshakes_ok
+                  : hec == beast::error::timeout ? tls.handshakes_timeout
+                                                 : tls.handshakes_failed;
+  counted.fetch_add(1, std::memory_order_relaxed);
+  co_return !hec;
+}
+
 net::awaitable<void> Worker::Session(tcp::socket socket, Listener listener, ConnectionSlot slot) {
   Conn stream(conns, std::move(socket));
   stream.socket.DrainedReads(true);             // see socket.hpp
@@ -193,6 +208,9 @@ net::awaitable<void> Worker::Session(tcp::socket socket, Listener listener, Conn
   // Normalised once (an IPv4-mapped peer becomes IPv4): a request without X-Forwarded-For uses
   // it as its client address as it is.
   const std::string peer = peer_ip.empty() ? "" : Policy()->ClientAddress(peer_ip, {});
+  ListenerTls* const tls = gw.TlsOf(listener);
+  if (tls && !co_await Handshake(stream, *tls)) co_return;  // closed with `stream`
+  const ConnectionFacts facts{.peer = peer, .peer_ip = peer_ip, .listener = listener, .tls = tls != nullptr};
   beast::flat_buffer buffer;
   Scratch scratch;
   std::pmr::monotonic_buffer_resource fields_arena(scratch.arena.data(), scratch.arena.size(),
@@ -234,8 +252,7 @@ net::awaitable<void> Worker::Session(tcp::socket socket, Listener listener, Conn
       // The request's steps (Exchange), here rather than in a coroutine of their own: a request
       // answered by us with the memory store allocates no coroutine frame.
       Exchange& ex = scratch.exchange;
-      Step step =
-          ex.Begin(*this, scratch, head, parser ? &*parser : nullptr, peer, peer_ip, listener);
+      Step step = ex.Begin(*this, scratch, head, parser ? &*parser : nullptr, facts);
       if (step == Step::kAdminUsage || step == Step::kKeyUsage || step == Step::kAdminHook) {
         step = co_await ServeUsage(step, stream, buffer, ex, scratch);
       } else if (step == Step::kDecide) {

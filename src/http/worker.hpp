@@ -75,6 +75,9 @@ class Worker {
   KeyCache key_cache;
 
   net::awaitable<void> Session(tcp::socket socket, Listener listener, ConnectionSlot slot);
+  // A TLS listener's handshake on `stream`, within its handshake timeout, counted; false when
+  // it failed (the connection is then closed).
+  net::awaitable<bool> Handshake(Conn& stream, ListenerTls& tls);
   // A head of another shape than ParseRequestHead() takes, or still arriving: Beast's parser.
   net::awaitable<beast::error_code> ReadGeneralHead(Conn& stream, beast::flat_buffer& buffer,
                                                     RequestParser& parser);
@@ -192,6 +195,14 @@ class Worker {
                                          std::string& body);
 };
 
+// What the transport knows of a connection (ADR 4), handed to each of its exchanges.
+struct ConnectionFacts {
+  std::string_view peer;     // the client address, as limits name it
+  std::string_view peer_ip;  // the socket's peer address as text
+  Listener listener = Listener::kGateway;
+  bool tls = false;  // the client speaks TLS to us
+};
+
 // One request on its way through the gateway, whatever the transport that carries it (ADR 4):
 // its steps, and what it carries from one step to the next. Lives in its connection's Scratch,
 // reset by Begin(). The transport (Worker::Session) hands it a request head, then carries out
@@ -202,13 +213,10 @@ class Worker {
 class Exchange {
  public:
   // The request `request_head` (and its body, through `request_body` when Beast read the head)
-  // on `listener` of worker `w`, from `connection_peer` (the client address as limits name it;
-  // `connection_peer_ip` the socket's peer as text): the canonical target (or a 400), the
-  // built-in endpoints, the identity and checks. What they point into must live as long as the
-  // exchange.
+  // on `connection` of worker `w`: the canonical target (or a 400), the built-in endpoints, the
+  // identity and checks. What they point into must live as long as the exchange.
   Step Begin(Worker& w, Scratch& scratch, const RequestHead& request_head,
-             RequestParser* request_body, std::string_view connection_peer,
-             std::string_view connection_peer_ip, Listener listener);
+             RequestParser* request_body, const ConnectionFacts& connection);
   // After the decision, in `verdict`: the answer, or Pass().
   Step Conclude(Scratch& scratch);
 
@@ -223,6 +231,7 @@ class Exchange {
   std::string_view peer_ip;              // the socket's peer address as text
   bool decision_service = false;
   bool admin = false;  // on the admin listener
+  bool tls = false;    // over TLS: forwarded as https
   // The client's X-Request-Id when sane, else a new one; made when first needed (forwarded or
   // logged: a 429 without an access log has no use for one). See RequestId().
   std::string request_id;

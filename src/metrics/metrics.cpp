@@ -47,6 +47,8 @@ constexpr Family kFamilies[] = {
      "wait too long."},
     {"tollgate_upstream_stale_total", "counter",
      "Pooled upstream connections closed unused: readable (bytes or EOF) while idle."},
+    {"tollgate_tls_handshakes_total", "counter",
+     "TLS handshakes on a listener, by listener and result (ok, failed, timeout)."},
     {"tollgate_upstream_retries_total", "counter",
      "Requests sent again on a new upstream connection (idempotent, or nothing written)."},
     {"tollgate_accept_errors_total", "counter",
@@ -125,19 +127,23 @@ Histogram& Registry::Hist(std::string_view name) {
   return *slot;
 }
 
-void Registry::AddRead(std::string_view name, const char* type, std::string_view help,
-                       std::function<double()> read) {
+void Registry::AddRead(std::string_view name, std::string_view labels, const char* type,
+                       std::string_view help, std::function<double()> read) {
+  std::string key(name);
+  key += '\0';
+  key += labels;
   std::lock_guard lock(mu_);
-  reads_[std::string(name)] = {type, std::string(help), std::move(read)};
+  reads_[std::move(key)] = {type, std::string(help), std::move(read)};
 }
 
 void Registry::CounterFrom(std::string_view name, std::string_view help,
-                           std::function<double()> read) {
-  AddRead(name, "counter", help, std::move(read));
+                           std::function<double()> read, std::string_view labels) {
+  AddRead(name, labels, "counter", help, std::move(read));
 }
 
-void Registry::Gauge(std::string_view name, std::string_view help, std::function<double()> read) {
-  AddRead(name, "gauge", help, std::move(read));
+void Registry::Gauge(std::string_view name, std::string_view help, std::function<double()> read,
+                     std::string_view labels) {
+  AddRead(name, labels, "gauge", help, std::move(read));
 }
 
 std::string Label(std::string_view name, std::string_view value) {
@@ -216,12 +222,21 @@ std::string Registry::Render() const {
     }
     if (!any) out.append(f.name).append(" 0\n");
   }
-  for (const auto& [name, r] : reads_) {
+  std::string_view last;
+  for (const auto& [key, r] : reads_) {
+    const size_t nul = key.find('\0');
+    const std::string_view name = std::string_view(key).substr(0, nul);
+    const std::string_view labels = std::string_view(key).substr(nul + 1);
+    if (name != last) {
+      out.append("# HELP ").append(name).append(" ").append(r.help).append("\n");
+      out.append("# TYPE ").append(name).append(" ").append(r.type).append("\n");
+      last = name;
+    }
     char buf[64];
     std::snprintf(buf, sizeof buf, " %.17g\n", r.read());
-    out.append("# HELP ").append(name).append(" ").append(r.help).append("\n");
-    out.append("# TYPE ").append(name).append(" ").append(r.type).append("\n");
-    out.append(name).append(buf);
+    out.append(name);
+    if (!labels.empty()) out.append("{").append(labels).append("}");
+    out.append(buf);
   }
   return out;
 }

@@ -22,6 +22,28 @@ struct TargetConfig {
   bool allow_path_parameters = false;  // ';' in the path: kept instead of 400
 };
 
+// TLS on a listener (`server.tls`, `server.admin_tls`; issue 33). Off while no certificate is
+// given. The files are read again on SIGHUP, on POST /admin/reload and when they change (checked
+// every reload_check_ms); a set that cannot be loaded is refused and the one before keeps serving.
+// The other fields are read at start only.
+struct TlsConfig {
+  struct Certificate {
+    std::string cert_file;  // the leaf, then its intermediates (PEM)
+    std::string key_file;   // PEM, unencrypted
+  };
+  std::vector<Certificate> certificates;  // chosen by SNI; the first is the default
+  int min_version = 12;                   // 12: TLS 1.2, 13: TLS 1.3 (`min_version: "1.2"`)
+  std::string ciphers;       // TLS 1.2, OpenSSL's syntax; empty: Mozilla's "intermediate"
+  std::string ciphersuites;  // TLS 1.3; empty: OpenSSL's
+  // A client asking (SNI) for a name no certificate covers: the default certificate
+  // (`unknown_names: default`), or a refused handshake (`refuse`).
+  bool refuse_unknown_names = false;
+  bool session_tickets = true;
+  int handshake_timeout_ms = 10'000;  // a handshake not done by then is closed
+  int reload_check_ms = 500;          // how often the files are checked for a change
+  bool enabled() const { return !certificates.empty(); }
+};
+
 struct ServerConfig {
   std::string listen = "127.0.0.1:8080";        // host:port of the gateway
   std::string admin_listen = "127.0.0.1:9090";  // host:port of the admin API; loopback by default
@@ -35,6 +57,8 @@ struct ServerConfig {
   // Peers in identity.trusted_proxies are exempt (a load balancer is many clients). 0: no cap.
   size_t max_connections_per_address = 512;
   size_t admin_max_connections = 64;            // the admin listener's own budget
+  TlsConfig tls;                                // the gateway listener's; off by default
+  TlsConfig admin_tls;                          // the admin listener's; off by default
   TargetConfig request_target;                  // the gateway listener's
   size_t max_header_bytes = 16 * 1024;          // request line + headers; larger gets 431
   uint64_t max_body_bytes = 100 * 1024 * 1024;  // request bodies larger get 413

@@ -36,8 +36,11 @@ class Registry {
   Histogram& Hist(std::string_view name);
   // Values a component keeps itself (its own atomics), read when rendering: a counter only
   // grows, a gauge goes up and down. Each component declares its own (its ExportMetrics()).
-  void CounterFrom(std::string_view name, std::string_view help, std::function<double()> read);
-  void Gauge(std::string_view name, std::string_view help, std::function<double()> read);
+  // `labels` as Counter()'s; the reads of one name share its help and type.
+  void CounterFrom(std::string_view name, std::string_view help, std::function<double()> read,
+                   std::string_view labels = {});
+  void Gauge(std::string_view name, std::string_view help, std::function<double()> read,
+             std::string_view labels = {});
 
   // HELP text per metric family, declared once (see metrics.cpp for the list).
   std::string Render() const;
@@ -59,9 +62,9 @@ class Registry {
     std::string help;
     std::function<double()> read;
   };
-  void AddRead(std::string_view name, const char* type, std::string_view help,
-               std::function<double()> read);
-  std::map<std::string, Read> reads_;
+  void AddRead(std::string_view name, std::string_view labels, const char* type,
+               std::string_view help, std::function<double()> read);
+  std::map<std::string, Read> reads_;  // by name, '\0', labels
 };
 
 // Reads one of a component's atomics, for CounterFrom() and Gauge().

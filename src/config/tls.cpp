@@ -1,0 +1,54 @@
+#include "config/tls.hpp"
+
+#include "config/yaml.hpp"
+
+namespace tollgate::config::internal {
+
+namespace {
+
+TlsConfig::Certificate ParseCertificate(const YAML::Node& n, const std::string& path) {
+  RequireMap(n, path);
+  OnlyKeys(n, path, {"cert_file", "key_file"});
+  TlsConfig::Certificate c;
+  for (auto [key, out] : {std::pair{"cert_file", &c.cert_file}, {"key_file", &c.key_file}}) {
+    if (!n[key]) Fail(Join(path, key), "required");
+    *out = Expanded(n[key], Join(path, key));
+    if (out->empty()) Fail(Join(path, key), "must not be empty");
+  }
+  return c;
+}
+
+}  // namespace
+
+TlsConfig ParseTls(const YAML::Node& n, const std::string& path) {
+  RequireMap(n, path);
+  OnlyKeys(n, path,
+           {"certificates", "min_version", "ciphers", "ciphersuites", "unknown_names",
+            "session_tickets", "handshake_timeout_ms", "reload_check_ms"});
+  TlsConfig t;
+  const YAML::Node certs = n["certificates"];
+  const std::string certs_path = Join(path, "certificates");
+  if (!certs) Fail(certs_path, "required: at least one certificate");
+  if (!certs.IsSequence() || certs.size() == 0)
+    Fail(certs_path, "must be a list of at least one {cert_file, key_file}");
+  for (size_t i = 0; i < certs.size(); ++i)
+    t.certificates.push_back(ParseCertificate(certs[i], Index(certs_path, i)));
+  if (n["min_version"]) {
+    t.min_version = ParseEnum<int>(n["min_version"], Join(path, "min_version"),
+                                   {{"1.2", 12}, {"1.3", 13}}, "\"1.2\" or \"1.3\"");
+  }
+  if (n["ciphers"]) t.ciphers = Str(n["ciphers"], Join(path, "ciphers"));
+  if (n["ciphersuites"]) t.ciphersuites = Str(n["ciphersuites"], Join(path, "ciphersuites"));
+  if (n["unknown_names"]) {
+    t.refuse_unknown_names =
+        ParseEnum<bool>(n["unknown_names"], Join(path, "unknown_names"),
+                        {{"default", false}, {"refuse", true}}, "default or refuse");
+  }
+  if (n["session_tickets"])
+    t.session_tickets = Bool(n["session_tickets"], Join(path, "session_tickets"));
+  Set(n, "handshake_timeout_ms", path, t.handshake_timeout_ms, 1, 600'000);
+  Set(n, "reload_check_ms", path, t.reload_check_ms, 100, 3'600'000);
+  return t;
+}
+
+}  // namespace tollgate::config::internal

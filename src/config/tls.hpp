@@ -1,0 +1,15 @@
+// server.tls and server.admin_tls (issue 33). Private to the config loader.
+#pragma once
+
+#include <yaml-cpp/yaml.h>
+
+#include <string>
+
+#include <tollgate/config/config.hpp>
+
+namespace tollgate::config::internal {
+
+// The TLS block at `path`; fails naming the field. Files are checked when the listener starts.
+TlsConfig ParseTls(const YAML::Node& n, const std::string& path);
+
+}  // namespace tollgate::config::internal
