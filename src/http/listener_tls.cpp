@@ -51,7 +51,9 @@ ListenerTls::ListenerTls(const config::TlsConfig& config, std::string listener,
       config_(config),
       listener_(std::move(listener)),
       log_(log),
-      ctx_(std::move(ctx)) {
+      ctx_(std::move(ctx)),
+      next_check_(std::chrono::steady_clock::now() +
+                  std::chrono::milliseconds(config.reload_check_ms)) {
   const std::string label = ListenerLabel(listener_);
   const tls::ServerStats& stats = ctx_->stats();
   constexpr std::string_view kReloadsHelp =

@@ -210,7 +210,8 @@ net::awaitable<void> Worker::Session(tcp::socket socket, Listener listener, Conn
   const std::string peer = peer_ip.empty() ? "" : Policy()->ClientAddress(peer_ip, {});
   ListenerTls* const tls = gw.TlsOf(listener);
   if (tls && !co_await Handshake(stream, *tls)) co_return;  // closed with `stream`
-  const ConnectionFacts facts{.peer = peer, .peer_ip = peer_ip, .listener = listener, .tls = tls != nullptr};
+  const ConnectionFacts facts{
+      .peer = peer, .peer_ip = peer_ip, .listener = listener, .tls = tls != nullptr};
   beast::flat_buffer buffer;
   Scratch scratch;
   std::pmr::monotonic_buffer_resource fields_arena(scratch.arena.data(), scratch.arena.size(),
