@@ -20,6 +20,11 @@ const char* WhatItIs(mode_t mode) {
 
 }  // namespace
 
+std::string FromConfigDir(const std::string& base_dir, std::string path) {
+  if (path.empty() || path[0] == '/' || base_dir.empty()) return path;
+  return base_dir + "/" + path;
+}
+
 core::Result<std::string> ReadRegularFile(const std::string& path) {
   if (path.empty()) return core::Error{"no file named"};
   // O_NONBLOCK: opening a FIFO without a writer (or some devices) would block in open(2).

@@ -14,4 +14,8 @@ namespace tollgate::config::internal {
 // never hangs the loader (issue 31: `keys_file: /dev/stdin` or a FIFO hung check-config).
 core::Result<std::string> ReadRegularFile(const std::string& path);
 
+// `path` as the config names it: a relative path is relative to the config file's directory
+// (`base_dir`), as keys_file, envoy_config and the TLS files are.
+std::string FromConfigDir(const std::string& base_dir, std::string path);
+
 }  // namespace tollgate::config::internal

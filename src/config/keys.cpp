@@ -102,7 +102,7 @@ void ReadKeySource(const YAML::Node& keys, const std::string& base_dir, KeySourc
   ks.url = Secret(keys["url"], "keys.url");
   if (keys["snapshot"]) {
     ks.snapshot = Expanded(keys["snapshot"], "keys.snapshot");
-    if (!ks.snapshot.empty() && ks.snapshot[0] != '/') ks.snapshot = base_dir + "/" + ks.snapshot;
+    ks.snapshot = FromConfigDir(base_dir, ks.snapshot);
   }
   Set(keys, "resync_seconds", "keys", ks.resync_seconds, 1, 86'400);
 }
@@ -111,7 +111,7 @@ void ReadKeySource(const YAML::Node& keys, const std::string& base_dir, KeySourc
 void LoadKeysFile(const YAML::Node& kf, const std::string& base_dir, YAML::Node& keys,
                   std::string& keys_path) {
   std::string file = Expanded(kf, "keys_file");
-  if (!file.empty() && file[0] != '/') file = base_dir + "/" + file;
+  file = FromConfigDir(base_dir, file);
   // A regular file only: a FIFO or a device hung the loader (issue 31).
   auto text = ReadRegularFile(file);
   if (!text) Fail("keys_file", "cannot read '" + file + "': " + text.error());

@@ -85,7 +85,7 @@ void ParseAdminGuard(const YAML::Node& s, ServerConfig& server) {
   }
 }
 
-void ParseServer(const YAML::Node& s, ServerConfig& server) {
+void ParseServer(const YAML::Node& s, const std::string& base_dir, ServerConfig& server) {
   // clang-format off
   OnlyKeys(
       s, "server",
@@ -103,8 +103,8 @@ void ParseServer(const YAML::Node& s, ServerConfig& server) {
   if (s["listen"]) server.listen = ListenAddress(s["listen"], "server.listen");
   if (s["admin_listen"])
     server.admin_listen = ListenAddress(s["admin_listen"], "server.admin_listen");
-  if (s["tls"]) server.tls = ParseTls(s["tls"], "server.tls");
-  if (s["admin_tls"]) server.admin_tls = ParseTls(s["admin_tls"], "server.admin_tls");
+  if (s["tls"]) server.tls = ParseTls(s["tls"], "server.tls", base_dir);
+  if (s["admin_tls"]) server.admin_tls = ParseTls(s["admin_tls"], "server.admin_tls", base_dir);
   Set(s, "threads", "server", server.threads, 0, 256);
   Set(s, "max_connections", "server", server.max_connections, 0, 1'000'000);
   Set(s, "max_connections_per_address", "server", server.max_connections_per_address, 0, 1'000'000);
@@ -150,10 +150,43 @@ void ParseServer(const YAML::Node& s, ServerConfig& server) {
   ParseAdminGuard(s, server);
 }
 
-void ParseUpstream(const YAML::Node& u, UpstreamConfig& upstream) {
+// The PEM files of a TLS client section (store.tls, upstream.tls): each relative to the config
+// file's directory and read here too, so that check-config finds a missing one; the certificate
+// and its key go together. Their owner parses them.
+struct PemFiles {
+  std::string* ca_file;
+  std::string* cert_file;
+  std::string* key_file;
+};
+void ReadPemFiles(const YAML::Node& t, const std::string& section, const std::string& base_dir,
+                  PemFiles files) {
+  for (auto [name, out] : {std::pair{"ca_file", files.ca_file},
+                           {"cert_file", files.cert_file},
+                           {"key_file", files.key_file}}) {
+    if (!t[name]) continue;
+    const std::string field = Join(section, name);
+    *out = internal::FromConfigDir(base_dir, Expanded(t[name], field));
+    auto content = internal::ReadRegularFile(*out);
+    if (!content) Fail(field, "cannot read '" + *out + "': " + content.error());
+  }
+  if (files.cert_file->empty() != files.key_file->empty())
+    Fail(section, "cert_file and key_file go together");
+}
+
+// upstream.tls (issue 33).
+void ParseUpstreamTls(const YAML::Node& t, const std::string& base_dir, UpstreamConfig& upstream) {
+  OnlyKeys(t, "upstream.tls", {"verify", "ca_file", "server_name", "cert_file", "key_file"});
+  if (!upstream.https()) Fail("upstream.tls", "needs an https:// upstream.url");
+  auto& tls = upstream.tls;
+  if (t["verify"]) tls.verify = Bool(t["verify"], "upstream.tls.verify");
+  if (t["server_name"]) tls.server_name = Str(t["server_name"], "upstream.tls.server_name");
+  ReadPemFiles(t, "upstream.tls", base_dir, {&tls.ca_file, &tls.cert_file, &tls.key_file});
+}
+
+void ParseUpstream(const YAML::Node& u, const std::string& base_dir, UpstreamConfig& upstream) {
   OnlyKeys(u, "upstream",
            {"url", "connect_timeout_ms", "timeout_ms", "max_connections", "queue_size",
-            "queue_timeout_ms", "forwarded_headers", "max_client_share_percent"});
+            "queue_timeout_ms", "forwarded_headers", "max_client_share_percent", "tls"});
   if (u["url"]) upstream.url = Expanded(u["url"], "upstream.url");
   if (const YAML::Node fh = u["forwarded_headers"]) {  // issue 31: the list replaces the default
     auto& h = upstream.forwarded_headers;
@@ -175,10 +208,12 @@ void ParseUpstream(const YAML::Node& u, UpstreamConfig& upstream) {
       *flag = true;
     }
   }
-  if (upstream.url.rfind("http://", 0) != 0) Fail("upstream.url", "must start with http://");
+  if (upstream.url.rfind("http://", 0) != 0 && !upstream.https())
+    Fail("upstream.url", "must start with http:// or https://");
+  if (const YAML::Node t = u["tls"]) ParseUpstreamTls(t, base_dir, upstream);
   {
     // The port, when given, names one (issue 31: ":99999" connected to 99999 - 65536).
-    std::string_view authority = std::string_view(upstream.url).substr(7);
+    std::string_view authority = std::string_view(upstream.url).substr(upstream.https() ? 8 : 7);
     authority = authority.substr(0, authority.find_first_of("/?#"));
     const size_t colon = authority.rfind(':');
     if (colon != std::string_view::npos && authority.find(']', colon) == std::string_view::npos) {
@@ -200,29 +235,17 @@ void ParseUpstream(const YAML::Node& u, UpstreamConfig& upstream) {
   Set(u, "max_client_share_percent", "upstream", upstream.max_client_share_percent, 1, 100);
 }
 
-// store.tls: PEM files, read here too so that check-config finds a missing one; the store
-// parses them.
-void ParseStoreTls(const YAML::Node& t, StoreConfig& store) {
+// store.tls: the store parses its files.
+void ParseStoreTls(const YAML::Node& t, const std::string& base_dir, StoreConfig& store) {
   OnlyKeys(t, "store.tls", {"ca_file", "cert_file", "key_file"});
-  auto file = [&t](const char* name, std::string& out) {
-    if (!t[name]) return;
-    const std::string field = std::string("store.tls.") + name;
-    out = Expanded(t[name], field);
-    auto content = internal::ReadRegularFile(out);
-    if (!content) Fail(field, "cannot read '" + out + "': " + content.error());
-  };
-  file("ca_file", store.tls_ca_file);
-  file("cert_file", store.tls_cert_file);
-  file("key_file", store.tls_key_file);
-  if (store.tls_cert_file.empty() != store.tls_key_file.empty()) {
-    Fail("store.tls", "cert_file and key_file go together");
-  }
+  ReadPemFiles(t, "store.tls", base_dir,
+               {&store.tls_ca_file, &store.tls_cert_file, &store.tls_key_file});
   if (store.url.rfind("rediss", 0) != 0)
     Fail("store.tls", "needs a rediss:// or rediss-cluster:// url");
 }
 
 // `s`: the `store` section, undefined when absent (the check of a redis url applies anyway).
-void ParseStore(const YAML::Node& s, StoreConfig& store) {
+void ParseStore(const YAML::Node& s, const std::string& base_dir, StoreConfig& store) {
   if (s) {
     OnlyKeys(s, "store",
              {"type", "max_keys", "prefix", "url", "timeout_ms", "connect_timeout_ms", "deny_cache",
@@ -236,7 +259,7 @@ void ParseStore(const YAML::Node& s, StoreConfig& store) {
     if (s["deny_cache"]) store.deny_cache = Bool(s["deny_cache"], "store.deny_cache");
     Set(s, "replicas", "store", store.replicas, 0, 10'000);
     if (store.prefix.empty()) Fail("store.prefix", "must not be empty");
-    if (const YAML::Node t = s["tls"]) ParseStoreTls(t, store);
+    if (const YAML::Node t = s["tls"]) ParseStoreTls(t, base_dir, store);
   }
   if (store.type == StoreType::kRedis && store.url.empty())
     Fail("store.url", "required for store.type redis");
@@ -359,7 +382,7 @@ void ParseRls(const YAML::Node& r, const std::string& base_dir, RlsConfig& rls) 
   if (r["envoy_config"]) {
     rls.envoy_config = Expanded(r["envoy_config"], "rls.envoy_config");
     if (rls.envoy_config.empty()) Fail("rls.envoy_config", "must not be empty");
-    if (rls.envoy_config[0] != '/') rls.envoy_config = base_dir + "/" + rls.envoy_config;
+    rls.envoy_config = internal::FromConfigDir(base_dir, rls.envoy_config);
   }
   if (r["shadow_mode"]) rls.shadow_mode = Bool(r["shadow_mode"], "rls.shadow_mode");
   if (r["response_headers"])
@@ -406,9 +429,9 @@ Config Parse(const YAML::Node& root, const std::string& base_dir) {
   OnlyKeys(root, "",
            {"server", "upstream", "store", "mode", "identity", "plans", "keys", "keys_file",
             "routes", "anonymous", "headers", "decision", "rls", "deny"});
-  if (const YAML::Node s = root["server"]) ParseServer(s, c.server);
-  if (const YAML::Node u = root["upstream"]) ParseUpstream(u, c.upstream);
-  ParseStore(root["store"], c.store);
+  if (const YAML::Node s = root["server"]) ParseServer(s, base_dir, c.server);
+  if (const YAML::Node u = root["upstream"]) ParseUpstream(u, base_dir, c.upstream);
+  ParseStore(root["store"], base_dir, c.store);
   if (root["mode"]) c.mode = ParseMode(root["mode"], "mode");
   ParseIdentity(root["identity"], c.identity);
   const YAML::Node rls = root["rls"];

@@ -1,12 +1,14 @@
 #include "config/tls.hpp"
 
+#include "config/files.hpp"
 #include "config/yaml.hpp"
 
 namespace tollgate::config::internal {
 
 namespace {
 
-TlsConfig::Certificate ParseCertificate(const YAML::Node& n, const std::string& path) {
+TlsConfig::Certificate ParseCertificate(const YAML::Node& n, const std::string& path,
+                                        const std::string& base_dir) {
   RequireMap(n, path);
   OnlyKeys(n, path, {"cert_file", "key_file"});
   TlsConfig::Certificate c;
@@ -14,13 +16,14 @@ TlsConfig::Certificate ParseCertificate(const YAML::Node& n, const std::string& 
     if (!n[key]) Fail(Join(path, key), "required");
     *out = Expanded(n[key], Join(path, key));
     if (out->empty()) Fail(Join(path, key), "must not be empty");
+    *out = FromConfigDir(base_dir, *out);
   }
   return c;
 }
 
 }  // namespace
 
-TlsConfig ParseTls(const YAML::Node& n, const std::string& path) {
+TlsConfig ParseTls(const YAML::Node& n, const std::string& path, const std::string& base_dir) {
   RequireMap(n, path);
   OnlyKeys(n, path,
            {"certificates", "min_version", "ciphers", "ciphersuites", "unknown_names",
@@ -32,7 +35,7 @@ TlsConfig ParseTls(const YAML::Node& n, const std::string& path) {
   if (!certs.IsSequence() || certs.size() == 0)
     Fail(certs_path, "must be a list of at least one {cert_file, key_file}");
   for (size_t i = 0; i < certs.size(); ++i)
-    t.certificates.push_back(ParseCertificate(certs[i], Index(certs_path, i)));
+    t.certificates.push_back(ParseCertificate(certs[i], Index(certs_path, i), base_dir));
   if (n["min_version"]) {
     t.min_version = ParseEnum<int>(n["min_version"], Join(path, "min_version"),
                                    {{"1.2", 12}, {"1.3", 13}}, "\"1.2\" or \"1.3\"");

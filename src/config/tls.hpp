@@ -9,7 +9,8 @@
 
 namespace tollgate::config::internal {
 
-// The TLS block at `path`; fails naming the field. Files are checked when the listener starts.
-TlsConfig ParseTls(const YAML::Node& n, const std::string& path);
+// The TLS block at `path`; fails naming the field. A relative file is relative to `base_dir`,
+// the config file's directory; the files are checked when the listener starts.
+TlsConfig ParseTls(const YAML::Node& n, const std::string& path, const std::string& base_dir);
 
 }  // namespace tollgate::config::internal

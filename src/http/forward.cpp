@@ -318,11 +318,18 @@ void Worker::ReplyUpstreamFailure(Exchange& ex, Scratch& scratch, const Upstream
     return;
   }
   const bool timeout = ec == beast::error::timeout;
-  const char* kind = timeout ? "timeout" : t.reached_upstream ? "protocol" : "connect";
+  // An https:// upstream whose handshake failed (its certificate not verified, above all).
+  const bool tls = !timeout && tls_ops::IsTlsError(ec);
+  const char* kind = timeout              ? "timeout"
+                     : tls                ? "tls"
+                     : t.reached_upstream ? "protocol"
+                                          : "connect";
   gw.metrics.Counter("tollgate_upstream_errors_total", std::string("kind=\"") + kind + "\"")
       .fetch_add(1, std::memory_order_relaxed);
   ReplyProblem(ex, scratch, timeout ? bhttp::status::gateway_timeout : bhttp::status::bad_gateway,
-               timeout ? "upstream_timeout" : "upstream_unavailable",
+               timeout ? "upstream_timeout"
+               : tls   ? "upstream_tls_failed"
+                       : "upstream_unavailable",
                ec ? ec.message() : "no upstream connection", scratch.rate_headers.Rendered());
 }
 

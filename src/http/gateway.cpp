@@ -78,7 +78,8 @@ Endpoint SplitHostPort(const std::string& s, const char* what) {
 }
 
 UpstreamTarget ParseUpstream(const std::string& url) {
-  std::string rest = url.substr(7);  // after http://
+  const bool https = url.rfind("https://", 0) == 0;
+  std::string rest = url.substr(https ? 8 : 7);  // after the scheme
   const size_t slash = rest.find('/');
   UpstreamTarget t;
   if (slash != std::string::npos) {
@@ -87,7 +88,7 @@ UpstreamTarget ParseUpstream(const std::string& url) {
     rest = rest.substr(0, slash);
   }
   t.authority = rest;
-  if (rest.find(':') == std::string::npos) rest += ":80";
+  if (rest.find(':') == std::string::npos) rest += https ? ":443" : ":80";
   t.endpoint = SplitHostPort(rest, "upstream.url");
   return t;
 }
@@ -324,13 +325,11 @@ core::Result<bool> Gateway::Impl::Reload() {
   return true;
 }
 
-Gateway::Gateway(std::string config_path, config::Config config, std::string_view config_text,
-                 GatewayServices services)
-    : impl_(std::make_unique<Impl>(std::move(config_path), config, config_text,
-                                   std::move(services))) {
-  Impl& g = *impl_;
-  // TLS (issue 33): a write to a peer that closed must be an error, not SIGPIPE (OpenSSL writes
-  // the socket itself, without MSG_NOSIGNAL).
+namespace {
+// The TLS of the listeners and of an https:// upstream (issue 33); throws naming the field.
+void StartTls(Gateway::Impl& g) {
+  // A write to a peer that closed must be an error, not SIGPIPE (OpenSSL writes the socket
+  // itself, without MSG_NOSIGNAL).
   std::signal(SIGPIPE, SIG_IGN);
   for (auto [tls, tls_config, field] :
        {std::tuple{&g.gateway_tls, &g.server.tls, "server.tls"},
@@ -341,6 +340,25 @@ Gateway::Gateway(std::string config_path, config::Config config, std::string_vie
     if (!made) throw std::runtime_error(std::string(field) + ": " + made.error());
     *tls = std::move(made).value();
   }
+  if (g.upstream_config.https()) {
+    auto made = UpstreamTls::Create(g.upstream_config, g.upstream.endpoint.host);
+    if (!made) throw std::runtime_error("upstream.tls: " + made.error());
+    g.upstream_tls = std::move(made).value();
+    if (!g.upstream_config.tls.verify) {
+      g.log.Error(
+          "{\"level\":\"warning\",\"msg\":\"upstream.tls.verify is false: the upstream's "
+          "certificate is not checked\"}");
+    }
+  }
+}
+}  // namespace
+
+Gateway::Gateway(std::string config_path, config::Config config, std::string_view config_text,
+                 GatewayServices services)
+    : impl_(std::make_unique<Impl>(std::move(config_path), config, config_text,
+                                   std::move(services))) {
+  Impl& g = *impl_;
+  StartTls(g);
   g.admin_endpoints["POST /admin/reset"] = [&g](std::string body, AdminReply reply) {
     g.Reset(std::move(body), std::move(reply));
   };

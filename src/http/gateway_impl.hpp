@@ -50,6 +50,7 @@
 #include "top.hpp"
 #include "upstream_head.hpp"
 #include "upstream_pool.hpp"
+#include "upstream_tls.hpp"
 
 namespace tollgate::http {
 
@@ -209,6 +210,8 @@ struct Gateway::Impl {
 
   std::vector<std::unique_ptr<Worker>> workers;
 
+  // TLS to an https:// upstream; null: plaintext.
+  std::unique_ptr<UpstreamTls> upstream_tls;
   // TLS of the gateway and admin listeners (server.tls, server.admin_tls); null: plaintext.
   std::unique_ptr<ListenerTls> gateway_tls, admin_tls;
   ListenerTls* TlsOf(Listener l) const {

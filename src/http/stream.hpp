@@ -46,6 +46,11 @@ void AsyncWrite(Stream& s, const WriteBuffers& b, ReadHandler h);
 void AsyncHandshake(Stream& s, HandshakeHandler h);
 // Writes what the socket takes now; `written` is what of `b` went out. Would-block is no error.
 boost::system::error_code WriteNow(Stream& s, const WriteBuffers& b, size_t& written);
+// Whether nothing but TLS's own messages (a TLS 1.3 server's session tickets) arrived on an
+// idle connection: no application byte, no close. Takes those messages in.
+bool StayedQuiet(Stream& s);
+// Whether `ec` is TLS's (a handshake or record refused, a certificate not verified).
+bool IsTlsError(const boost::system::error_code& ec);
 void Free(ssl_st* ssl);
 }  // namespace tls_ops
 
@@ -58,9 +63,10 @@ class Stream : public internal::Socket {
     if (ssl_) tls_ops::Free(ssl_);
   }
 
-  // TLS from now on, as the server of `ctx` (the handshake is async_handshake()'s). False when
-  // OpenSSL could not make the connection's state (out of memory).
-  bool StartTls(ssl_ctx_st* ctx);
+  // TLS from now on, as the server (or the client) of `ctx`; the handshake is
+  // async_handshake()'s. False when OpenSSL could not make the connection's state (out of
+  // memory).
+  bool StartTls(ssl_ctx_st* ctx, bool server = true);
   bool tls() const { return ssl_ != nullptr; }
   ssl_st* ssl() const { return ssl_; }
   // The name the client asked for (SNI), and the protocol ALPN chose; empty when none.

@@ -160,7 +160,7 @@ struct HandshakeTry {
 
 }  // namespace
 
-bool Stream::StartTls(ssl_ctx_st* ctx) {
+bool Stream::StartTls(ssl_ctx_st* ctx, bool server) {
   SSL* ssl = SSL_new(ctx);
   if (!ssl) return false;
   if (SSL_set_fd(ssl, static_cast<int>(native_handle())) != 1) {
@@ -168,7 +168,11 @@ bool Stream::StartTls(ssl_ctx_st* ctx) {
     return false;
   }
   SSL_set_mode(ssl, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
-  SSL_set_accept_state(ssl);
+  if (server) {
+    SSL_set_accept_state(ssl);
+  } else {
+    SSL_set_connect_state(ssl);
+  }
   ssl_ = ssl;
   return true;
 }
@@ -206,6 +210,19 @@ error_code WriteNow(Stream& s, const WriteBuffers& b, size_t& written) {
 }
 
 void Free(ssl_st* ssl) { SSL_free(ssl); }
+
+bool StayedQuiet(Stream& s) {
+  char byte;
+  size_t n = 0;
+  ERR_clear_error();
+  errno = 0;
+  const int ret = SSL_peek_ex(s.ssl(), &byte, 1, &n);
+  if (ret == 1) return false;  // application data nobody asked for
+  const Outcome o = After(s.ssl(), ret);
+  return !o.ec && o.want == Want::kRead;
+}
+
+bool IsTlsError(const error_code& ec) { return ec.category() == net::error::get_ssl_category(); }
 
 }  // namespace tls_ops
 

@@ -50,7 +50,9 @@ std::unique_ptr<UpstreamConnection> UpstreamPool::TakeIdle() {
   while (!idle_.empty()) {
     auto c = std::move(idle_.back());
     idle_.pop_back();
-    if (c->conn.socket.is_open() && StayedQuiet(c->conn.socket.native_handle())) return c;
+    Stream& s = c->conn.socket;
+    if (s.is_open() && (s.tls() ? tls_ops::StayedQuiet(s) : StayedQuiet(s.native_handle())))
+      return c;
     stale_.fetch_add(1, std::memory_order_relaxed);
     open_.fetch_sub(1, std::memory_order_relaxed);
   }
@@ -151,6 +153,19 @@ net::awaitable<std::unique_ptr<UpstreamConnection>> UpstreamPool::Connect(beast:
   beast::error_code ignored;
   c->conn.socket.set_option(tcp::no_delay(true), ignored);
   c->conn.socket.non_blocking(true, ignored);  // for WriteAll's first attempt
+  if (options_.start_tls) {
+    // The handshake within the connect timeout too.
+    if (!options_.start_tls(c->conn.socket)) {
+      ec = net::error::no_memory;
+      co_return nullptr;
+    }
+    c->conn.ExpiresAfter(options_.connect_timeout);
+    auto [hec] = co_await c->conn.socket.async_handshake(kTuple);
+    if (hec) {
+      ec = c->conn.Check(hec);
+      co_return nullptr;
+    }
+  }
   undo.pool = nullptr;
   co_return c;
 }

@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -44,6 +45,9 @@ class UpstreamPool {
     Endpoint endpoint;                // where new connections go (resolved at each Connect)
     milliseconds connect_timeout{0};  // upstream.connect_timeout_ms
     milliseconds queue_timeout{0};    // upstream.queue_timeout_ms: the longest wait in the queue
+    // An https:// upstream: starts TLS on a new connection's stream (its context, the name
+    // asked for and verified); false when it could not. Null: plaintext.
+    std::function<bool(Stream&)> start_tls;
   };
   // `conns`: the worker's connections (their deadlines are swept). `stale`: counts the idle
   // connections found closed or readable (tollgate_upstream_stale_total).

@@ -15,6 +15,13 @@ namespace tollgate::http {
 
 namespace {
 
+// The socket's peer address as text; empty when the socket has none (the peer already gone).
+std::string PeerAddress(const tcp::socket& socket) {
+  beast::error_code ec;
+  const auto remote = socket.remote_endpoint(ec);
+  return ec ? std::string() : remote.address().to_string();
+}
+
 // A head Beast's parser read, as a RequestHead of views into its message.
 void HeadFromBeast(const RequestParser& p, RequestHead& head) {
   const auto& m = p.get();
@@ -37,7 +44,11 @@ Worker::Worker(Gateway::Impl& g, size_t i, size_t workers)
            {.shares = UpstreamPool::SharesOf(g.upstream_config, workers),
             .endpoint = g.upstream.endpoint,
             .connect_timeout = milliseconds(g.upstream_config.connect_timeout_ms),
-            .queue_timeout = milliseconds(g.upstream_config.queue_timeout_ms)},
+            .queue_timeout = milliseconds(g.upstream_config.queue_timeout_ms),
+            .start_tls = g.upstream_tls
+                             ? std::function<bool(Stream&)>(
+                                   [&t = *g.upstream_tls](Stream& s) { return t.Start(s); })
+                             : nullptr},
            g.upstream_stale) {}
 
 net::awaitable<void> Worker::Accept(tcp::acceptor& a, Listener listener) {
@@ -76,8 +87,7 @@ net::awaitable<void> Worker::Accept(tcp::acceptor& a, Listener listener) {
       continue;
     }
     if (budget.LimitsAddresses()) {
-      const auto remote = socket.remote_endpoint(ignored);
-      std::string address = ignored ? std::string() : remote.address().to_string();
+      std::string address = PeerAddress(socket);
       if (!Policy()->IsTrusted(address) && !budget.TakeAddress(slot, std::move(address))) {
         refused_address.fetch_add(1, std::memory_order_relaxed);
         socket.close(ignored);
@@ -202,9 +212,7 @@ net::awaitable<void> Worker::Session(tcp::socket socket, Listener listener, Conn
   Conn stream(conns, std::move(socket));
   stream.socket.DrainedReads(true);             // see socket.hpp
   const ConnectionSlot held = std::move(slot);  // released when the connection ends
-  beast::error_code ec;
-  const auto remote = stream.socket.remote_endpoint(ec);
-  const std::string peer_ip = ec ? "" : remote.address().to_string();
+  const std::string peer_ip = PeerAddress(stream.socket);
   // Normalised once (an IPv4-mapped peer becomes IPv4): a request without X-Forwarded-For uses
   // it as its client address as it is.
   const std::string peer = peer_ip.empty() ? "" : Policy()->ClientAddress(peer_ip, {});
@@ -278,6 +286,7 @@ net::awaitable<void> Worker::Session(tcp::socket socket, Listener listener, Conn
     }
     if (!keep || gw.draining.load()) break;
   }
+  beast::error_code ec;
   stream.socket.shutdown(tcp::socket::shutdown_send, ec);
   stream.socket.close(ec);
 }

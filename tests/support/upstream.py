@@ -6,12 +6,15 @@ GET  /slow?ms=N     answers after N ms
 ANY  /status/NNN    answers status NNN (200-599) with a small JSON body
 GET  /headers?Name=value&...  answers 200 with these response headers added
 GET  /early         sends 103 Early Hints, then 200
-GET  /__stats       {"received": N, "in_progress": M}: requests seen and still being answered
-                    (tests use it to know a request has reached the upstream)
+GET  /__stats       {"received": N, "in_progress": M, "connections": C, "resumed": R}: requests
+                    seen and still being answered (tests use it to know a request has reached
+                    the upstream), connections accepted, and those that resumed a TLS session
+With --tls-cert and --tls-key it speaks HTTPS (--tls-client-ca: a client certificate required).
 ANY  /echo...       (and any other path) answers JSON describing the request it received
 """
 import argparse
 import json
+import ssl
 import sys
 import threading
 import time
@@ -23,6 +26,8 @@ class Stats:
     lock = threading.Lock()
     received = 0
     in_progress = 0
+    connections = 0
+    resumed = 0  # TLS connections that resumed a session
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -34,12 +39,20 @@ class Handler(BaseHTTPRequestHandler):
     def log_message(self, *args):
         pass
 
+    def setup(self):
+        with Stats.lock:
+            Stats.connections += 1
+            Stats.resumed += bool(getattr(self.request, "session_reused", False))
+        super().setup()
+
     def _answer(self):
         url = urlsplit(self.path)
         if url.path == "/__stats":
             with Stats.lock:
                 out = json.dumps({"received": Stats.received,
-                                  "in_progress": Stats.in_progress}).encode()
+                                  "in_progress": Stats.in_progress,
+                                  "connections": Stats.connections,
+                                  "resumed": Stats.resumed}).encode()
             self.send_response(200)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(out)))
@@ -151,10 +164,21 @@ def main():
     ap.add_argument("--port-file", help="write the bound port here (use --port 0)")
     ap.add_argument("--idle-timeout", type=float,
                     help="close a keep-alive connection after this many idle seconds")
+    ap.add_argument("--tls-cert", help="PEM certificate: answer HTTPS")
+    ap.add_argument("--tls-key", help="its PEM key")
+    ap.add_argument("--tls-client-ca", help="require a client certificate signed by this CA")
     args = ap.parse_args()
     if args.idle_timeout:
         Handler.timeout = args.idle_timeout  # StreamRequestHandler: a timeout ends the connection
     server = Server(("127.0.0.1", args.port), Handler)
+    if args.tls_cert:
+        # The handshake at accept (a failed one is dropped by socketserver, counted nowhere).
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(args.tls_cert, args.tls_key)
+        if args.tls_client_ca:
+            ctx.verify_mode = ssl.CERT_REQUIRED
+            ctx.load_verify_locations(args.tls_client_ca)
+        server.socket = ctx.wrap_socket(server.socket, server_side=True)
     if args.port_file:
         with open(args.port_file, "w") as f:
             f.write(str(server.server_address[1]))

@@ -112,7 +112,7 @@ struct ServerConfig {
 };
 
 struct UpstreamConfig {
-  std::string url = "http://127.0.0.1:8081";  // http://host:port[/base-path]
+  std::string url = "http://127.0.0.1:8081";  // http[s]://host:port[/base-path]
   int connect_timeout_ms = 1'000;
   int timeout_ms = 30'000;       // until the upstream's response headers
   size_t max_connections = 256;  // pooled keep-alive connections, per process
@@ -134,6 +134,15 @@ struct UpstreamConfig {
   // address, and its key when it has one) may hold at once; past it, 503 upstream_busy at once.
   // Addresses in identity.trusted_proxies are not counted. 100: no cap.
   int max_client_share_percent = 25;
+  // An https:// upstream (`upstream.tls`, issue 33): its certificate verified by default.
+  struct Tls {
+    bool verify = true;       // false: any certificate (tests, private networks; logged)
+    std::string ca_file;      // PEM; empty: the system's CAs
+    std::string server_name;  // SNI and the name verified; empty: the url's host
+    std::string cert_file;    // a client certificate (PEM) and its key, both or neither
+    std::string key_file;
+  } tls;
+  bool https() const { return url.rfind("https://", 0) == 0; }
 };
 
 // Where the limiter's state lives (`store.type`): this process's memory, or a Redis shared by

@@ -9,6 +9,7 @@ import json
 import os
 import re
 import shutil
+import ssl
 import socket
 import subprocess
 import sys
@@ -90,9 +91,19 @@ class Response:
         return "<%d %s %r>" % (self.status, dict(self.headers.items()), self.body[:300])
 
 
-def http_request(port, method, path, headers=None, body=None, timeout=REQUEST_TIMEOUT_S):
-    """One request on a fresh connection to 127.0.0.1:port."""
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+def http_request(port, method, path, headers=None, body=None, timeout=REQUEST_TIMEOUT_S,
+                 tls=False):
+    """One request on a fresh connection to 127.0.0.1:port. tls: HTTPS taking any certificate;
+    a (cert_file, key_file) pair is shown as the client's certificate."""
+    if tls:
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+        if isinstance(tls, tuple):
+            ctx.load_cert_chain(*tls)
+        conn = http.client.HTTPSConnection("127.0.0.1", port, timeout=timeout, context=ctx)
+    else:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
     try:
         conn.request(method, path, body=body, headers=headers or {})
         r = conn.getresponse()
@@ -205,9 +216,16 @@ class Process:
 
 
 class Upstream:
-    def __init__(self, fixture, idle_timeout=None):
+    def __init__(self, fixture, idle_timeout=None, tls=None):
+        """tls: None, or {"cert": PEM, "key": PEM} for an HTTPS upstream; with "client_ca" it
+        requires a client certificate, and "probe": (cert, key) is the one the harness shows."""
         port_file = os.path.join(fixture.tmpdir, "upstream-%d.port" % len(fixture.processes))
         extra = ["--idle-timeout", str(idle_timeout)] if idle_timeout else []
+        self.tls = tls
+        if tls:
+            extra += ["--tls-cert", tls["cert"], "--tls-key", tls["key"]]
+            if tls.get("client_ca"):
+                extra += ["--tls-client-ca", tls["client_ca"]]
         self.process = fixture.spawn("upstream", [sys.executable, UPSTREAM_SCRIPT, "--port", "0",
                                                   "--port-file", port_file] + extra)
         self.port = None
@@ -226,7 +244,7 @@ class Upstream:
             raise AssertionError("upstream did not write its port")
         for _ in deadline_loop(START_TIMEOUT_S):
             try:
-                if http_request(self.port, "GET", "/__stats", timeout=2).status == 200:
+                if self.stats_response(timeout=2).status == 200:
                     return
             except OSError:
                 pass
@@ -234,10 +252,14 @@ class Upstream:
 
     @property
     def url(self):
-        return "http://127.0.0.1:%d" % self.port
+        return "%s://127.0.0.1:%d" % ("https" if self.tls else "http", self.port)
+
+    def stats_response(self, timeout=REQUEST_TIMEOUT_S):
+        tls = bool(self.tls) and (self.tls.get("probe") or True)
+        return http_request(self.port, "GET", "/__stats", timeout=timeout, tls=tls)
 
     def stats(self):
-        return http_request(self.port, "GET", "/__stats").json()
+        return self.stats_response().json()
 
 
 class Gateway:

@@ -135,6 +135,40 @@ store:
             "store.tls.ca: unknown field");
 }
 
+// upstream.tls (issue 33): only with an https:// url; files read; the client pair together.
+TEST(Config, UpstreamTls) {
+  const std::string pem = TOLLGATE_SOURCE_DIR "/README.md";
+  auto c = ParseConfig(std::string(kMinimal) + "upstream:\n  url: https://api.internal/v2\n" +
+                       "  tls: {verify: false, server_name: api.example, ca_file: " + pem +
+                       ", cert_file: " + pem + ", key_file: " + pem + "}\n");
+  ASSERT_TRUE(c.ok()) << c.error();
+  EXPECT_TRUE(c->upstream.https());
+  EXPECT_FALSE(c->upstream.tls.verify);
+  EXPECT_EQ(c->upstream.tls.server_name, "api.example");
+  EXPECT_EQ(c->upstream.tls.ca_file, pem);
+  EXPECT_EQ(c->upstream.tls.key_file, pem);
+  auto plain = ParseConfig(std::string(kMinimal) + "upstream: {url: 'https://api.internal'}\n");
+  ASSERT_TRUE(plain.ok()) << plain.error();
+  EXPECT_TRUE(plain->upstream.tls.verify) << "verified unless said otherwise";
+  const std::string up = std::string(kMinimal) + "upstream:\n";
+  EXPECT_EQ(ErrorOf(up + "  url: http://h:1\n  tls: {verify: false}\n"),
+            "upstream.tls: needs an https:// upstream.url");
+  EXPECT_EQ(ErrorOf(up + "  tls: {verify: false}\n"),
+            "upstream.tls: needs an https:// upstream.url");
+  EXPECT_EQ(ErrorOf(up + "  url: https://h:1\n  tls: {key_file: " + pem + "}\n"),
+            "upstream.tls: cert_file and key_file go together");
+  EXPECT_EQ(ErrorOf(up + "  url: https://h:1\n  tls: {ca_file: /no/such/ca.pem}\n"),
+            "upstream.tls.ca_file: cannot read '/no/such/ca.pem': No such file or directory");
+  EXPECT_EQ(ErrorOf(up + "  url: https://h:1\n  tls: {verify: no}\n"),
+            "upstream.tls.verify: must be true or false, got 'no'");
+  EXPECT_EQ(ErrorOf(up + "  url: https://h:1\n  tls: {insecure: true}\n"),
+            "upstream.tls.insecure: unknown field");
+  EXPECT_EQ(ErrorOf(up + "  url: ftp://h:1\n"),
+            "upstream.url: must start with http:// or https://");
+  EXPECT_EQ(ErrorOf(up + "  url: https://h:70000\n"),
+            "upstream.url: the port must be a number from 1 to 65535, got '70000'");
+}
+
 TEST(Config, OverridesStartFromThePlanLimit) {
   auto c = ParseConfig(std::string(kMinimal) + R"(
   - key: k2
@@ -377,8 +411,8 @@ TEST(Config, StoreTypeAndKeySourceByName) {
 
 TEST(Config, SectionChecks) {
   const std::string plan = kOnePlan;
-  EXPECT_EQ(ErrorOf(plan + "upstream: {url: 'https://api'}\n"),
-            "upstream.url: must start with http://");
+  EXPECT_EQ(ErrorOf(plan + "upstream: {url: 'ftp://api'}\n"),
+            "upstream.url: must start with http:// or https://");
   EXPECT_EQ(ErrorOf(plan + "store: {type: redis}\n"), "store.url: required for store.type redis");
   EXPECT_EQ(ErrorOf(plan + "routes: [{path: /x, identity: who}]\n"),
             "routes[0].identity: must be key, ip, key_or_ip or none, got 'who'");

@@ -146,6 +146,35 @@ TEST(Config, RefusesWhatCannotMeanWhatItSaysWithPathAndLine) {
   }
 }
 
+// The TLS files (listeners, upstream, store), like keys_file, are relative to the config file's
+// directory, whatever the working directory; absolute paths stay as they are.
+TEST(Config, TlsFilesAreRelativeToTheConfigFile) {
+  TempDir dir;
+  for (const char* f : {"a.pem", "a.key", "ca.pem"}) dir.Write(f, "x");
+  auto c = LoadConfigFile(dir.Write("t.yaml", std::string(kOnePlan) + R"(
+server:
+  tls: {certificates: [{cert_file: a.pem, key_file: a.key}]}
+  admin_tls: {certificates: [{cert_file: /etc/a.pem, key_file: a.key}]}
+upstream:
+  url: https://api.internal
+  tls: {ca_file: ca.pem, cert_file: a.pem, key_file: a.key}
+store:
+  type: redis
+  url: rediss://redis.internal:6380
+  tls: {ca_file: ca.pem}
+)"));
+  ASSERT_TRUE(c.ok()) << c.error();
+  const std::string d = dir.path() + "/";
+  EXPECT_EQ(c->server.tls.certificates[0].cert_file, d + "a.pem");
+  EXPECT_EQ(c->server.tls.certificates[0].key_file, d + "a.key");
+  EXPECT_EQ(c->server.admin_tls.certificates[0].cert_file, "/etc/a.pem");
+  EXPECT_EQ(c->server.admin_tls.certificates[0].key_file, d + "a.key");
+  EXPECT_EQ(c->upstream.tls.ca_file, d + "ca.pem");
+  EXPECT_EQ(c->upstream.tls.cert_file, d + "a.pem");
+  EXPECT_EQ(c->upstream.tls.key_file, d + "a.key");
+  EXPECT_EQ(c->store.tls_ca_file, d + "ca.pem");
+}
+
 TEST(Config, EnvironmentVariablesInAddressesUrlsPathsAndKeys) {
   TempDir dir;
   const std::string keys =
