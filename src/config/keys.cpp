@@ -36,7 +36,20 @@ std::string ReadDigest(const YAML::Node& n, const std::string& path) {
     }
     return hex;
   }
-  Fail(path, "key or sha256 is required");
+  if (n["cert_sha256"] || n["cert_name"]) return "";  // a key of client certificates only
+  Fail(path, "key, sha256, cert_sha256 or cert_name is required");
+}
+
+// cert_sha256: a certificate's SHA-256 fingerprint, 64 hex digits in either case, with or without
+// the colons `openssl x509 -fingerprint -sha256` prints.
+std::string ReadFingerprint(const YAML::Node& n, const std::string& path) {
+  std::string hex;
+  for (char ch : Str(n, path)) {
+    if (ch != ':') hex += static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  }
+  if (hex.size() != 64 || hex.find_first_not_of("0123456789abcdef") != std::string::npos)
+    Fail(path, "must be a SHA-256 fingerprint: 64 hex digits, colons allowed");
+  return hex;
 }
 
 // rate_limit_per_minute and rate_limit_burst: both or neither, checked by KeyWindowLimit.
@@ -56,10 +69,16 @@ void ReadPerKeyColumns(const YAML::Node& n, const std::string& path, KeyConfig& 
 KeyConfig ParseKey(const YAML::Node& n, const std::string& path,
                    const std::vector<PlanConfig>& plans) {
   OnlyKeys(n, path,
-           {"key", "sha256", "id", "account", "plan", "mode", "overrides", "rate_limit_per_minute",
-            "rate_limit_burst"});
+           {"key", "sha256", "cert_sha256", "cert_name", "id", "account", "plan", "mode",
+            "overrides", "rate_limit_per_minute", "rate_limit_burst"});
   KeyConfig k;
   k.sha256_hex = ReadDigest(n, path);
+  if (n["cert_sha256"])
+    k.cert_sha256 = ReadFingerprint(n["cert_sha256"], Join(path, "cert_sha256"));
+  if (n["cert_name"]) {
+    k.cert_name = Name(n["cert_name"], Join(path, "cert_name"));
+    if (k.cert_name.empty()) Fail(Join(path, "cert_name"), "must not be empty");
+  }
   if (!n["id"]) Fail(Join(path, "id"), "required");
   k.id = Name(n["id"], Join(path, "id"));
   if (k.id.empty()) Fail(Join(path, "id"), "must not be empty");
@@ -81,12 +100,16 @@ KeyConfig ParseKey(const YAML::Node& n, const std::string& path,
 // The list of keys at `path` (`keys` or the keys file): ids and digests unique.
 void ParseKeyList(const YAML::Node& keys, const std::string& path, Config& c) {
   if (!keys.IsSequence()) Fail(path, "must be a list of keys");
-  std::set<std::string> ids, digests;
+  std::set<std::string> ids, digests, fingerprints, cert_names;
   for (size_t i = 0; i < keys.size(); ++i) {
-    c.keys.push_back(ParseKey(keys[i], Index(path, i), c.plans));
-    if (!ids.insert(c.keys.back().id).second)
-      Fail(Join(Index(path, i), "id"), "duplicate '" + c.keys.back().id + "'");
-    if (!digests.insert(c.keys.back().sha256_hex).second) Fail(Index(path, i), "duplicate key");
+    const KeyConfig& k = c.keys.emplace_back(ParseKey(keys[i], Index(path, i), c.plans));
+    if (!ids.insert(k.id).second) Fail(Join(Index(path, i), "id"), "duplicate '" + k.id + "'");
+    if (!k.sha256_hex.empty() && !digests.insert(k.sha256_hex).second)
+      Fail(Index(path, i), "duplicate key");
+    if (!k.cert_sha256.empty() && !fingerprints.insert(k.cert_sha256).second)
+      Fail(Join(Index(path, i), "cert_sha256"), "another key names this certificate");
+    if (!k.cert_name.empty() && !cert_names.insert(k.cert_name).second)
+      Fail(Join(Index(path, i), "cert_name"), "another key names '" + k.cert_name + "'");
   }
 }
 

@@ -439,6 +439,13 @@ Config Parse(const YAML::Node& root, const std::string& base_dir) {
   internal::ParseKeys(root, base_dir, c);
   if (const YAML::Node routes = root["routes"]) {
     c.routes = internal::ParseRoutes(routes, c.server.exact_route_match);
+    for (size_t i = 0; i < c.routes.size(); ++i) {
+      if (c.routes[i].identity == RouteIdentity::kClientCert &&
+          c.server.tls.client_auth == TlsConfig::ClientAuth::kOff) {
+        Fail(Join(Index("routes", i), "identity"),
+             "client_cert needs server.tls.client_certificates");
+      }
+    }
   }
   if (const YAML::Node a = root["anonymous"]) ParseAnonymous(a, c.anonymous);
   if (const YAML::Node d = root["decision"]) ParseDecision(d, c.decision);

@@ -337,8 +337,9 @@ RouteConfig ParseRoute(const YAML::Node& r, const std::string& path, bool exact_
                                            {{"key", RouteIdentity::kKey},
                                             {"ip", RouteIdentity::kIp},
                                             {"key_or_ip", RouteIdentity::kKeyOrIp},
-                                            {"none", RouteIdentity::kNone}},
-                                           "key, ip, key_or_ip or none");
+                                            {"none", RouteIdentity::kNone},
+                                            {"client_cert", RouteIdentity::kClientCert}},
+                                           "key, ip, key_or_ip, none or client_cert");
   }
   if (const YAML::Node limits = r["limits"]) ParseRouteLimits(limits, path, rc);
   return rc;

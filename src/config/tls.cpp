@@ -21,13 +21,30 @@ TlsConfig::Certificate ParseCertificate(const YAML::Node& n, const std::string& 
   return c;
 }
 
+// `client_certificates: {mode: optional|required, ca_file: F}`.
+void ParseClientCertificates(const YAML::Node& n, const std::string& path,
+                             const std::string& base_dir, TlsConfig& t) {
+  RequireMap(n, path);
+  OnlyKeys(n, path, {"mode", "ca_file"});
+  using Auth = TlsConfig::ClientAuth;
+  if (!n["mode"]) Fail(Join(path, "mode"), "required: optional or required");
+  t.client_auth = ParseEnum<Auth>(
+      n["mode"], Join(path, "mode"),
+      {{"off", Auth::kOff}, {"optional", Auth::kOptional}, {"required", Auth::kRequired}},
+      "off, optional or required");
+  if (n["ca_file"])
+    t.client_ca_file = FromConfigDir(base_dir, Expanded(n["ca_file"], Join(path, "ca_file")));
+  if (t.client_auth != Auth::kOff && t.client_ca_file.empty())
+    Fail(Join(path, "ca_file"), "required: the CAs client certificates must chain to");
+}
+
 }  // namespace
 
 TlsConfig ParseTls(const YAML::Node& n, const std::string& path, const std::string& base_dir) {
   RequireMap(n, path);
   OnlyKeys(n, path,
            {"certificates", "min_version", "ciphers", "ciphersuites", "unknown_names",
-            "session_tickets", "handshake_timeout_ms", "reload_check_ms"});
+            "session_tickets", "client_certificates", "handshake_timeout_ms", "reload_check_ms"});
   TlsConfig t;
   const YAML::Node certs = n["certificates"];
   const std::string certs_path = Join(path, "certificates");
@@ -49,6 +66,9 @@ TlsConfig ParseTls(const YAML::Node& n, const std::string& path, const std::stri
   }
   if (n["session_tickets"])
     t.session_tickets = Bool(n["session_tickets"], Join(path, "session_tickets"));
+  if (n["client_certificates"])
+    ParseClientCertificates(n["client_certificates"], Join(path, "client_certificates"), base_dir,
+                            t);
   Set(n, "handshake_timeout_ms", path, t.handshake_timeout_ms, 1, 600'000);
   Set(n, "reload_check_ms", path, t.reload_check_ms, 100, 3'600'000);
   return t;

@@ -219,7 +219,7 @@ Answer Respond(const engine::Verdict& v, std::span<const store::Check> checks,
 }
 
 Answer RespondInvalidKey(const engine::Verdict& v, const store::Check& check,
-                         const core::Decision& decision, bool key_presented,
+                         const core::Decision& decision, Credential presented,
                          const AnswerOptions& options, HeaderList& headers, std::string& body) {
   if (v.kind == engine::Verdict::Kind::kRejected) {
     headers.Add("Retry-After", std::max<int64_t>(1, v.retry_after.CeilSeconds()));
@@ -229,11 +229,20 @@ Answer RespondInvalidKey(const engine::Verdict& v, const store::Check& check,
             .code = core::RejectCodeName(v.code),
             .content_type = "application/problem+json"};
   }
-  headers.Add("WWW-Authenticate", "Bearer");
-  const std::string_view code = key_presented ? "invalid_api_key" : "missing_api_key";
-  body +=
-      ProblemBody(401, code, key_presented ? "the API key is not valid" : "an API key is required");
-  return {.allowed = false, .status = 401, .code = code, .content_type = kProblemJson};
+  struct Refusal {
+    int status;
+    std::string_view code, detail;
+  };
+  static constexpr Refusal kRefusals[] = {
+      {401, "missing_api_key", "an API key is required"},
+      {401, "invalid_api_key", "the API key is not valid"},
+      {403, "client_certificate_required", "a client certificate naming a key is required"},
+      {403, "unknown_client_certificate", "the client certificate names no key"},
+  };
+  const Refusal& r = kRefusals[static_cast<size_t>(presented)];
+  if (r.status == 401) headers.Add("WWW-Authenticate", "Bearer");
+  body += ProblemBody(r.status, r.code, r.detail);
+  return {.allowed = false, .status = r.status, .code = r.code, .content_type = kProblemJson};
 }
 
 std::string ProblemBody(int status, std::string_view code, std::string_view detail) {

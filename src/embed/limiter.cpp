@@ -108,8 +108,10 @@ Answer Limiter::Check(const Request& r) {
   const contract::AnswerOptions options{.headers = &pol.config().headers};
   const contract::Answer answer =
       admission.kind == engine::Admission::Kind::kInvalidKey
-          ? contract::RespondInvalidKey(v, checks[0], decisions[0], !r.api_key.empty(), options,
-                                        headers, a.body)
+          ? contract::RespondInvalidKey(v, checks[0], decisions[0],
+                                        r.api_key.empty() ? contract::Credential::kNoKey
+                                                          : contract::Credential::kUnknownKey,
+                                        options, headers, a.body)
           : contract::Respond(v, {checks.data(), n}, {decisions.data(), n}, admission.enforced,
                               options, headers, a.body);
   a.allowed = answer.allowed;

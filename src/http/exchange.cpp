@@ -221,6 +221,7 @@ Step Exchange::Begin(Worker& w, Scratch& scratch, const RequestHead& request_hea
   peer = connection.peer;
   peer_ip = connection.peer_ip;
   tls = connection.tls;
+  client_cert = connection.client_cert;
   log = {};
   key = nullptr;
   plan = nullptr;
@@ -388,6 +389,23 @@ struct OverrideFields {
   }
 };
 
+bool Exchange::ReadKey() {
+  // A client_cert route reads no API key; on others a certificate stands for a key when the
+  // request presents none.
+  const policy::Policy& pol = *policy;
+  if (!cert_route)
+    presented = pol.PresentedKey([this](const std::string& name) { return head->Get(name); });
+  bool certified = false;
+  if (!presented.empty()) {
+    key = w_->key_cache.Find(pol, generation, presented);
+  } else if (client_cert) {
+    key = pol.FindByCertificate(client_cert->sha256_hex, client_cert->names);
+    certified = key != nullptr;
+  }
+  if (key) w_->gw.meter->Prefetch(usage::MeterTag{key, generation});
+  return certified;
+}
+
 Step Exchange::Identify(Scratch& scratch) {
   Worker& w = *w_;
   Gateway::Impl& gw = w.gw;
@@ -408,15 +426,12 @@ Step Exchange::Identify(Scratch& scratch) {
   // The status and usage endpoints are about the caller's key, whatever the route, and
   // consume nothing.
   const bool about_the_key = status_endpoint || usage_endpoint;
-  if (engine::ReadsKey(&route, about_the_key)) {
-    presented = pol.PresentedKey([this](const std::string& name) { return head->Get(name); });
-    if (!presented.empty()) key = w.key_cache.Find(pol, generation, presented);
-    if (key) gw.meter->Prefetch(usage::MeterTag{key, generation});
-  }
+  cert_route = route.identity == config::RouteIdentity::kClientCert;
+  const bool certified = engine::ReadsKey(&route, about_the_key) && ReadKey();
   const std::shared_ptr<const policy::DenyList> runtime_deny = gw.RuntimeDeny();
   const engine::Admitted admission = engine::Admitter(pol).Admit(
       {.route = &route,
-       .presented_key = !presented.empty(),
+       .presented_key = !presented.empty() || certified,
        .key = key,
        .client = client,
        .query = query,
@@ -516,8 +531,13 @@ Step Exchange::Conclude(Scratch& scratch) {
                                         .code_header = decision_service};
   scratch.body.clear();
   if (invalid_key) {
-    const contract::Answer a = contract::RespondInvalidKey(v, cs[0], ds[0], !presented.empty(),
-                                                           options, rate_headers, scratch.body);
+    using contract::Credential;
+    const Credential c =
+        cert_route ? (client_cert ? Credential::kUnknownCertificate : Credential::kNoCertificate)
+        : presented.empty() ? Credential::kNoKey
+                            : Credential::kUnknownKey;
+    const contract::Answer a =
+        contract::RespondInvalidKey(v, cs[0], ds[0], c, options, rate_headers, scratch.body);
     return w.Reply(*this, scratch, static_cast<bhttp::status>(a.status), scratch.body,
                    rate_headers.Rendered(), a.content_type);
   }

@@ -34,6 +34,8 @@ std::string_view IdentityKind(config::RouteIdentity identity) {
       return "ip";
     case config::RouteIdentity::kKeyOrIp:
       return "key_or_ip";
+    case config::RouteIdentity::kClientCert:
+      return "client_cert";
     default:
       return "none";
   }

@@ -134,6 +134,14 @@ void Worker::RenderForwardHead(Exchange& ex, Scratch& scratch) {
   if (ex.key)
     head << "X-Tollgate-Key-Id: " << ex.key->id << "\r\nX-Tollgate-Plan: " << ex.plan->name
          << "\r\n";
+  if (const tls::PeerCertificate* cert = ex.client_cert) {
+    // The verified client certificate (mTLS); clients' own X-Tollgate- fields were dropped above.
+    head << "X-Tollgate-Client-Cert-Sha256: " << cert->sha256_hex << "\r\n";
+    const bool printable = std::all_of(cert->subject.begin(), cert->subject.end(),
+                                       [](char c) { return c >= 0x20 && c < 0x7f; });
+    if (printable && !cert->subject.empty())
+      head << "X-Tollgate-Client-Cert-Subject: " << cert->subject << "\r\n";
+  }
   if (req.chunked) {
     head << "Transfer-Encoding: chunked\r\n";
   } else if (req.content_length) {

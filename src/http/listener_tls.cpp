@@ -20,6 +20,11 @@ tls::ServerOptions OptionsOf(const config::TlsConfig& c) {
   o.ciphersuites = c.ciphersuites;
   o.refuse_unknown_names = c.refuse_unknown_names;
   o.session_tickets = c.session_tickets;
+  using Auth = config::TlsConfig::ClientAuth;
+  o.client_auth = c.client_auth == Auth::kRequired   ? tls::ClientAuth::kRequired
+                  : c.client_auth == Auth::kOptional ? tls::ClientAuth::kOptional
+                                                     : tls::ClientAuth::kOff;
+  o.client_ca_file = c.client_ca_file;
   return o;
 }
 

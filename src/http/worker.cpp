@@ -193,7 +193,8 @@ bool Worker::RenderHeadError(beast::error_code hec, Scratch& scratch) {
   return true;
 }
 
-net::awaitable<bool> Worker::Handshake(Conn& stream, ListenerTls& tls) {
+net::awaitable<bool> Worker::Handshake(Conn& stream, ListenerTls& tls,
+                                       std::optional<tls::PeerCertificate>& client_cert) {
   if (!stream.socket.StartTls(tls.native())) {
     tls.handshakes_failed.fetch_add(1, std::memory_order_relaxed);
     co_return false;
@@ -205,6 +206,7 @@ net::awaitable<bool> Worker::Handshake(Conn& stream, ListenerTls& tls) {
                   : hec == beast::error::timeout ? tls.handshakes_timeout
                                                  : tls.handshakes_failed;
   counted.fetch_add(1, std::memory_order_relaxed);
+  if (!hec) client_cert = tls::VerifiedPeerCertificate(stream.socket.ssl());
   co_return !hec;
 }
 
@@ -213,13 +215,12 @@ net::awaitable<void> Worker::Session(tcp::socket socket, Listener listener, Conn
   stream.socket.DrainedReads(true);             // see socket.hpp
   const ConnectionSlot held = std::move(slot);  // released when the connection ends
   const std::string peer_ip = PeerAddress(stream.socket);
-  // Normalised once (an IPv4-mapped peer becomes IPv4): a request without X-Forwarded-For uses
-  // it as its client address as it is.
+  // Normalised once (an IPv4-mapped peer becomes IPv4): the client address without XFF.
   const std::string peer = peer_ip.empty() ? "" : Policy()->ClientAddress(peer_ip, {});
   ListenerTls* const tls = gw.TlsOf(listener);
-  if (tls && !co_await Handshake(stream, *tls)) co_return;  // closed with `stream`
-  const ConnectionFacts facts{
-      .peer = peer, .peer_ip = peer_ip, .listener = listener, .tls = tls != nullptr};
+  std::optional<tls::PeerCertificate> cert;
+  if (tls && !co_await Handshake(stream, *tls, cert)) co_return;  // closed with `stream`
+  const ConnectionFacts facts{peer, peer_ip, listener, tls != nullptr, cert ? &*cert : nullptr};
   beast::flat_buffer buffer;
   Scratch scratch;
   std::pmr::monotonic_buffer_resource fields_arena(scratch.arena.data(), scratch.arena.size(),

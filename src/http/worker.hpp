@@ -13,6 +13,7 @@
 #include "connection_budget.hpp"
 #include "decision_counters.hpp"
 #include "gateway_impl.hpp"
+#include "http/tls/peer_certificate.hpp"
 #include "key_cache.hpp"
 #include "rejection_cache.hpp"
 #include "upstream_pool.hpp"
@@ -76,8 +77,9 @@ class Worker {
 
   net::awaitable<void> Session(tcp::socket socket, Listener listener, ConnectionSlot slot);
   // A TLS listener's handshake on `stream`, within its handshake timeout, counted; false when
-  // it failed (the connection is then closed).
-  net::awaitable<bool> Handshake(Conn& stream, ListenerTls& tls);
+  // it failed (the connection is then closed). `client_cert`: the client's verified certificate.
+  net::awaitable<bool> Handshake(Conn& stream, ListenerTls& tls,
+                                 std::optional<tls::PeerCertificate>& client_cert);
   // A head of another shape than ParseRequestHead() takes, or still arriving: Beast's parser.
   net::awaitable<beast::error_code> ReadGeneralHead(Conn& stream, beast::flat_buffer& buffer,
                                                     RequestParser& parser);
@@ -200,7 +202,8 @@ struct ConnectionFacts {
   std::string_view peer;     // the client address, as limits name it
   std::string_view peer_ip;  // the socket's peer address as text
   Listener listener = Listener::kGateway;
-  bool tls = false;  // the client speaks TLS to us
+  bool tls = false;                                   // the client speaks TLS to us
+  const tls::PeerCertificate* client_cert = nullptr;  // its verified certificate (mTLS), if any
 };
 
 // One request on its way through the gateway, whatever the transport that carries it (ADR 4):
@@ -230,8 +233,9 @@ class Exchange {
   std::string_view peer;                 // the client address of the connection, as limits name it
   std::string_view peer_ip;              // the socket's peer address as text
   bool decision_service = false;
-  bool admin = false;  // on the admin listener
-  bool tls = false;    // over TLS: forwarded as https
+  bool admin = false;                                 // on the admin listener
+  bool tls = false;                                   // over TLS: forwarded as https
+  const tls::PeerCertificate* client_cert = nullptr;  // the connection's, verified (mTLS)
   // The client's X-Request-Id when sane, else a new one; made when first needed (forwarded or
   // logged: a 429 without an access log has no use for one). See RequestId().
   std::string request_id;
@@ -248,6 +252,7 @@ class Exchange {
   const policy::Plan* plan = nullptr;
   bool status_endpoint = false;
   bool invalid_key = false;  // deciding on the invalid-key limit of the client's address
+  bool cert_route = false;   // the route's identity is the client certificate
   bool held = false;         // holds a reservation of Gateway::Impl::held (smoothing)
   bhttp::status deny_status = bhttp::status::too_many_requests;
   std::string client;
@@ -268,6 +273,9 @@ class Exchange {
   std::optional<Step> ReadTarget(Scratch& scratch);
   std::optional<Step> BuiltIn(Scratch& scratch, Listener listener);
   Step Identify(Scratch& scratch);
+  // The key the request presents (`presented`, `key`), or the one its client certificate names;
+  // true in that second case.
+  bool ReadKey();
   // forwarded_for (every X-Forwarded-For line, joined) and client.
   void JoinForwardedFor(Scratch& scratch);
   // The decision service: the original request's method (into `method`) and target, from the

@@ -256,7 +256,9 @@ std::optional<core::Error> Policy::BuildKeys(const config::Config& config) {
         k.overrides.push_back({i, std::move(limit).value(), std::nullopt});
       }
     }
-    by_digest_[HexToRaw(kc.sha256_hex)] = keys_.size();
+    if (!kc.sha256_hex.empty()) by_digest_[HexToRaw(kc.sha256_hex)] = keys_.size();
+    if (!kc.cert_sha256.empty()) by_cert_sha256_[kc.cert_sha256] = keys_.size();
+    if (!kc.cert_name.empty()) by_cert_name_[kc.cert_name] = keys_.size();
     by_id_[k.id] = keys_.size();
     keys_.push_back(std::move(k));
   }
@@ -433,6 +435,16 @@ const Key* Policy::FindByKey(std::string_view presented) const {
 const Key* Policy::FindById(std::string_view id) const {
   auto it = by_id_.find(std::string(id));
   return it == by_id_.end() ? nullptr : &keys_[it->second];
+}
+
+const Key* Policy::FindByCertificate(std::string_view sha256_hex,
+                                     std::span<const std::string> names) const {
+  if (auto it = by_cert_sha256_.find(std::string(sha256_hex)); it != by_cert_sha256_.end())
+    return &keys_[it->second];
+  for (const std::string& name : names) {
+    if (auto it = by_cert_name_.find(name); it != by_cert_name_.end()) return &keys_[it->second];
+  }
+  return nullptr;
 }
 
 namespace {

@@ -39,6 +39,11 @@ struct TlsConfig {
   // (`unknown_names: default`), or a refused handshake (`refuse`).
   bool refuse_unknown_names = false;
   bool session_tickets = true;
+  // Client certificates (mTLS, `client_certificates`): not asked for, asked for (a client may
+  // send none; one it sends must verify), or required. Verified against client_ca_file (PEM),
+  // read again with the certificates.
+  enum class ClientAuth { kOff, kOptional, kRequired } client_auth = ClientAuth::kOff;
+  std::string client_ca_file;
   int handshake_timeout_ms = 10'000;  // a handshake not done by then is closed
   int reload_check_ms = 500;          // how often the files are checked for a change
   bool enabled() const { return !certificates.empty(); }
@@ -268,8 +273,13 @@ struct OverrideConfig {
 };
 
 struct KeyConfig {
-  std::string sha256_hex;  // digest of the key (a clear `key:` is hashed at load)
-  std::string id;          // shown in logs and metrics, never the key itself
+  std::string sha256_hex;  // digest of the key (a clear `key:` is hashed at load); empty: a
+                           // key of client certificates only
+  // The client certificates (mTLS) that stand for this key: by SHA-256 fingerprint of the DER
+  // (64 lower-case hex digits), and by name (a URI or DNS subjectAltName, or the subject's CN).
+  std::string cert_sha256;
+  std::string cert_name;
+  std::string id;  // shown in logs and metrics, never the key itself
   std::string account;
   std::string plan;
   std::optional<Mode> mode;  // this key's own enforcement; unset: its plan's (or cohort's)
@@ -284,8 +294,11 @@ struct KeyConfig {
 
 // Who a route's limits count: the API key's plan (a request without a valid key is refused 401),
 // the client address (the anonymous limits), the key when one is presented and else the
-// address (`key_or_ip`: a presented key that is unknown is still a 401), or nobody.
-enum class RouteIdentity { kKey, kIp, kKeyOrIp, kNone };
+// address (`key_or_ip`: a presented key that is unknown is still a 401), nobody, or the key
+// the connection's verified client certificate names (`client_cert`: the API key header is not
+// read; without such a certificate, 401). On `key` and `key_or_ip` routes a client certificate
+// naming a key stands for it when no API key is presented.
+enum class RouteIdentity { kKey, kIp, kKeyOrIp, kNone, kClientCert };
 // What a route does while the store cannot decide: allow (counted as degraded), answer 503, or
 // decide on this replica's own memory with each limit divided among the replicas.
 enum class FailMode { kOpen, kClosed, kLocal };

@@ -147,11 +147,17 @@ void AppendRejectionFacts(std::string& out, std::span<const store::Check> checks
                           std::span<const core::Decision> decisions, const engine::Verdict& verdict,
                           const AnswerOptions& options);
 
+// What a request without a valid key presented: no key, a key that names nobody, and on a
+// `client_cert` route no verified client certificate, or one that names no key.
+enum class Credential { kNoKey, kUnknownKey, kNoCertificate, kUnknownCertificate };
+
 // A request without a valid key on a keyed route: 401 (missing_api_key or invalid_api_key, with
-// WWW-Authenticate: Bearer), or, once the client address has sent too many invalid keys (the
-// verdict of identity.invalid_key_limit, `check` and `decision`), deny_status with Retry-After.
+// WWW-Authenticate: Bearer), 403 on a client_cert route (client_certificate_required or
+// unknown_client_certificate: no HTTP authentication scheme asks for a certificate), or, once
+// the client address has sent too many invalid keys (the verdict of identity.invalid_key_limit,
+// `check` and `decision`), deny_status with Retry-After.
 Answer RespondInvalidKey(const engine::Verdict& verdict, const store::Check& check,
-                         const core::Decision& decision, bool key_presented,
+                         const core::Decision& decision, Credential presented,
                          const AnswerOptions& options, HeaderList& headers, std::string& body);
 
 // Every error tollgate writes itself is an RFC 9457 problem: this content type, and

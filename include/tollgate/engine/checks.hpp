@@ -86,10 +86,12 @@ struct Admission {
   std::string error;                   // kInvalidCost
 };
 
-// Whether a request on `route` is limited by its key: always on `key` routes, on `key_or_ip`
-// routes when it presents one (else it is limited by its address), never otherwise.
+// Whether a request on `route` is limited by its key: always on `key` and `client_cert` routes,
+// on `key_or_ip` routes when it presents one (else it is limited by its address), never
+// otherwise.
 inline bool LimitedByKey(const policy::Route& route, bool presented_a_key) {
   return route.identity == config::RouteIdentity::kKey ||
+         route.identity == config::RouteIdentity::kClientCert ||
          (route.identity == config::RouteIdentity::kKeyOrIp && presented_a_key);
 }
 

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -138,6 +139,11 @@ class Policy {
   // By the key as presented (hashed here: keys are only compared as digests).
   const Key* FindByKey(std::string_view presented) const;
   const Key* FindById(std::string_view id) const;
+  // The key a verified client certificate stands for: by its SHA-256 fingerprint (lower-case
+  // hex), else by the first of its `names` (URI and DNS subjectAltNames, then the CN) a key
+  // names; null when none does.
+  const Key* FindByCertificate(std::string_view sha256_hex,
+                               std::span<const std::string> names) const;
   // The route a request meets (RouteTable::Match).
   const Route& Match(std::string_view method, std::string_view path) const {
     return routes_.Match(method, path);
@@ -197,6 +203,7 @@ class Policy {
   std::vector<Key> keys_;
   std::unordered_map<std::string, size_t> by_digest_;  // raw 32-byte digest
   std::unordered_map<std::string, size_t> by_id_;
+  std::unordered_map<std::string, size_t> by_cert_sha256_, by_cert_name_;
   RouteTable routes_;
   std::vector<Cidr> trusted_;
   DenyList deny_;

@@ -56,6 +56,23 @@ std::optional<core::Error> Configure(SSL_CTX* ctx, const ServerOptions& o,
   return std::nullopt;
 }
 
+// Client certificates: verified against the CA file, whose names are also sent to the client
+// (the CAs it may choose a certificate from). Read at each load, so a reload picks a new file.
+std::optional<core::Error> VerifyClients(SSL_CTX* ctx, const ServerOptions& o) {
+  if (o.client_auth == ClientAuth::kOff) return std::nullopt;
+  const char* file = o.client_ca_file.c_str();
+  if (SSL_CTX_load_verify_locations(ctx, file, nullptr) != 1)
+    return core::Error{o.client_ca_file + ": " + OpenSslError()};
+  STACK_OF(X509_NAME)* names = SSL_load_client_CA_file(file);
+  if (!names) return core::Error{o.client_ca_file + ": no CA certificate in it"};
+  SSL_CTX_set_client_CA_list(ctx, names);
+  const int mode = o.client_auth == ClientAuth::kRequired
+                       ? SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT
+                       : SSL_VERIFY_PEER;
+  SSL_CTX_set_verify(ctx, mode, nullptr);
+  return std::nullopt;
+}
+
 }  // namespace
 
 namespace {
@@ -118,6 +135,7 @@ core::Result<std::shared_ptr<const ServerContext::Served>> ServerContext::Load(
       if (SSL_CTX_add1_chain_cert(ctx.get(), x.get()) != 1)
         return core::Error{c.cert_file() + ": its chain: " + OpenSslError()};
     }
+    if (auto e = VerifyClients(ctx.get(), options_)) return *e;
     served->contexts.push_back(std::move(ctx));
   }
   return std::shared_ptr<const Served>(std::move(served));
@@ -156,24 +174,32 @@ int ServerContext::OnServerName(SSL* ssl, int* alert, void* arg) {
   }
   const size_t i = static_cast<size_t>(chosen - served->set.certificates().data());
   // The connection holds a reference of its own: a reload may free `served` meanwhile.
-  SSL_set_SSL_CTX(ssl, served->contexts[i].get());
+  SSL_CTX* ctx = served->contexts[i].get();
+  SSL_set_SSL_CTX(ssl, ctx);
+  // The verify mode is the connection's own, copied from the context it was made with: the
+  // client certificate rules are the chosen context's (its CA store is read from it).
+  SSL_set_verify(ssl, SSL_CTX_get_verify_mode(ctx), nullptr);
   return SSL_TLSEXT_ERR_OK;
 }
 
 std::vector<ServerContext::FileState> ServerContext::StatFiles(const ServerOptions& options) {
-  std::vector<FileState> out;
+  std::vector<const std::string*> paths;
   for (const ServerOptions::Files& f : options.certificates) {
-    for (const std::string* p : {&f.cert_file, &f.key_file}) {
-      FileState s{.path = *p};
-      struct stat st {};
-      if (::stat(p->c_str(), &st) == 0) {
-        s.dev = st.st_dev;
-        s.ino = st.st_ino;
-        s.size = static_cast<uint64_t>(st.st_size);
-        s.mtime_ns = int64_t{st.st_mtim.tv_sec} * 1'000'000'000 + st.st_mtim.tv_nsec;
-      }
-      out.push_back(std::move(s));
+    paths.push_back(&f.cert_file);
+    paths.push_back(&f.key_file);
+  }
+  if (options.client_auth != ClientAuth::kOff) paths.push_back(&options.client_ca_file);
+  std::vector<FileState> out;
+  for (const std::string* p : paths) {
+    FileState s{.path = *p};
+    struct stat st {};
+    if (::stat(p->c_str(), &st) == 0) {
+      s.dev = st.st_dev;
+      s.ino = st.st_ino;
+      s.size = static_cast<uint64_t>(st.st_size);
+      s.mtime_ns = int64_t{st.st_mtim.tv_sec} * 1'000'000'000 + st.st_mtim.tv_nsec;
     }
+    out.push_back(std::move(s));
   }
   return out;
 }

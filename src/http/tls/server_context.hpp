@@ -28,6 +28,9 @@ inline constexpr char kIntermediateCiphers[] =
     "ECDHE-RSA-AES256-GCM-SHA384:ECDHE-ECDSA-CHACHA20-POLY1305:ECDHE-RSA-CHACHA20-POLY1305:"
     "DHE-RSA-AES128-GCM-SHA256:DHE-RSA-AES256-GCM-SHA384:DHE-RSA-CHACHA20-POLY1305";
 
+// Client certificates (mTLS): not asked for, asked for, or required.
+enum class ClientAuth { kOff, kOptional, kRequired };
+
 struct ServerOptions {
   struct Files {
     std::string cert_file;  // the leaf, then its intermediates (PEM)
@@ -41,6 +44,10 @@ struct ServerOptions {
   // served the default certificate.
   bool refuse_unknown_names = false;
   bool session_tickets = true;
+  // A certificate a client sends must chain to client_ca_file (PEM; REQUIRED unless kOff) or the
+  // handshake fails; kRequired also fails it when the client sends none.
+  ClientAuth client_auth = ClientAuth::kOff;
+  std::string client_ca_file;
   std::vector<std::string> alpn = {"http/1.1"};  // in order of preference
 };
 

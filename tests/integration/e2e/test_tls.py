@@ -57,9 +57,9 @@ class Certs:
         self.ca = os.path.join(directory, "ca.pem")
         self.n = 0
 
-    def leaf(self, cn, sans, days=2, rsa=False, ips=()):
-        """(cert_file, key_file) of a new leaf for the DNS names `sans` and addresses `ips`;
-        `days` < 0: already expired."""
+    def leaf(self, cn, sans, days=2, rsa=False, ips=(), uris=()):
+        """(cert_file, key_file) of a new leaf for the DNS names `sans`, addresses `ips` and URIs
+        `uris`; `days` < 0: already expired."""
         self.n += 1
         base = "leaf-%d" % self.n
         key = ["-newkey", "rsa:2048"] if rsa else ["-newkey", "ec", "-pkeyopt",
@@ -67,7 +67,8 @@ class Certs:
         openssl("req", *key, "-nodes", "-keyout", base + ".key", "-out", base + ".csr", "-subj",
                 "/CN=" + cn, cwd=self.dir)
         with open(os.path.join(self.dir, base + ".ext"), "w") as f:
-            names = ["DNS:" + s for s in sans] + ["IP:" + a for a in ips]
+            names = (["DNS:" + s for s in sans] + ["IP:" + a for a in ips] +
+                     ["URI:" + u for u in uris])
             f.write("subjectAltName=" + ",".join(names) + "\n")
         openssl("x509", "-req", "-in", base + ".csr", "-CA", "ca.pem", "-CAkey", "ca.key",
                 "-CAcreateserial", "-days", str(days), "-extfile", base + ".ext", "-out",

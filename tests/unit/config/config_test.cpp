@@ -8,6 +8,7 @@
 namespace tollgate::config {
 namespace {
 
+const char* kOnePlan = "plans: {free: {limits: [{name: b, capacity: 5, refill_per_second: 1}]}}\n";
 const char* kMinimal = R"(
 plans:
   free:
@@ -167,6 +168,52 @@ TEST(Config, UpstreamTls) {
             "upstream.url: must start with http:// or https://");
   EXPECT_EQ(ErrorOf(up + "  url: https://h:70000\n"),
             "upstream.url: the port must be a number from 1 to 65535, got '70000'");
+}
+
+// Client certificates (issue 33): the listener's mode and CA, keys named by a certificate, and
+// client_cert routes only where certificates are asked for.
+TEST(Config, ClientCertificates) {
+  const std::string fp(64, 'a');
+  std::string colons;
+  for (size_t i = 0; i < 64; i += 2) colons += (i ? ":" : "") + std::string("AA");
+  const std::string tls =
+      "server:\n  tls:\n    certificates: [{cert_file: /c.pem, key_file: /c.key}]\n"
+      "    client_certificates: {mode: optional, ca_file: /ca.pem}\n";
+  auto c =
+      ParseConfig(std::string(kOnePlan) + tls + "keys:\n  - {cert_sha256: '" + colons +
+                  "', id: a, plan: free}\n  - {cert_name: 'spiffe://x/b', id: b, plan: free}\n" +
+                  "routes: [{path: /m/*, identity: client_cert}]\n");
+  ASSERT_TRUE(c.ok()) << c.error();
+  EXPECT_EQ(c->server.tls.client_auth, TlsConfig::ClientAuth::kOptional);
+  EXPECT_EQ(c->server.tls.client_ca_file, "/ca.pem");
+  EXPECT_EQ(c->keys[0].cert_sha256, fp) << "colons dropped, lower case";
+  EXPECT_TRUE(c->keys[0].sha256_hex.empty());
+  EXPECT_EQ(c->keys[1].cert_name, "spiffe://x/b");
+  EXPECT_EQ(c->routes[0].identity, RouteIdentity::kClientCert);
+  const std::string plan = kOnePlan;
+  struct Row {
+    std::string yaml, error;
+  } rows[] = {
+      {"keys: [{id: a, plan: free}]", "keys[0]: key, sha256, cert_sha256 or cert_name is required"},
+      {"keys: [{cert_sha256: 'ab:cd', id: a, plan: free}]",
+       "keys[0].cert_sha256: must be a SHA-256 fingerprint: 64 hex digits, colons allowed"},
+      {"keys: [{cert_name: '', id: a, plan: free}]", "keys[0].cert_name: must not be empty"},
+      {"keys: [{cert_sha256: '" + fp + "', id: a, plan: free}, {cert_sha256: '" + colons +
+           "', id: b, plan: free}]",
+       "keys[1].cert_sha256: another key names this certificate"},
+      {"keys: [{cert_name: n, id: a, plan: free}, {cert_name: n, id: b, plan: free}]",
+       "keys[1].cert_name: another key names 'n'"},
+      {"routes: [{path: /m, identity: client_cert}]",
+       "routes[0].identity: client_cert needs server.tls.client_certificates"},
+      {"server: {tls: {certificates: [{cert_file: /c, key_file: /k}], client_certificates: "
+       "{mode: required}}}",
+       "server.tls.client_certificates.ca_file: required: the CAs client certificates must chain "
+       "to"},
+      {"server: {tls: {certificates: [{cert_file: /c, key_file: /k}], client_certificates: "
+       "{mode: sometimes, ca_file: /ca}}}",
+       "server.tls.client_certificates.mode: must be off, optional or required, got 'sometimes'"},
+  };
+  for (const Row& r : rows) EXPECT_EQ(ErrorOf(plan + r.yaml + "\n"), r.error) << r.yaml;
 }
 
 TEST(Config, OverridesStartFromThePlanLimit) {
@@ -355,8 +402,6 @@ rls: {listen: "127.0.0.1:8083", domains: [{domain: api, key_entry: api_key}]}
 namespace tollgate::config {
 namespace {
 
-const char* kOnePlan = "plans: {free: {limits: [{name: b, capacity: 5, refill_per_second: 1}]}}\n";
-
 TEST(Config, HeaderSets) {
   auto c = ParseConfig(std::string(kOnePlan));
   ASSERT_TRUE(c.ok()) << c.error();
@@ -415,7 +460,7 @@ TEST(Config, SectionChecks) {
             "upstream.url: must start with http:// or https://");
   EXPECT_EQ(ErrorOf(plan + "store: {type: redis}\n"), "store.url: required for store.type redis");
   EXPECT_EQ(ErrorOf(plan + "routes: [{path: /x, identity: who}]\n"),
-            "routes[0].identity: must be key, ip, key_or_ip or none, got 'who'");
+            "routes[0].identity: must be key, ip, key_or_ip, none or client_cert, got 'who'");
   EXPECT_EQ(ErrorOf(plan + "routes: [{path: /x, cost: {per: 5}}]\n"),
             "routes[0].cost.query: required");
   auto c = ParseConfig(plan +
