@@ -440,10 +440,22 @@ Config Parse(const YAML::Node& root, const std::string& base_dir) {
   if (const YAML::Node routes = root["routes"]) {
     c.routes = internal::ParseRoutes(routes, c.server.exact_route_match);
     for (size_t i = 0; i < c.routes.size(); ++i) {
-      if (c.routes[i].identity == RouteIdentity::kClientCert &&
+      const RouteConfig& r = c.routes[i];
+      if (r.identity == RouteIdentity::kClientCert &&
           c.server.tls.client_auth == TlsConfig::ClientAuth::kOff) {
         Fail(Join(Index("routes", i), "identity"),
              "client_cert needs server.tls.client_certificates");
+      }
+      // A route's size limits only tighten the server's, which hold while the head is read.
+      if (r.max_header_bytes > c.server.max_header_bytes) {
+        Fail(Join(Index("routes", i), "max_header_bytes"),
+             "must not exceed server.max_header_bytes (" +
+                 std::to_string(c.server.max_header_bytes) + ")");
+      }
+      if (r.max_body_bytes > c.server.max_body_bytes) {
+        Fail(Join(Index("routes", i), "max_body_bytes"),
+             "must not exceed server.max_body_bytes (" + std::to_string(c.server.max_body_bytes) +
+                 ")");
       }
     }
   }

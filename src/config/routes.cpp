@@ -306,8 +306,14 @@ void ParseRouteLimits(const YAML::Node& n, const std::string& path, RouteConfig&
 }
 
 RouteConfig ParseRoute(const YAML::Node& r, const std::string& path, bool exact_match) {
-  OnlyKeys(r, path, {"name", "path", "method", "cost", "fail_mode", "identity", "limits", "match"});
+  OnlyKeys(r, path,
+           {"name", "path", "method", "cost", "fail_mode", "identity", "limits", "match",
+            "max_header_bytes", "max_body_bytes"});
   RouteConfig rc;
+  if (r["max_header_bytes"])
+    Set(r, "max_header_bytes", path, rc.max_header_bytes.emplace(), 1, 1 << 20);
+  if (r["max_body_bytes"])
+    Set(r, "max_body_bytes", path, rc.max_body_bytes.emplace(), 0, int64_t{1} << 40);
   rc.exact_match = exact_match;
   if (const YAML::Node m = r["match"]) {
     rc.exact_match = ParseEnum<bool>(m, Join(path, "match"), {{"fold", false}, {"exact", true}},

@@ -368,26 +368,26 @@ void Exchange::JoinForwardedFor(Scratch& scratch) {
   }
 }
 
-// The methods an upstream's method-override support may run instead of a POST (issue 31), as
-// named by header fields: X-HTTP-Method-Override, X-HTTP-Method and X-Method-Override (any case,
-// '_' for '-'; Express's method-override, Rails, Symfony, ASP.NET Core). engine::StrictestRoute
-// honours them on POST only and reads the `_method` query parameter itself. A `_method` in a
-// form body is not read (bodies are streamed).
-struct OverrideFields {
-  const RequestHead& head;
-  template <class Fn>
-  void operator()(Fn&& fn) const {
-    for (const RequestHead::Field& f : head.fields) {
-      if (ReadsAs(f.name, "x-http-method-override") || ReadsAs(f.name, "x-http-method") ||
-          ReadsAs(f.name, "x-method-override")) {
-        util::AnyListElement(f.value, [&fn](std::string_view m) {
-          if (!m.empty()) fn(m);
-          return false;
-        });
-      }
-    }
-  }
-};
+std::optional<Step> Exchange::CheckSizes(Scratch& scratch) {
+  const engine::SizeLimits max =
+      engine::SizeLimitsMet(*policy, method, path, query, OverrideFields{*head});
+  const auto refuse = [&](bhttp::status status, const char* code, const char* what, uint64_t n) {
+    client_keep_alive = false;
+    return w_->ReplyProblem(*this, scratch, status, code,
+                            std::string("the request's ") + what +
+                                " is larger than its route takes (" + std::to_string(n) +
+                                " bytes)");
+  };
+  if (max.head_bytes && ForwardedHeadSize(*head) > *max.head_bytes)
+    return refuse(bhttp::status::request_header_fields_too_large, "header_too_large", "head",
+                  *max.head_bytes);
+  if (!max.body_bytes) return std::nullopt;
+  if (head->content_length.value_or(0) > *max.body_bytes)
+    return refuse(bhttp::status::payload_too_large, "body_too_large", "body", *max.body_bytes);
+  // A chunked body is held to it as it arrives (RenderBodyError: 413 before anything is sent).
+  if (body_parser) body_parser->body_limit(*max.body_bytes);
+  return std::nullopt;
+}
 
 bool Exchange::ReadKey() {
   // A client_cert route reads no API key; on others a certificate stands for a key when the
@@ -415,6 +415,9 @@ Step Exchange::Identify(Scratch& scratch) {
       engine::StrictestRoute(pol, method, path, query, OverrideFields{*head});
   log.route = route.label;  // what tollgate replay re-derives routes and costs against
   log.cost_param = route.cost.query;
+  if (pol.route_size_limits()) {
+    if (auto refused = CheckSizes(scratch)) return *refused;
+  }
   now = util::SystemClock::Instance().Now();
   const auto& pub = gw.server.public_endpoints;
   status_endpoint = (admin || pub.rate_limit) && method == "GET" && path == "/v1/rate-limit";

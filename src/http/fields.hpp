@@ -162,4 +162,25 @@ void AppendEndToEnd(const RequestHead& head, util::StringAppender& out, Skip ski
       out, skip);
 }
 
+// The methods an upstream's method-override support may run instead of a POST (issue 31), as
+// named by header fields: X-HTTP-Method-Override, X-HTTP-Method and X-Method-Override (any case,
+// '_' for '-'; Express's method-override, Rails, Symfony, ASP.NET Core). engine::StrictestRoute
+// honours them on POST only and reads the `_method` query parameter itself. A `_method` in a
+// form body is not read (bodies are streamed).
+struct OverrideFields {
+  const RequestHead& head;
+  template <class Fn>
+  void operator()(Fn&& fn) const {
+    for (const RequestHead::Field& f : head.fields) {
+      if (ReadsAs(f.name, "x-http-method-override") || ReadsAs(f.name, "x-http-method") ||
+          ReadsAs(f.name, "x-method-override")) {
+        util::AnyListElement(f.value, [&fn](std::string_view m) {
+          if (!m.empty()) fn(m);
+          return false;
+        });
+      }
+    }
+  }
+};
+
 }  // namespace tollgate::http

@@ -32,6 +32,13 @@ bool IsTokenList(std::string_view value) {
 
 }  // namespace
 
+size_t ForwardedHeadSize(const RequestHead& head) {
+  constexpr size_t kLine = sizeof " HTTP/1.1\r\n" - 1 + 1;  // the spaces around the target too
+  size_t n = head.method.size() + head.target.size() + kLine + 2;
+  for (const RequestHead::Field& f : head.fields) n += f.name.size() + f.value.size() + 4;
+  return n;
+}
+
 std::string_view RequestHead::Get(std::string_view name) const {
   for (const Field& f : fields) {
     if (util::EqualsIgnoreCase(f.name, name)) return f.value;

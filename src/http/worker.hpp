@@ -273,6 +273,8 @@ class Exchange {
   std::optional<Step> ReadTarget(Scratch& scratch);
   std::optional<Step> BuiltIn(Scratch& scratch, Listener listener);
   Step Identify(Scratch& scratch);
+  // The routes' own size limits (max_header_bytes, max_body_bytes): 431 or 413 when over them.
+  std::optional<Step> CheckSizes(Scratch& scratch);
   // The key the request presents (`presented`, `key`), or the one its client certificate names;
   // true in that second case.
   bool ReadKey();

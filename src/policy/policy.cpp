@@ -345,6 +345,9 @@ std::optional<core::Error> Policy::BuildRoutes(const config::Config& config) {
     r.cost = rc.cost;
     r.fail_mode = rc.fail_mode;
     r.identity = rc.identity;
+    r.max_header_bytes = rc.max_header_bytes;
+    r.max_body_bytes = rc.max_body_bytes;
+    route_size_limits_ = route_size_limits_ || rc.max_header_bytes || rc.max_body_bytes;
     const bool by_address =
         r.identity == config::RouteIdentity::kIp || r.identity == config::RouteIdentity::kKeyOrIp;
     if (by_address && anonymous_.limits.empty() && rc.limits.empty()) {

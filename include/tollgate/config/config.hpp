@@ -367,6 +367,11 @@ struct RouteConfig {
   // case-sensitively). Default (`match: fold`, or server.route_match): the folded path and the
   // method in any case (issue 31; docs/http-contract.md, "Routes").
   bool exact_match = false;
+  // The route's own request-size limits, at most the server's (issue 33): a head larger (as it
+  // is forwarded: the request line and `name: value` lines) gets 431, a body larger 413, before
+  // any limit is counted. Unset: the server's.
+  std::optional<size_t> max_header_bytes;
+  std::optional<uint64_t> max_body_bytes;
 };
 
 struct IdentityConfig {

@@ -26,23 +26,49 @@ struct NoOverrideFields {
   template <class Fn>
   void operator()(Fn&&) const {}
 };
-template <class HeaderOverrides>
-const policy::Route& StrictestRoute(const policy::Policy& pol, std::string_view method,
-                                    std::string_view path, std::string_view query,
-                                    HeaderOverrides&& header_overrides) {
-  const policy::Route* strictest = &pol.Match(method, path);
-  if (!util::EqualsIgnoreCase(method, "POST")) return *strictest;
-  auto meet = [&](std::string_view m) {
-    const policy::Route& r = pol.Match(m, path);
-    if (policy::Stricter(r, *strictest)) strictest = &r;
-  };
+// Calls fn(route) for each route the request meets: its method's first, then those of the
+// methods it asks for instead.
+template <class HeaderOverrides, class Fn>
+void ForEachRouteMet(const policy::Policy& pol, std::string_view method, std::string_view path,
+                     std::string_view query, HeaderOverrides&& header_overrides, Fn&& fn) {
+  fn(pol.Match(method, path));
+  if (!util::EqualsIgnoreCase(method, "POST")) return;
+  auto meet = [&](std::string_view m) { fn(pol.Match(m, path)); };
   header_overrides(meet);
   if (query.find("_method") != std::string_view::npos) {
     util::ForEachQueryParam(query, [&meet](std::string_view name, std::string_view value, bool) {
       if (name == "_method" && !value.empty()) meet(util::Trim(value));
     });
   }
+}
+template <class HeaderOverrides>
+const policy::Route& StrictestRoute(const policy::Policy& pol, std::string_view method,
+                                    std::string_view path, std::string_view query,
+                                    HeaderOverrides&& header_overrides) {
+  const policy::Route* strictest = nullptr;
+  ForEachRouteMet(pol, method, path, query, header_overrides, [&](const policy::Route& r) {
+    if (!strictest || policy::Stricter(r, *strictest)) strictest = &r;
+  });
   return *strictest;
+}
+
+// The smallest size limits of the routes a request meets (max_header_bytes, max_body_bytes): a
+// method override must not lead to a route that takes larger requests. Unset: the server's.
+struct SizeLimits {
+  std::optional<size_t> head_bytes;
+  std::optional<uint64_t> body_bytes;
+};
+template <class HeaderOverrides>
+SizeLimits SizeLimitsMet(const policy::Policy& pol, std::string_view method, std::string_view path,
+                         std::string_view query, HeaderOverrides&& header_overrides) {
+  SizeLimits s;
+  ForEachRouteMet(pol, method, path, query, header_overrides, [&s](const policy::Route& r) {
+    if (r.max_header_bytes)
+      s.head_bytes = std::min(*r.max_header_bytes, s.head_bytes.value_or(*r.max_header_bytes));
+    if (r.max_body_bytes)
+      s.body_bytes = std::min(*r.max_body_bytes, s.body_bytes.value_or(*r.max_body_bytes));
+  });
+  return s;
 }
 
 // One request as an adapter describes it. Views: they must outlive the admission.

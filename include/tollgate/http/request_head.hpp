@@ -30,6 +30,10 @@ struct RequestHead {
   void Clear();
 };
 
+// The head's size as the gateway forwards it: the request line ("METHOD target HTTP/1.1") and a
+// "name: value" line per field, each with its CRLF, and the blank line.
+size_t ForwardedHeadSize(const RequestHead& head);
+
 enum class HeadParse {
   kComplete,   // `out` holds the head; `*size` bytes of `data` are it, through its blank line
   kNeedMore,   // no blank line yet, and not more than `max_size` bytes

@@ -144,6 +144,8 @@ class Policy {
   // names; null when none does.
   const Key* FindByCertificate(std::string_view sha256_hex,
                                std::span<const std::string> names) const;
+  // Whether a route has size limits of its own (max_header_bytes, max_body_bytes).
+  bool route_size_limits() const { return route_size_limits_; }
   // The route a request meets (RouteTable::Match).
   const Route& Match(std::string_view method, std::string_view path) const {
     return routes_.Match(method, path);
@@ -204,6 +206,7 @@ class Policy {
   std::unordered_map<std::string, size_t> by_digest_;  // raw 32-byte digest
   std::unordered_map<std::string, size_t> by_id_;
   std::unordered_map<std::string, size_t> by_cert_sha256_, by_cert_name_;
+  bool route_size_limits_ = false;
   RouteTable routes_;
   std::vector<Cidr> trusted_;
   DenyList deny_;

@@ -44,6 +44,8 @@ struct Route {
   config::RouteIdentity identity = config::RouteIdentity::kKey;
   // Matched against the folded path, methods in any case (config::RouteConfig::exact_match).
   bool fold = true;
+  std::optional<size_t> max_header_bytes;  // config::RouteConfig's; unset: the server's
+  std::optional<uint64_t> max_body_bytes;
 };
 
 // Thread-compatible to build, thread-safe once built (immutable).

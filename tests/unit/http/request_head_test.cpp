@@ -36,6 +36,19 @@ TEST(RequestHeadTest, ParsesTheCommonShapeInPlace) {
   EXPECT_LT(h.target.data(), data.data() + data.size());
 }
 
+// A route's max_header_bytes counts the head as it is forwarded: optional whitespace is not
+// counted, since the forwarded head has none.
+TEST(RequestHeadTest, ForwardedHeadSizeIsTheSizeOfTheHeadAsForwarded) {
+  const std::string tidy = "GET /v1/items HTTP/1.1\r\nHost: api\r\nX-API-Key: k-1\r\n\r\n";
+  const std::string padded = "GET /v1/items HTTP/1.1\r\nHost:    api   \r\nX-API-Key:\tk-1\r\n\r\n";
+  for (const std::string& data : {tidy, padded}) {
+    RequestHead h;
+    size_t size = 0;
+    ASSERT_EQ(Parse(data, h, &size), HeadParse::kComplete) << data;
+    EXPECT_EQ(ForwardedHeadSize(h), tidy.size()) << data;
+  }
+}
+
 TEST(RequestHeadTest, MoreFieldsThanAskedForAreLeftToTheGeneralParser) {
   std::string data = "GET / HTTP/1.1\r\nHost: a\r\n";
   for (int i = 0; i < 4; ++i) data += "a:\r\n";  // empty fields count too
