@@ -51,6 +51,10 @@ boost::system::error_code WriteNow(Stream& s, const WriteBuffers& b, size_t& wri
 bool StayedQuiet(Stream& s);
 // Whether `ec` is TLS's (a handshake or record refused, a certificate not verified).
 bool IsTlsError(const boost::system::error_code& ec);
+// Sends TLS's close_notify, one non-blocking attempt, on a connection whose handshake is done:
+// the end of a connection we close, which also keeps its session resumable (OpenSSL drops a
+// session whose connection ended without one from the server's cache).
+void CloseNotify(Stream& s);
 void Free(ssl_st* ssl);
 }  // namespace tls_ops
 
@@ -68,6 +72,10 @@ class Stream : public internal::Socket {
   // memory).
   bool StartTls(ssl_ctx_st* ctx, bool server = true);
   bool tls() const { return ssl_ != nullptr; }
+  // Before closing the socket: TLS's close_notify (tls_ops::CloseNotify). Nothing on TCP.
+  void CloseNotify() {
+    if (ssl_) tls_ops::CloseNotify(*this);
+  }
   ssl_st* ssl() const { return ssl_; }
   // The name the client asked for (SNI), and the protocol ALPN chose; empty when none.
   std::string_view ServerName() const;

@@ -211,6 +211,14 @@ error_code WriteNow(Stream& s, const WriteBuffers& b, size_t& written) {
 
 void Free(ssl_st* ssl) { SSL_free(ssl); }
 
+void CloseNotify(Stream& s) {
+  SSL* ssl = s.ssl();
+  if (!SSL_is_init_finished(ssl)) return;
+  ERR_clear_error();
+  SSL_shutdown(ssl);  // marks it sent even when the socket takes nothing now
+  ERR_clear_error();
+}
+
 bool StayedQuiet(Stream& s) {
   char byte;
   size_t n = 0;

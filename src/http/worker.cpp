@@ -288,6 +288,7 @@ net::awaitable<void> Worker::Session(tcp::socket socket, Listener listener, Conn
     if (!keep || gw.draining.load()) break;
   }
   beast::error_code ec;
+  stream.socket.CloseNotify();
   stream.socket.shutdown(tcp::socket::shutdown_send, ec);
   stream.socket.close(ec);
 }

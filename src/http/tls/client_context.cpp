@@ -33,7 +33,9 @@ core::Result<std::unique_ptr<ClientContext>> ClientContext::Create(ClientOptions
   std::unique_ptr<ClientContext> c(new ClientContext(std::move(options), ctx));
   const ClientOptions& o = c->options_;
   SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
-  SSL_CTX_set_options(ctx, SSL_OP_NO_RENEGOTIATION | SSL_OP_NO_COMPRESSION);
+  // An upstream closing without close_notify ends the stream (as on the listeners).
+  SSL_CTX_set_options(
+      ctx, SSL_OP_NO_RENEGOTIATION | SSL_OP_NO_COMPRESSION | SSL_OP_IGNORE_UNEXPECTED_EOF);
   if (o.verify) {
     SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, nullptr);
     const int loaded = o.ca_file.empty()

@@ -44,7 +44,10 @@ std::optional<core::Error> Configure(SSL_CTX* ctx, const ServerOptions& o,
     return core::Error{"tls: ciphers: no cipher of the list is known (" + o.ciphers + ")"};
   if (!o.ciphersuites.empty() && SSL_CTX_set_ciphersuites(ctx, o.ciphersuites.c_str()) != 1)
     return core::Error{"tls: ciphersuites: no suite of the list is known (" + o.ciphersuites + ")"};
-  uint64_t options = SSL_OP_NO_RENEGOTIATION | SSL_OP_NO_COMPRESSION;
+  // A client that closes without close_notify (most HTTP clients) ends the stream like a TCP
+  // close, not with a fatal error, which would drop its session from the cache: HTTP frames its
+  // messages, so a truncation cannot pass for a whole one.
+  uint64_t options = SSL_OP_NO_RENEGOTIATION | SSL_OP_NO_COMPRESSION | SSL_OP_IGNORE_UNEXPECTED_EOF;
   if (!o.session_tickets) options |= SSL_OP_NO_TICKET;
   SSL_CTX_set_options(ctx, options);
   SSL_CTX_set_mode(ctx, SSL_MODE_RELEASE_BUFFERS);

@@ -228,6 +228,36 @@ class RealClientTests(TlsCase):
                     with ctx.wrap_socket(raw, server_hostname="localhost") as s:
                         self.assertEqual(s.version(), version.name.replace("_", "."))
 
+    def test_sessions_resume(self):
+        """Tickets on TLS 1.2 and 1.3, and the server's session cache for a TLS 1.2 client that
+        takes no ticket: a session ended by either side resumes (a connection the gateway closes
+        ends with close_notify, or OpenSSL would drop its session from the cache)."""
+        rows = [("TLS 1.2, a ticket", ssl.TLSVersion.TLSv1_2, False),
+                ("TLS 1.2, a session id", ssl.TLSVersion.TLSv1_2, True),
+                ("TLS 1.3, a ticket", ssl.TLSVersion.TLSv1_3, False)]
+        for row, version, no_ticket in rows:
+            for closes in ("client", "gateway"):
+                with self.subTest(row=row, closes=closes):
+                    ctx = client_context(self.certs.ca, minimum_version=version,
+                                         maximum_version=version)
+                    if no_ticket:
+                        ctx.options |= ssl.OP_NO_TICKET
+                    session = None
+                    reused = []
+                    for _ in range(3):
+                        raw = socket.create_connection(("127.0.0.1", self.gw.port), timeout=5)
+                        with ctx.wrap_socket(raw, server_hostname="localhost",
+                                             session=session) as s:
+                            close = "close" if closes == "gateway" else "keep-alive"
+                            s.sendall(("GET /healthz HTTP/1.1\r\nHost: localhost\r\n"
+                                       "Connection: %s\r\n\r\n" % close).encode())
+                            self.assertIn(b" 200 ", s.recv(4096))
+                            if closes == "gateway":
+                                self.assertEqual(s.recv(4096), b"")  # closed by the gateway
+                            session = s.session
+                            reused.append(s.session_reused)
+                    self.assertEqual(reused, [False, True, True])
+
 
 class TlsOnlyThirteenTests(TlsCase):
 
