@@ -9,6 +9,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import ssl
 import socket
 import subprocess
@@ -19,6 +20,7 @@ import time
 import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+NGINX = os.environ.get("TOLLGATE_NGINX", "/usr/sbin/nginx")
 UPSTREAM_SCRIPT = os.path.normpath(os.path.join(HERE, "..", "..", "support", "upstream.py"))
 
 # Set by test_gateway.py from --binary.
@@ -262,6 +264,70 @@ class Upstream:
         return self.stats_response().json()
 
 
+class Nginx:
+    """A real nginx (Debian's nginx-light) from its own prefix directory in the fixture's temp
+    dir, running the config `render(listen)` gives for its port."""
+
+    def __init__(self, fixture, render):
+        if not os.access(NGINX, os.X_OK):
+            fixture.fail("%s not found: install Debian's nginx-light (scripts/install-deps.sh, "
+                         "run by `make deps`)" % NGINX)
+        self.fixture = fixture
+        self.prefix = os.path.join(fixture.tmpdir, "nginx")
+        os.mkdir(self.prefix)
+        # Started as root, nginx's workers run as nobody: they must be able to reach the temp
+        # directories the master creates (and chowns) inside the prefix.
+        os.chmod(fixture.tmpdir, 0o755)
+        os.chmod(self.prefix, 0o755)
+        self.port, held = reserve_port()
+        fixture.held_sockets.append(held)
+        self.conf = os.path.join(self.prefix, "nginx.conf")
+        with open(self.conf, "w") as f:
+            f.write(render("127.0.0.1:%d" % self.port))
+        self.error_log = os.path.join(self.prefix, "error.log")
+        fixture.extra_logs.append(("nginx error.log", self.error_log))
+        fixture.extra_logs.append(("nginx access.log", os.path.join(self.prefix, "access.log")))
+        self.process = fixture.spawn("nginx", [NGINX, "-p", self.prefix + "/", "-c", self.conf,
+                                               "-g", "daemon off;"])
+        fixture.addCleanup(self._stop)
+        for _ in deadline_loop(START_TIMEOUT_S):
+            if not self.process.alive():
+                break
+            # A TCP connect is the probe: any request would spend tollgate's budget. The port
+            # we hold refuses connections until nginx listens on it.
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+                return
+            except OSError:
+                pass
+        log = ""
+        if os.path.exists(self.error_log):
+            with open(self.error_log, errors="replace") as f:
+                log = f.read()
+        raise AssertionError("nginx did not start (exit %s):\n%s\n%s" % (
+            self.process.proc.returncode, self.process.read_stderr().decode(errors="replace"), log))
+
+    def _stop(self):
+        # Cleanups run last-registered first, so this runs before the fixture's own: note the
+        # workers' PIDs, stop the master (SIGTERM: it stops its workers and waits for them),
+        # then any worker it left behind, by PID.
+        workers = []
+        try:
+            with open("/proc/%d/task/%d/children" % (self.process.pid, self.process.pid)) as f:
+                workers = [int(p) for p in f.read().split()]
+        except OSError:
+            pass
+        self.process.stop()
+        for pid in workers:
+            try:
+                with open("/proc/%d/cmdline" % pid, "rb") as f:
+                    if b"nginx" not in f.read():
+                        continue
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+
+
 class Gateway:
     """A running `tollgate serve` with its config file in the fixture's temp dir."""
 
@@ -414,6 +480,7 @@ class GatewayTestCase(unittest.TestCase):
         self.tmpdir = tempfile.mkdtemp(prefix="tollgate-it-")
         self.processes = []
         self.held_sockets = []
+        self.extra_logs = []  # (label, path): more logs printed with the processes' on failure
         self.addCleanup(self._stop_all)
 
     def spawn(self, name, argv):
@@ -456,6 +523,16 @@ class GatewayTestCase(unittest.TestCase):
                     p.name, label, p.pid, p.proc.returncode, min(max_lines, len(lines)), len(lines)))
                 for line in lines[-max_lines:]:
                     sys.stderr.write(line + "\n")
+        for label, path in getattr(self, "extra_logs", []):
+            try:
+                with open(path, "rb") as f:
+                    lines = f.read().decode(errors="replace").splitlines()
+            except OSError:
+                continue
+            sys.stderr.write("---- %s (last %d of %d lines)\n" % (
+                label, min(max_lines, len(lines)), len(lines)))
+            for line in lines[-max_lines:]:
+                sys.stderr.write(line + "\n")
         sys.stderr.flush()
 
     # Helpers shared by the tests.

@@ -36,7 +36,6 @@ from harness import SLOW, burst, GatewayTestCase, deadline_loop, http_request, r
 
 REPO = os.path.normpath(os.path.join(HERE, "..", "..", ".."))
 NGINX_EXAMPLE = os.path.join(REPO, "examples", "nginx-auth-request.conf")
-NGINX = os.environ.get("TOLLGATE_NGINX", "/usr/sbin/nginx")
 NODE_DIR = os.path.join(HERE, "node")
 RLS_CLIENT = os.path.join(NODE_DIR, "rls_client.js")
 HEALTH_CLIENT = os.path.join(NODE_DIR, "health_client.js")
@@ -83,7 +82,6 @@ class DecisionTestCase(GatewayTestCase):
 
     def setUp(self):
         super().setUp()
-        self.extra_logs = []  # (label, path) printed with the processes' logs on failure
 
     PROXY = "nginx"  # decision.proxy: whose headers describe the original request
 
@@ -133,20 +131,6 @@ class DecisionTestCase(GatewayTestCase):
         if with_reset:
             self.assertEqual(r.header("RateLimit-Reset"), ra, r)
 
-    def _dump_logs(self, max_lines=80):
-        super()._dump_logs(max_lines)
-        for label, path in getattr(self, "extra_logs", []):
-            try:
-                with open(path, "rb") as f:
-                    lines = f.read().decode(errors="replace").splitlines()
-            except OSError:
-                continue
-            sys.stderr.write("---- %s (last %d of %d lines)\n" % (
-                label, min(max_lines, len(lines)), len(lines)))
-            for line in lines[-max_lines:]:
-                sys.stderr.write(line + "\n")
-        sys.stderr.flush()
-
 
 # ---------------------------------------------------------------------------------------------
 # nginx auth_request
@@ -165,69 +149,12 @@ def render_nginx_conf(listen, decision, upstream):
     return text
 
 
-class Nginx:
-    """A real nginx running the example config from its own prefix directory."""
+class Nginx(harness.Nginx):
+    """A real nginx running examples/nginx-auth-request.conf in front of the test upstream."""
 
     def __init__(self, fixture, decision_port, upstream_port):
-        if not os.access(NGINX, os.X_OK):
-            fixture.fail("%s not found: install Debian's nginx-light (scripts/install-deps.sh, "
-                         "run by `make deps`)" % NGINX)
-        self.fixture = fixture
-        self.prefix = os.path.join(fixture.tmpdir, "nginx")
-        os.mkdir(self.prefix)
-        # Started as root, nginx's workers run as nobody: they must be able to reach the temp
-        # directories the master creates (and chowns) inside the prefix.
-        os.chmod(fixture.tmpdir, 0o755)
-        os.chmod(self.prefix, 0o755)
-        self.port, held = reserve_port()
-        fixture.held_sockets.append(held)
-        self.conf = os.path.join(self.prefix, "nginx.conf")
-        with open(self.conf, "w") as f:
-            f.write(render_nginx_conf("127.0.0.1:%d" % self.port,
-                                      "127.0.0.1:%d" % decision_port,
-                                      "127.0.0.1:%d" % upstream_port))
-        self.error_log = os.path.join(self.prefix, "error.log")
-        fixture.extra_logs.append(("nginx error.log", self.error_log))
-        fixture.extra_logs.append(("nginx access.log", os.path.join(self.prefix, "access.log")))
-        self.process = fixture.spawn("nginx", [NGINX, "-p", self.prefix + "/", "-c", self.conf,
-                                               "-g", "daemon off;"])
-        fixture.addCleanup(self._stop)
-        for _ in deadline_loop(harness.START_TIMEOUT_S):
-            if not self.process.alive():
-                break
-            # A TCP connect is the probe: any request would spend tollgate's budget. The port
-            # we hold refuses connections until nginx listens on it.
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
-                return
-            except OSError:
-                pass
-        log = ""
-        if os.path.exists(self.error_log):
-            with open(self.error_log, errors="replace") as f:
-                log = f.read()
-        raise AssertionError("nginx did not start (exit %s):\n%s\n%s" % (
-            self.process.proc.returncode, self.process.read_stderr().decode(errors="replace"), log))
-
-    def _stop(self):
-        # Cleanups run last-registered first, so this runs before the fixture's own: note the
-        # workers' PIDs, stop the master (SIGTERM: it stops its workers and waits for them),
-        # then any worker it left behind, by PID.
-        workers = []
-        try:
-            with open("/proc/%d/task/%d/children" % (self.process.pid, self.process.pid)) as f:
-                workers = [int(p) for p in f.read().split()]
-        except OSError:
-            pass
-        self.process.stop()
-        for pid in workers:
-            try:
-                with open("/proc/%d/cmdline" % pid, "rb") as f:
-                    if b"nginx" not in f.read():
-                        continue
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
+        super().__init__(fixture, lambda listen: render_nginx_conf(
+            listen, "127.0.0.1:%d" % decision_port, "127.0.0.1:%d" % upstream_port))
 
     def get(self, path, key=None, headers=None, source=None):
         return self.request("GET", path, key=key, headers=headers, source=source)

@@ -10,6 +10,8 @@
   certificate and says so at start.
 - PoolTests: 60 requests over TLS 1.3 (whose session tickets arrive on idle connections) use one
   upstream connection, none found stale; a new connection resumes the session.
+- NginxUpstreamTests: a real nginx over https: verified, SNI sent, one pooled connection for
+  sequential requests; another CA refused.
 - ClientCertificateTests: an upstream that requires a client certificate.
 - StartupTests: unreadable or malformed upstream TLS files stop the start, naming the field.
 """
@@ -128,6 +130,53 @@ class PoolTests(UpstreamTlsCase):
         stats = self.upstream.stats()
         self.assertEqual(stats["connections"] - before - 2, 2)
         self.assertGreaterEqual(stats["resumed"], 1)
+
+
+NGINX_CONF = """
+worker_processes 1;
+pid nginx.pid;
+error_log error.log;
+events { worker_connections 64; }
+http {
+  access_log off;
+  server {
+    listen %(listen)s ssl;
+    ssl_certificate %(cert)s;
+    ssl_certificate_key %(key)s;
+    keepalive_requests 10000;
+    location / {
+      default_type text/plain;
+      return 200 "nginx $ssl_protocol sni=$ssl_server_name connection=$connection\\n";
+    }
+  }
+}
+"""
+
+
+class NginxUpstreamTests(UpstreamTlsCase):
+    """A real nginx over https as the upstream."""
+
+    def start_nginx_pair(self, tls, leaf):
+        nginx = harness.Nginx(self, lambda listen: NGINX_CONF % {
+            "listen": listen, "cert": leaf[0], "key": leaf[1]})
+        url = "https://127.0.0.1:%d" % nginx.port
+        self.gw = harness.Gateway(self, gateway_config(url, tls, threads=1))
+
+    def test_verified_pooled_and_refused(self):
+        leaf = self.certs.leaf("localhost", ["localhost"])
+        self.start_nginx_pair({"ca_file": self.certs.ca, "server_name": "localhost"}, leaf)
+        bodies = [self.gw.get("/public/n%d" % i).body.decode() for i in range(30)]
+        for b in bodies:
+            self.assertRegex(b, r"^nginx TLSv1\.[23] sni=localhost connection=\d+\n$")
+        # One upstream connection for all of them: nginx numbered one.
+        self.assertEqual(len({b.split("connection=")[1] for b in bodies}), 1, bodies)
+        self.assertEqual(self.gw.metrics().get("tollgate_upstream_stale_total", 0), 0)
+        self._stop_all()
+        other = Certs(os.path.join(self.tmpdir, "other-ca"))
+        self.start_nginx_pair({"ca_file": other.ca, "server_name": "localhost"}, leaf)
+        r = self.gw.get("/public/x")
+        self.assertEqual(r.status, 502, r)
+        self.assertEqual(r.json()["code"], "upstream_tls_failed")
 
 
 class ClientCertificateTests(UpstreamTlsCase):
