@@ -273,7 +273,7 @@ class Nginx:
             fixture.fail("%s not found: install Debian's nginx-light (scripts/install-deps.sh, "
                          "run by `make deps`)" % NGINX)
         self.fixture = fixture
-        self.prefix = os.path.join(fixture.tmpdir, "nginx")
+        self.prefix = os.path.join(fixture.tmpdir, "nginx-%d" % len(fixture.processes))
         os.mkdir(self.prefix)
         # Started as root, nginx's workers run as nobody: they must be able to reach the temp
         # directories the master creates (and chowns) inside the prefix.
