@@ -160,6 +160,11 @@ const std::string& RequestId(Exchange& ex) {
 }
 
 void Worker::Finish(Exchange& ex, Scratch& scratch, int status) {
+  if (ex.upgrade_place.held() && status != 101) {
+    // Asked, and answered otherwise: the limiter's 429, the upstream's refusal or failure.
+    gw.upgrades.not_switched.fetch_add(1, std::memory_order_relaxed);
+    ex.upgrade_place.Release();
+  }
   gw.requests_by_class[static_cast<size_t>(std::clamp(status / 100, 2, 5) - 2)]->fetch_add(
       1, std::memory_order_relaxed);
   const RequestLog& rlog = ex.log;
@@ -235,8 +240,11 @@ Step Exchange::Begin(Worker& w, Scratch& scratch, const RequestHead& request_hea
   request_id.clear();
   admin = listener == Listener::kAdmin;
   client_keep_alive = request_head.keep_alive;
+  upgrade = {};
+  upgrade_place.Release();
   if (auto refused = ReadTarget(scratch)) return *refused;
   if (auto answered = BuiltIn(scratch, listener)) return *answered;
+  if (auto refused = ReadUpgrade(scratch, listener)) return *refused;
   return Identify(scratch);
 }
 
@@ -425,13 +433,7 @@ Step Exchange::Identify(Scratch& scratch) {
        .about_the_key = about_the_key,
        .runtime_deny = runtime_deny.get()},
       checks, scopes);
-  if (admission.denied) {
-    gw.blocked.fetch_add(1, std::memory_order_relaxed);
-    log.decision = contract::LogDecision::kBlocked;
-    if (key) log.key_id = key->id;
-    return w.ReplyProblem(*this, scratch, bhttp::status::forbidden, "blocked",
-                          "this client is blocked");
-  }
+  if (admission.denied) return Blocked(scratch);
   n_checks = admission.n;
   if (admission.kind == engine::Admission::Kind::kInvalidKey) {
     // Decided below (Conclude): repeated invalid keys from one address are limited per address.
@@ -449,6 +451,9 @@ Step Exchange::Identify(Scratch& scratch) {
   if (admission.kind == engine::Admission::Kind::kInvalidCost) {
     return w.ReplyProblem(*this, scratch, bhttp::status::bad_request, "invalid_cost",
                           admission.error);
+  }
+  if (upgrade.kind == UpgradeAsk::Kind::kUpgrade && !status_endpoint) {
+    if (auto refused = w.ReserveUpgrade(*this, scratch)) return *refused;
   }
   log.cost = admission.cost;
   log.metered = admission.kind == engine::Admission::Kind::kChecks && !status_endpoint;
@@ -469,6 +474,14 @@ Step Exchange::Identify(Scratch& scratch) {
   if (status_endpoint)
     return w.ReplyProblem(*this, scratch, bhttp::status::not_found, "not_found", "no limits apply");
   return Pass(scratch);
+}
+
+Step Exchange::Blocked(Scratch& scratch) {
+  w_->gw.blocked.fetch_add(1, std::memory_order_relaxed);
+  log.decision = contract::LogDecision::kBlocked;
+  if (key) log.key_id = key->id;
+  return w_->ReplyProblem(*this, scratch, bhttp::status::forbidden, "blocked",
+                          "this client is blocked");
 }
 
 void Exchange::DescribedRequest(std::string_view& target) {

@@ -49,6 +49,8 @@ boost::system::error_code WriteNow(Stream& s, const WriteBuffers& b, size_t& wri
 // Whether nothing but TLS's own messages (a TLS 1.3 server's session tickets) arrived on an
 // idle connection: no application byte, no close. Takes those messages in.
 bool StayedQuiet(Stream& s);
+// Sends TLS's close_notify, one try (what the socket takes now; never waited for).
+void SendCloseNotify(Stream& s);
 // Whether `ec` is TLS's (a handshake or record refused, a certificate not verified).
 bool IsTlsError(const boost::system::error_code& ec);
 void Free(ssl_st* ssl);

@@ -211,6 +211,12 @@ error_code WriteNow(Stream& s, const WriteBuffers& b, size_t& written) {
 
 void Free(ssl_st* ssl) { SSL_free(ssl); }
 
+void SendCloseNotify(Stream& s) {
+  ERR_clear_error();
+  (void)SSL_shutdown(s.ssl());
+  ERR_clear_error();
+}
+
 bool StayedQuiet(Stream& s) {
   char byte;
   size_t n = 0;
