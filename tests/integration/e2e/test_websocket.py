@@ -47,6 +47,7 @@ class WsUpstream:
                 "--token", token]
         if tls:
             argv += ["--tls-cert", tls[0], "--tls-key", tls[1]]
+        self.tls = bool(tls)
         self.process = fixture.spawn("ws-upstream", argv)
         self.port = None
         for _ in deadline_loop(harness.START_TIMEOUT_S):
@@ -61,7 +62,7 @@ class WsUpstream:
         self.url = "http://127.0.0.1:%d" % self.port
 
     def stats(self):
-        return harness.http_request(self.port, "GET", "/__stats").json()
+        return harness.http_request(self.port, "GET", "/__stats", tls=self.tls).json()
 
 
 def config(**server):
@@ -362,6 +363,26 @@ class WebSocketTests(GatewayTestCase):
                     out.append(await ws.recv())
                 return out
         self.assertEqual(run(go()), ["over tls", b"\x00" * 70_000])
+        self.assertTrue(wait_until(lambda: self.closed() == {"upstream": 1}), self.closed())
+
+    def test_websocket_to_an_https_upstream_over_a_tls_listener(self):
+        certs = Certs(os.path.join(self.tmpdir, "certs"))
+        cert, key = certs.leaf("localhost", ["localhost"], ips=["127.0.0.1"])
+        self.ws = WsUpstream(self, tls=(cert, key))
+        cfg = config(tls={"certificates": [{"cert_file": cert, "key_file": key}]})
+        cfg["upstream"] = {"url": "https://127.0.0.1:%d" % self.ws.port,
+                           "tls": {"ca_file": certs.ca}}
+        self.gw = harness.Gateway(self, cfg)
+        ctx = ssl.create_default_context(cafile=certs.ca)
+
+        async def go():
+            async with connect(self.gw.port, key="key-one", tls=ctx) as ws:
+                out = []
+                for m in ["tls both sides", bytes(range(256)) * 400]:
+                    await ws.send(m)
+                    out.append(await ws.recv())
+                return out
+        self.assertEqual(run(go()), ["tls both sides", bytes(range(256)) * 400])
         self.assertTrue(wait_until(lambda: self.closed() == {"upstream": 1}), self.closed())
 
 
