@@ -14,6 +14,7 @@ import argparse
 import asyncio
 import http
 import json
+import os
 import ssl
 
 import websockets
@@ -87,7 +88,6 @@ async def main():
     port = server.sockets[0].getsockname()[1]
     with open(args.port_file + ".tmp", "w") as f:
         f.write(str(port))
-    import os
     os.replace(args.port_file + ".tmp", args.port_file)
     await asyncio.Future()
 
