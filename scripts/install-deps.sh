@@ -10,6 +10,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev libxxhash-dev
   redis-server redis-sentinel redis-tools curl python3 python3-jsonschema python3-yaml
   python3-httpx  # a real HTTPS client (tests/integration/e2e/test_tls.py)
+  python3-websockets  # a real WebSocket client and server (tests/integration/e2e/test_websocket.py)
   libpq-dev postgresql nginx-light prometheus
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   clang-14 libclang-rt-14-dev clang-format clang-tidy

@@ -8,6 +8,7 @@
 #include <arpa/inet.h>
 
 #include <tollgate/config/config.hpp>
+#include <tollgate/util/ascii.hpp>
 #include <tollgate/util/host_port.hpp>
 
 #include "config/files.hpp"
@@ -85,6 +86,22 @@ void ParseAdminGuard(const YAML::Node& s, ServerConfig& server) {
   }
 }
 
+// server.upgrades (issue 33): protocol tokens (RFC 9110 7.8), h2c refused.
+std::vector<std::string> ParseUpgrades(const YAML::Node& u) {
+  std::vector<std::string> tokens = StrList(u, "server.upgrades");
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    const std::string& t = tokens[i];
+    if (!util::IsProtocolToken(t))
+      Fail(Index("server.upgrades", i),
+           "must be a protocol token (name or name/version), got '" + t + "'");
+    if (util::EqualsIgnoreCase(t, "h2c"))
+      Fail(Index("server.upgrades", i),
+           "h2c is refused: an upgrade to HTTP/2 is not relayed (the request is served as "
+           "HTTP/1.1)");
+  }
+  return tokens;
+}
+
 void ParseServer(const YAML::Node& s, const std::string& base_dir, ServerConfig& server) {
   // clang-format off
   OnlyKeys(
@@ -97,8 +114,9 @@ void ParseServer(const YAML::Node& s, const std::string& base_dir, ServerConfig&
        // bounds of heads, bodies and slow clients (issue 31)
        "max_header_fields", "body_buffer_bytes", "body_timeout_ms", "min_body_bytes_per_second",
        "send_timeout_ms",
-       // TLS (issue 33)
-       "tls", "admin_tls"});
+       // TLS and Upgrade (issue 33)
+       "tls", "admin_tls", "upgrades", "upgrade_idle_timeout_ms", "max_upgraded_per_identity",
+       "max_upgraded_connections"});
   // clang-format on
   if (s["listen"]) server.listen = ListenAddress(s["listen"], "server.listen");
   if (s["admin_listen"])
@@ -141,6 +159,10 @@ void ParseServer(const YAML::Node& s, const std::string& base_dir, ServerConfig&
   }
   Set(s, "max_held_requests", "server", server.max_held_requests, 0, 1'000'000);
   Set(s, "max_held_per_identity", "server", server.max_held_per_identity, 0, 1'000'000);
+  if (const YAML::Node u = s["upgrades"]) server.upgrades = ParseUpgrades(u);
+  Set(s, "upgrade_idle_timeout_ms", "server", server.upgrade_idle_timeout_ms, 1, 86'400'000);
+  Set(s, "max_upgraded_per_identity", "server", server.max_upgraded_per_identity, 0, 1'000'000);
+  Set(s, "max_upgraded_connections", "server", server.max_upgraded_connections, 0, 1'000'000);
   if (s["access_log"]) server.access_log = Bool(s["access_log"], "server.access_log");
   if (s["top_offenders"]) server.top_offenders = Bool(s["top_offenders"], "server.top_offenders");
   if (const YAML::Node m = s["route_match"]) {

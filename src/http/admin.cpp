@@ -10,6 +10,7 @@
 #include <tollgate/util/clock.hpp>
 #include <tollgate/util/query.hpp>
 
+#include "client_body.hpp"
 #include "endpoints.hpp"
 #include "worker.hpp"
 
@@ -202,6 +203,42 @@ Step Worker::AdminTop(Exchange& ex, Scratch& scratch) {
   const metrics::SpaceSaving merged = MergeTop(gw.workers, sketch, window_s, now_s);
   return Reply(ex, scratch, bhttp::status::ok,
                TopBody(by, of, window_s, merged, static_cast<size_t>(n)));
+}
+
+// An endpoint of another component (Gateway::AddAdminEndpoint): the body read whole (64 KiB at
+// most), the handler's answer awaited.
+net::awaitable<Step> Worker::ServeAdminHook(Conn& stream, beast::flat_buffer& buffer, Exchange& ex,
+                                            Scratch& scratch) {
+  constexpr size_t kMaxBody = 64 * 1024;
+  std::string& body = scratch.body;
+  body.assign(ex.method == "GET" ? ex.query : std::string_view());  // a GET's input: its query
+  if (RequestParser* p = ex.body_parser) {
+    // Read as the forwarder reads bodies (client_body.hpp: framing and buffer bounded, issue 31),
+    // with no gap longer than server.header_timeout_ms.
+    ClientBody client = ClientBody::Start(
+        p->chunked(), gw.server.max_header_bytes, gw.server.max_header_fields,
+        milliseconds(gw.server.header_timeout_ms), gw.server.min_body_bytes_per_second);
+    auto chunk = std::make_unique_for_overwrite<char[]>(kMaxBody);
+    while (!p->is_done()) {
+      size_t n = 0;
+      const beast::error_code ec =
+          co_await ReadBodySome(stream, buffer, *p, client, chunk.get(), kMaxBody, &n);
+      body.append(chunk.get(), n);
+      if (ec || body.size() > kMaxBody) {
+        ex.client_keep_alive = false;
+        co_return ReplyProblem(
+            ex, scratch, ec ? bhttp::status::bad_request : bhttp::status::payload_too_large,
+            ec ? "bad_request" : "body_too_large", ec ? ec.message() : "the body is over 64 KiB");
+      }
+    }
+  }
+  auto [status, answer] = co_await Await<std::pair<int, std::string>>([&ex, &body](auto resume) {
+    (*ex.admin_hook)(body, [resume = std::move(resume)](int s, std::string b) mutable {
+      resume(std::pair<int, std::string>(s, std::move(b)));
+    });
+  });
+  body = std::move(answer);
+  co_return Reply(ex, scratch, static_cast<bhttp::status>(status), body);
 }
 
 }  // namespace tollgate::http

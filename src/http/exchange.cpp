@@ -10,7 +10,6 @@
 #include <tollgate/util/query.hpp>
 
 #include "access_line.hpp"
-#include "client_body.hpp"
 #include "endpoints.hpp"
 #include "fields.hpp"
 #include "ui_assets.hpp"
@@ -55,42 +54,6 @@ net::awaitable<Step> Worker::ServeUsage(Step step, Conn& stream, beast::flat_buf
   }
   if (static_cast<int>(status) >= 400) type = contract::kProblemJson;
   co_return Reply(ex, scratch, status, scratch.body, {}, type);
-}
-
-// An endpoint of another component (Gateway::AddAdminEndpoint): the body read whole (64 KiB at
-// most), the handler's answer awaited.
-net::awaitable<Step> Worker::ServeAdminHook(Conn& stream, beast::flat_buffer& buffer, Exchange& ex,
-                                            Scratch& scratch) {
-  constexpr size_t kMaxBody = 64 * 1024;
-  std::string& body = scratch.body;
-  body.assign(ex.method == "GET" ? ex.query : std::string_view());  // a GET's input: its query
-  if (RequestParser* p = ex.body_parser) {
-    // Read as the forwarder reads bodies (client_body.hpp: framing and buffer bounded, issue 31),
-    // with no gap longer than server.header_timeout_ms.
-    ClientBody client = ClientBody::Start(
-        p->chunked(), gw.server.max_header_bytes, gw.server.max_header_fields,
-        milliseconds(gw.server.header_timeout_ms), gw.server.min_body_bytes_per_second);
-    auto chunk = std::make_unique_for_overwrite<char[]>(kMaxBody);
-    while (!p->is_done()) {
-      size_t n = 0;
-      const beast::error_code ec =
-          co_await ReadBodySome(stream, buffer, *p, client, chunk.get(), kMaxBody, &n);
-      body.append(chunk.get(), n);
-      if (ec || body.size() > kMaxBody) {
-        ex.client_keep_alive = false;
-        co_return ReplyProblem(
-            ex, scratch, ec ? bhttp::status::bad_request : bhttp::status::payload_too_large,
-            ec ? "bad_request" : "body_too_large", ec ? ec.message() : "the body is over 64 KiB");
-      }
-    }
-  }
-  auto [status, answer] = co_await Await<std::pair<int, std::string>>([&ex, &body](auto resume) {
-    (*ex.admin_hook)(body, [resume = std::move(resume)](int s, std::string b) mutable {
-      resume(std::pair<int, std::string>(s, std::move(b)));
-    });
-  });
-  body = std::move(answer);
-  co_return Reply(ex, scratch, static_cast<bhttp::status>(status), body);
 }
 
 // Billing export: tollgate usage --period 2026-11 [--account ID] --format csv|json.
@@ -160,6 +123,11 @@ const std::string& RequestId(Exchange& ex) {
 }
 
 void Worker::Finish(Exchange& ex, Scratch& scratch, int status) {
+  if (ex.upgrade_place.held() && status != 101) {
+    // Asked, and answered otherwise: the limiter's 429, the upstream's refusal or failure.
+    gw.upgrades.not_switched.fetch_add(1, std::memory_order_relaxed);
+    ex.upgrade_place.Release();
+  }
   gw.requests_by_class[static_cast<size_t>(std::clamp(status / 100, 2, 5) - 2)]->fetch_add(
       1, std::memory_order_relaxed);
   const RequestLog& rlog = ex.log;
@@ -236,8 +204,11 @@ Step Exchange::Begin(Worker& w, Scratch& scratch, const RequestHead& request_hea
   request_id.clear();
   admin = listener == Listener::kAdmin;
   client_keep_alive = request_head.keep_alive;
+  upgrade = {};
+  upgrade_place.Release();
   if (auto refused = ReadTarget(scratch)) return *refused;
   if (auto answered = BuiltIn(scratch, listener)) return *answered;
+  if (auto refused = ReadUpgrade(scratch, listener)) return *refused;
   return Identify(scratch);
 }
 
@@ -443,13 +414,7 @@ Step Exchange::Identify(Scratch& scratch) {
        .about_the_key = about_the_key,
        .runtime_deny = runtime_deny.get()},
       checks, scopes);
-  if (admission.denied) {
-    gw.blocked.fetch_add(1, std::memory_order_relaxed);
-    log.decision = contract::LogDecision::kBlocked;
-    if (key) log.key_id = key->id;
-    return w.ReplyProblem(*this, scratch, bhttp::status::forbidden, "blocked",
-                          "this client is blocked");
-  }
+  if (admission.denied) return Blocked(scratch);
   n_checks = admission.n;
   if (admission.kind == engine::Admission::Kind::kInvalidKey) {
     // Decided below (Conclude): repeated invalid keys from one address are limited per address.
@@ -467,6 +432,9 @@ Step Exchange::Identify(Scratch& scratch) {
   if (admission.kind == engine::Admission::Kind::kInvalidCost) {
     return w.ReplyProblem(*this, scratch, bhttp::status::bad_request, "invalid_cost",
                           admission.error);
+  }
+  if (upgrade.kind == UpgradeAsk::Kind::kUpgrade && !status_endpoint) {
+    if (auto refused = w.ReserveUpgrade(*this, scratch)) return *refused;
   }
   log.cost = admission.cost;
   log.metered = admission.kind == engine::Admission::Kind::kChecks && !status_endpoint;
@@ -487,6 +455,14 @@ Step Exchange::Identify(Scratch& scratch) {
   if (status_endpoint)
     return w.ReplyProblem(*this, scratch, bhttp::status::not_found, "not_found", "no limits apply");
   return Pass(scratch);
+}
+
+Step Exchange::Blocked(Scratch& scratch) {
+  w_->gw.blocked.fetch_add(1, std::memory_order_relaxed);
+  log.decision = contract::LogDecision::kBlocked;
+  if (key) log.key_id = key->id;
+  return w_->ReplyProblem(*this, scratch, bhttp::status::forbidden, "blocked",
+                          "this client is blocked");
 }
 
 void Exchange::DescribedRequest(std::string_view& target) {

@@ -142,6 +142,10 @@ void Worker::RenderForwardHead(Exchange& ex, Scratch& scratch) {
     if (printable && !cert->subject.empty())
       head << "X-Tollgate-Client-Cert-Subject: " << cert->subject << "\r\n";
   }
+  // An upgrade (issue 33): the protocol chosen, alone (the client's Upgrade and Connection are
+  // hop-by-hop, dropped above).
+  if (ex.upgrade.kind == UpgradeAsk::Kind::kUpgrade)
+    head << "Connection: upgrade\r\nUpgrade: " << ex.upgrade.protocol << "\r\n";
   if (req.chunked) {
     head << "Transfer-Encoding: chunked\r\n";
   } else if (req.content_length) {
@@ -221,11 +225,12 @@ net::awaitable<beast::error_code> Worker::SendOnce(Conn& stream, beast::flat_buf
 }
 
 // An answer head of another shape than ParseSimpleHead() takes, read by Beast's parser
-// (interim 1xx responses are dropped: the client gets the final one).
+// (interim 1xx responses are dropped: the client gets the final one; but a 101, after which the
+// upstream speaks another protocol).
 net::awaitable<beast::error_code> Worker::ReadOtherHead(UpstreamConnection& up, bool is_head,
                                                         ResponseParserPtr& rp) {
   beast::error_code ec;
-  while (!ec && (!rp || rp->get().result_int() / 100 == 1)) {
+  while (!ec && (!rp || (rp->get().result_int() / 100 == 1 && rp->get().result_int() != 101))) {
     rp = std::make_unique<bhttp::response_parser<bhttp::buffer_body>>();
     rp->header_limit(kMaxUpstreamHead);
     rp->body_limit(boost::none);
@@ -439,6 +444,8 @@ net::awaitable<bool> Worker::Forward(Conn& stream, beast::flat_buffer& buffer, S
     co_return co_await Write(stream, scratch.out, ex.reply_keep, send_timeout);
   }
   gw.upstream_latency.Observe(SecondsSince(t_up));
+  if (rp && rp->get().result_int() == 101)
+    co_return co_await Switch(stream, buffer, scratch, t, rp);
   const ResponseFraming f = RenderResponseHead(ex, scratch, simple, rp);
   bool upstream_failed = false;
   if (simple) {

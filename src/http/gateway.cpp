@@ -71,6 +71,9 @@ namespace tollgate::http {
 
 namespace {
 
+// At the drain's end, the most the tunnels being closed are waited for.
+constexpr milliseconds kTunnelsCloseTime{1000};
+
 Endpoint SplitHostPort(const std::string& s, const char* what) {
   auto hp = util::SplitHostPort(s);
   if (!hp) throw std::runtime_error(std::string(what) + ": expected host:port, got '" + s + "'");
@@ -263,6 +266,28 @@ void Gateway::Impl::CloseListeners() {
   log.Error("{\"level\":\"info\",\"msg\":\"draining\"}");
 }
 
+void Gateway::Impl::CloseTunnels() {
+  for (auto& w : workers) net::post(w->ioc, [&w] { w->tunnels.CloseAll(); });
+}
+
+bool Gateway::Impl::DrainEnded(Clock::time_point drain_deadline) {
+  const Clock::time_point now = Clock::now();
+  if (in_flight.load() > 0 && now < drain_deadline) return false;
+  // The tunnels are closed then (they are not in flight), and given a moment to go.
+  if (!tunnels_closing) {
+    tunnels_closing = true;
+    tunnels_deadline = now + kTunnelsCloseTime;
+    CloseTunnels();
+  }
+  return OpenTunnels() == 0 || now >= tunnels_deadline;
+}
+
+size_t Gateway::Impl::OpenTunnels() const {
+  size_t n = 0;
+  for (const auto& w : workers) n += w->tunnels.CountApprox();
+  return n;
+}
+
 void Gateway::Impl::CheckStore() {
   store.CheckReady([this](bool ready) { store_ready.store(ready, std::memory_order_relaxed); });
 }
@@ -407,6 +432,9 @@ Gateway::Gateway(std::string config_path, config::Config config, std::string_vie
                   sum(&UpstreamPool::OpenApprox));
   g.metrics.Gauge("tollgate_upstream_queue_waiting", "Requests waiting for an upstream connection.",
                   sum(&UpstreamPool::WaitingApprox));
+  g.metrics.Gauge("tollgate_upgraded_connections",
+                  "Upgraded connections (tunnels) open now, all workers.",
+                  [&g] { return static_cast<double>(g.OpenTunnels()); });
   g.metrics.Gauge("tollgate_max_connections",
                   "Client connections allowed (server.max_connections, after the file limit).",
                   [&g] { return static_cast<double>(g.server.max_connections); });
@@ -499,7 +527,7 @@ int Gateway::Run() {
     ticker.async_wait([&](const beast::error_code& ec) {
       if (ec) return;
       g.log.Flush();
-      if (stopping && (g.in_flight.load() == 0 || Clock::now() >= drain_deadline)) {
+      if (stopping && g.DrainEnded(drain_deadline)) {
         signals.cancel();
         return;
       }

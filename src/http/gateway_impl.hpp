@@ -44,7 +44,7 @@
 #include "access_log.hpp"
 #include "conn.hpp"
 #include "connection_budget.hpp"
-#include "hold_budget.hpp"
+#include "identity_budget.hpp"
 #include "listener_tls.hpp"
 #include "live_page.hpp"
 #include "top.hpp"
@@ -88,6 +88,19 @@ class Counted {
   Counted(const Counted&) = delete;
   Counted& operator=(const Counted&) = delete;
   ~Counted() { count_.fetch_sub(1); }
+
+ private:
+  std::atomic<size_t>& count_;
+};
+
+// One less in `count` while it lives: an upgraded connection is not a request in flight (the
+// drain does not wait for it; it is closed at the drain's end).
+class Uncounted {
+ public:
+  explicit Uncounted(std::atomic<size_t>& count) : count_(count) { count_.fetch_sub(1); }
+  Uncounted(const Uncounted&) = delete;
+  Uncounted& operator=(const Uncounted&) = delete;
+  ~Uncounted() { count_.fetch_add(1); }
 
  private:
   std::atomic<size_t>& count_;
@@ -203,10 +216,44 @@ struct Gateway::Impl {
   LivePage live;  // the config version and start time of GET /admin/ui/data (admin_ui.cpp)
 
   // Smoothing: room for held requests (hold.cpp).
-  HoldBudget held{server.max_held_requests, server.max_held_per_identity};
+  IdentityBudget held{server.max_held_requests, server.max_held_per_identity};
   std::atomic<size_t> holding{0};  // requests waiting out their delay now
   metrics::Histogram& delay_seconds = metrics.Hist("tollgate_delay_seconds");
   std::atomic<uint64_t>& held_refused = metrics.Counter("tollgate_held_refused_total");
+
+  // Upgraded connections (issue 33, upgrade.cpp): their places, reserved before the decision,
+  // and what became of the upgrades asked, relayed and closed.
+  IdentityBudget upgraded{server.max_upgraded_connections, server.max_upgraded_per_identity};
+  struct UpgradeCounters {
+    explicit UpgradeCounters(metrics::Registry& m) : m_(m) {}
+    metrics::Registry& m_;
+    std::atomic<uint64_t>& Result(const char* r) {
+      return m_.Counter("tollgate_upgrades_total", std::string("result=\"") + r + "\"");
+    }
+    std::atomic<uint64_t>& Closed(const char* r) {
+      return m_.Counter("tollgate_upgraded_closed_total", std::string("reason=\"") + r + "\"");
+    }
+    std::atomic<uint64_t>& switched = Result("switched");
+    std::atomic<uint64_t>& invalid = Result("invalid");
+    std::atomic<uint64_t>& too_many = Result("too_many");
+    std::atomic<uint64_t>& capacity = Result("capacity");
+    std::atomic<uint64_t>& upstream_invalid = Result("upstream_invalid");
+    std::atomic<uint64_t>& not_switched = Result("not_switched");
+    std::atomic<uint64_t>& to_upstream =
+        m_.Counter("tollgate_upgraded_bytes_total", "direction=\"to_upstream\"");
+    std::atomic<uint64_t>& to_client =
+        m_.Counter("tollgate_upgraded_bytes_total", "direction=\"to_client\"");
+    std::array<std::atomic<uint64_t>*, 4> closed = {&Closed("client"), &Closed("upstream"),
+                                                    &Closed("idle_timeout"), &Closed("drain")};
+  } upgrades{metrics};
+  // Ends every worker's tunnels (the drain's end); OpenTunnels() counts those still open.
+  void CloseTunnels();
+  size_t OpenTunnels() const;
+  // Whether the drain is over, asked by the main thread every tick while it drains: no request
+  // in flight (or `drain_deadline` passed), then the tunnels closed and gone (or given a moment).
+  bool DrainEnded(Clock::time_point drain_deadline);
+  bool tunnels_closing = false;  // main thread only
+  Clock::time_point tunnels_deadline;
 
   std::vector<std::unique_ptr<Worker>> workers;
 

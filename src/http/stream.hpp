@@ -72,9 +72,10 @@ class Stream : public internal::Socket {
   // memory).
   bool StartTls(ssl_ctx_st* ctx, bool server = true);
   bool tls() const { return ssl_ != nullptr; }
-  // Before closing the socket: TLS's close_notify (tls_ops::CloseNotify). Nothing on TCP.
+  // Before closing the socket: TLS's close_notify (tls_ops::CloseNotify). Nothing on TCP, or
+  // once the socket is closed (its descriptor may be another connection's by then).
   void CloseNotify() {
-    if (ssl_) tls_ops::CloseNotify(*this);
+    if (ssl_ && is_open()) tls_ops::CloseNotify(*this);
   }
   ssl_st* ssl() const { return ssl_; }
   // The name the client asked for (SNI), and the protocol ALPN chose; empty when none.

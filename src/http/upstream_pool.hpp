@@ -75,6 +75,13 @@ class UpstreamPool {
   // did not make after all); the oldest waiting request gets its turn either way.
   void Release(std::unique_ptr<UpstreamConnection> c, bool reusable);
 
+  // A connection the pool gave out leaves it for good (an upgraded one, issue 33): no longer
+  // counted in OpenApprox(); the caller owns it. The oldest waiting request gets its turn.
+  void Leave() {
+    open_.fetch_sub(1, std::memory_order_relaxed);
+    WakeWaiter();
+  }
+
   // Connections open now, idle and busy (tollgate_upstream_connections).
   size_t OpenApprox() const { return open_.load(std::memory_order_relaxed); }
   // Requests waiting in the queue now (tollgate_upstream_queue_waiting).

@@ -16,6 +16,8 @@
 #include "http/tls/peer_certificate.hpp"
 #include "key_cache.hpp"
 #include "rejection_cache.hpp"
+#include "tunnel.hpp"
+#include "upgrade_head.hpp"
 #include "upstream_pool.hpp"
 
 namespace tollgate::http {
@@ -42,6 +44,9 @@ class Worker {
   ClientShares client_shares;
 
  public:
+  // This thread's upgraded connections (before ioc too: a tunnel left in its frame when the loop
+  // stops leaves the list as the loop is destroyed). gateway.cpp closes them at the drain's end.
+  Tunnels tunnels;
   size_t store_lane = 0;  // with a Redis store: this thread's lane of it
   TopOffenders top;       // GET /admin/top and the live page merge every worker's (MergeTop)
   // Only this thread touches its sockets: the reactor needs no lock around their operations.
@@ -179,6 +184,17 @@ class Worker {
                             beast::error_code ec);
   ResponseFraming RenderResponseHead(Exchange& ex, Scratch& scratch, const SimpleHead* simple,
                                      const ResponseParserPtr& rp);
+  // Upgrades (upgrade.cpp, issue 33). Before the decision: the request's place among the
+  // upgraded connections (server.max_upgraded_per_identity, max_upgraded_connections), or its
+  // refusal (429 too_many_upgrades, 503 upgrade_capacity).
+  std::optional<Step> ReserveUpgrade(Exchange& ex, Scratch& scratch);
+  // The upstream answered 101 (`rp`): when it switched to the protocol asked, the 101 relayed and
+  // the tunnel run until it ends; else 502 upstream_invalid_upgrade. Whether the client
+  // connection stays (only after a 502).
+  net::awaitable<bool> Switch(Conn& stream, beast::flat_buffer& buffer, Scratch& scratch,
+                              UpstreamTry& t, const ResponseParserPtr& rp);
+  // The 101 as the client gets it, into scratch.out.
+  void RenderSwitchHead(Exchange& ex, Scratch& scratch, const ResponseParserPtr& rp);
   // Any store (the Redis store answers on its own thread). `request` and `decisions` must
   // live until the result is awaited.
   net::awaitable<engine::Verdict> Decide(const engine::Engine::Request& request,
@@ -264,6 +280,11 @@ class Exchange {
   engine::Engine::Request request;
   Clock::time_point decide_start;
   engine::Verdict verdict;
+  // The Upgrade the request asks (gateway listener only), and its place among the upgraded
+  // connections, held from before the decision to the end of its tunnel, or given back by
+  // Worker::Finish() when it was answered otherwise.
+  UpgradeAsk upgrade;
+  IdentityBudget::Reservation upgrade_place;
 
   // Whether the request was read in full (its body too): only then is the connection reusable.
   bool RequestRead() const { return !body_parser || body_parser->is_done(); }
@@ -272,12 +293,15 @@ class Exchange {
   // Begin's parts. The first two answer only when they end the request.
   std::optional<Step> ReadTarget(Scratch& scratch);
   std::optional<Step> BuiltIn(Scratch& scratch, Listener listener);
+  // The request's Upgrade (ReadUpgradeAsk), or 400/426 invalid_upgrade when it is malformed.
+  std::optional<Step> ReadUpgrade(Scratch& scratch, Listener listener);
   Step Identify(Scratch& scratch);
   // The routes' own size limits (max_header_bytes, max_body_bytes): 431 or 413 when over them.
   std::optional<Step> CheckSizes(Scratch& scratch);
   // The key the request presents (`presented`, `key`), or the one its client certificate names;
   // true in that second case.
   bool ReadKey();
+  Step Blocked(Scratch& scratch);  // 403 blocked: on a deny list
   // forwarded_for (every X-Forwarded-For line, joined) and client.
   void JoinForwardedFor(Scratch& scratch);
   // The decision service: the original request's method (into `method`) and target, from the

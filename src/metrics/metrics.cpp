@@ -79,6 +79,16 @@ constexpr Family kFamilies[] = {
      "server.max_held_per_identity was reached (a 429 where they would have been held)."},
     {"tollgate_upstream_latency_seconds", "histogram",
      "Time from forwarding to the upstream's response headers."},
+    {"tollgate_upgrades_total", "counter",
+     "Upgrade requests (server.upgrades) by result: switched, invalid (400 invalid_upgrade), "
+     "too_many (429 too_many_upgrades), capacity (503 upgrade_capacity), upstream_invalid (502 "
+     "upstream_invalid_upgrade), not_switched (answered otherwise: a 429 of a limit, the "
+     "upstream's refusal or failure)."},
+    {"tollgate_upgraded_bytes_total", "counter",
+     "Bytes relayed through upgraded connections, by direction (to_upstream, to_client)."},
+    {"tollgate_upgraded_closed_total", "counter",
+     "Upgraded connections closed, by reason: client, upstream (the side that closed first), "
+     "idle_timeout (server.upgrade_idle_timeout_ms), drain (SIGTERM's drain ended)."},
 };
 
 }  // namespace

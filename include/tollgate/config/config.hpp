@@ -100,6 +100,17 @@ struct ServerConfig {
   // instead (its limit rejects, consuming nothing).
   size_t max_held_requests = 10'000;
   size_t max_held_per_identity = 100;
+  // Upgrade (RFC 9110 7.8; issue 33): the protocols an HTTP/1.1 request may switch to, tokens
+  // compared in any case (default: websocket). `h2c` is refused at load. A request asking only
+  // for others is served as plain HTTP/1.1 (its Upgrade ignored).
+  std::vector<std::string> upgrades = {"websocket"};
+  // An upgraded connection (a tunnel) in which no byte moved either way for this long is closed.
+  int upgrade_idle_timeout_ms = 300'000;
+  // Upgraded connections open at once per identity (the request's limit scope: a key, an
+  // account or a client address; past it 429 too_many_upgrades) and per process (past it 503
+  // upgrade_capacity). They do not count in upstream.max_connections.
+  size_t max_upgraded_per_identity = 100;
+  size_t max_upgraded_connections = 10'000;
   // The default of every route's `match`: false (`route_match: fold`): routes match the
   // folded path; true (`exact`): byte for byte.
   bool exact_route_match = false;

@@ -26,6 +26,13 @@ inline bool IsToken(std::string_view s) {
   return true;
 }
 
+// Whether `s` is a protocol of Upgrade (RFC 9110 7.8): a token, or token/token.
+inline bool IsProtocolToken(std::string_view s) {
+  const size_t slash = s.find('/');
+  if (slash == std::string_view::npos) return IsToken(s);
+  return IsToken(s.substr(0, slash)) && IsToken(s.substr(slash + 1));
+}
+
 // Trims spaces and tabs (HTTP's optional whitespace) from both ends.
 inline std::string_view Trim(std::string_view s) {
   while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);

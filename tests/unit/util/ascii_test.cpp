@@ -42,5 +42,15 @@ TEST(Ascii, TrimAndListElements) {
   EXPECT_TRUE(AnyListElement("a, b", [](std::string_view e) { return e == "b"; }));
 }
 
+TEST(Ascii, ProtocolTokens) {
+  EXPECT_TRUE(IsProtocolToken("websocket"));
+  EXPECT_TRUE(IsProtocolToken("foo/1.1"));
+  EXPECT_FALSE(IsProtocolToken(""));
+  EXPECT_FALSE(IsProtocolToken("foo/"));
+  EXPECT_FALSE(IsProtocolToken("/1"));
+  EXPECT_FALSE(IsProtocolToken("a b"));
+  EXPECT_FALSE(IsProtocolToken("a/b/c"));
+}
+
 }  // namespace
 }  // namespace tollgate::util

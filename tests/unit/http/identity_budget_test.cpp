@@ -1,4 +1,4 @@
-#include "http/hold_budget.hpp"
+#include "http/identity_budget.hpp"
 
 #include <atomic>
 #include <thread>
@@ -9,8 +9,8 @@
 namespace tollgate::http {
 namespace {
 
-TEST(HoldBudget, OneIdentityIsHeldToItsBound) {
-  HoldBudget budget(100, 2);
+TEST(IdentityBudget, OneIdentityIsHeldToItsBound) {
+  IdentityBudget budget(100, 2);
   EXPECT_TRUE(budget.Reserve("key:a"));
   EXPECT_TRUE(budget.Reserve("key:a"));
   EXPECT_FALSE(budget.Reserve("key:a"));
@@ -21,8 +21,8 @@ TEST(HoldBudget, OneIdentityIsHeldToItsBound) {
   EXPECT_TRUE(budget.Reserve("key:a"));
 }
 
-TEST(HoldBudget, TheTotalIsHeldToItsBound) {
-  HoldBudget budget(2, 10);
+TEST(IdentityBudget, TheTotalIsHeldToItsBound) {
+  IdentityBudget budget(2, 10);
   EXPECT_TRUE(budget.Reserve("a"));
   EXPECT_TRUE(budget.Reserve("b"));
   EXPECT_FALSE(budget.Reserve("c"));
@@ -32,16 +32,25 @@ TEST(HoldBudget, TheTotalIsHeldToItsBound) {
   EXPECT_EQ(budget.Reserved(), 2u);
 }
 
-TEST(HoldBudget, NoHoldingAtAllWhenABoundIsZero) {
-  HoldBudget none_per_identity(10, 0);
+TEST(IdentityBudget, ARefusalSaysWhichBoundWasReached) {
+  IdentityBudget budget(2, 1);
+  EXPECT_EQ(budget.TryReserve("a"), IdentityBudget::Refusal::kNone);
+  EXPECT_EQ(budget.TryReserve("a"), IdentityBudget::Refusal::kIdentity);
+  EXPECT_EQ(budget.TryReserve("b"), IdentityBudget::Refusal::kNone);
+  EXPECT_EQ(budget.TryReserve("c"), IdentityBudget::Refusal::kTotal);
+  EXPECT_EQ(budget.TryReserve("a"), IdentityBudget::Refusal::kTotal);  // the total first
+}
+
+TEST(IdentityBudget, NoHoldingAtAllWhenABoundIsZero) {
+  IdentityBudget none_per_identity(10, 0);
   EXPECT_FALSE(none_per_identity.Reserve("a"));
   EXPECT_EQ(none_per_identity.Reserved(), 0u);
-  HoldBudget none(0, 10);
+  IdentityBudget none(0, 10);
   EXPECT_FALSE(none.Reserve("a"));
 }
 
-TEST(HoldBudget, ReleasingWhatIsNotHeldChangesNothing) {
-  HoldBudget budget(1, 1);
+TEST(IdentityBudget, ReleasingWhatIsNotHeldChangesNothing) {
+  IdentityBudget budget(1, 1);
   budget.Release("a");
   EXPECT_EQ(budget.Reserved(), 0u);
   EXPECT_TRUE(budget.Reserve("a"));
@@ -53,8 +62,8 @@ TEST(HoldBudget, ReleasingWhatIsNotHeldChangesNothing) {
   EXPECT_TRUE(budget.Reserve("b"));
 }
 
-TEST(HoldBudget, WorkersShareItExactly) {
-  HoldBudget budget(50, 1000);
+TEST(IdentityBudget, WorkersShareItExactly) {
+  IdentityBudget budget(50, 1000);
   std::atomic<int> reserved{0};
   std::vector<std::thread> threads;
   for (int t = 0; t < 4; ++t) {
