@@ -4,7 +4,8 @@
 # every request is decided and proxied) and proxying to the same plaintext upstream (an nginx
 # answering "ok"). Side by side in one run, ROUNDS rounds alternating the order:
 #   keep-alive: wrk over HTTPS, requests per server-CPU-second (utime+stime of the server
-#               process from /proc) and requests per second;
+#               process from /proc) and requests per second, one hot key and 10,000 keys
+#               (a wrk script cycling through them);
 #   handshakes: openssl s_time, new connections with full handshakes (-new) and resumed ones
 #               (-reuse), per server-CPU-second.
 # Usage: bench/tls/run.sh   (ROUNDS=3 SECONDS_EACH=8 CONNS=32; TOLLGATE_BIN=build/tollgate)
@@ -58,25 +59,39 @@ store: {type: memory}
 mode: enforce
 plans:
   big: {limits: [{name: burst, algorithm: token_bucket, capacity: 100000000, refill_per_second: 100000000}]}
-keys: [{key: bench-hot-key, id: hot, plan: big}]
+keys:
+  - {key: bench-hot-key, id: hot, plan: big}
 YML
+for i in $(seq 1 10000); do echo "  - {key: bench-k$i, id: k$i, plan: big}"; done >> tollgate.yaml
+cat > keys.lua <<'LUA'
+local i = 0
+request = function()
+  i = i % 10000 + 1
+  return wrk.format(nil, "/", {Authorization = "Bearer bench-k" .. i})
+end
+LUA
 nginx -c "$dir/up/nginx.conf" -p "$dir/up" & pids+=($!)
 nginx -c "$dir/nx/nginx.conf" -p "$dir/nx" & pids+=($!); nx_pid=$!
 "$TOLLGATE_BIN" serve --config tollgate.yaml >/dev/null 2>tollgate.err & pids+=($!); tg_pid=$!
-sleep 1
 cpu() { awk '{print $14 + $15}' "/proc/$1/stat"; }  # clock ticks
 hz=$(getconf CLK_TCK)
-curl -sfk -H 'Authorization: Bearer bench-hot-key' https://127.0.0.1:18602/ >/dev/null
-curl -sfk -H 'Authorization: Bearer bench-hot-key' https://127.0.0.1:18603/ >/dev/null
-keepalive() {  # name pid port
+for port in 18602 18603; do  # both answer before the first round
+  for _ in $(seq 1 50); do
+    curl -sfk -H 'Authorization: Bearer bench-k1' "https://127.0.0.1:$port/" >/dev/null && break
+    sleep 0.2
+  done
+done
+keepalive() {  # name pid port keys(hot|10k)
   local before after out rps
+  local load=(-H 'Authorization: Bearer bench-hot-key')
+  [[ $4 == 10k ]] && load=(-s keys.lua)
   before=$(cpu "$2")
-  out=$(wrk -t1 -c"$CONNS" -d"${SECONDS_EACH}s" -H 'Authorization: Bearer bench-hot-key' "https://127.0.0.1:$3/")
+  out=$(wrk -t1 -c"$CONNS" -d"${SECONDS_EACH}s" "${load[@]}" "https://127.0.0.1:$3/")
   after=$(cpu "$2")
   rps=$(awk '/Requests\/sec/ {print $2}' <<<"$out")
   local total=$(awk '/requests in/ {print $1}' <<<"$out")
-  awk -v n="$1" -v r="$rps" -v t="$total" -v c=$((after - before)) -v hz="$hz" \
-    'BEGIN { printf "keepalive %-9s %10.0f req/s %10.0f req/cpu-s\n", n, r, t / (c / hz) }'
+  awk -v n="$1" -v k="$4" -v r="$rps" -v t="$total" -v c=$((after - before)) -v hz="$hz" \
+    'BEGIN { printf "keepalive-%-4s %-9s %10.0f req/s %10.0f req/cpu-s\n", k, n, r, t / (c / hz) }'
 }
 handshakes() {  # name pid port mode(-new|-reuse)
   local before after out conns
@@ -90,6 +105,6 @@ handshakes() {  # name pid port mode(-new|-reuse)
 for r in $(seq 1 "$ROUNDS"); do
   order=("nginx $nx_pid 18602" "tollgate $tg_pid 18603")
   ((r % 2 == 0)) && order=("${order[1]}" "${order[0]}")
-  for t in "${order[@]}"; do keepalive $t; done
+  for k in hot 10k; do for t in "${order[@]}"; do keepalive $t $k; done; done
   for m in -new -reuse; do for t in "${order[@]}"; do handshakes $t $m; done; done
 done
