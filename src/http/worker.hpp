@@ -239,6 +239,8 @@ class Exchange {
   // target (`path`, `query`, and `authority` of an absolute-form target, which becomes the
   // forwarded Host) and every X-Forwarded-For line joined.
   std::string_view method, path, query, authority, forwarded_for, presented;
+  std::string_view route_host;  // the host routes meet (policy::RouteHost); empty: none
+  size_t upstream = 0;          // the group of the request's route (Gateway::Impl::groups)
   bool has_query = false;
   bool client_keep_alive = false;
   bool reply_keep = false;                            // after Reply()

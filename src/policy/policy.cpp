@@ -343,6 +343,8 @@ std::optional<core::Error> Policy::BuildRoutes(const config::Config& config) {
     r.cost = rc.cost;
     r.fail_mode = rc.fail_mode;
     r.identity = rc.identity;
+    r.hosts = rc.hosts;
+    r.upstream = rc.upstream_index;
     const bool by_address =
         r.identity == config::RouteIdentity::kIp || r.identity == config::RouteIdentity::kKeyOrIp;
     if (by_address && anonymous_.limits.empty() && rc.limits.empty()) {

@@ -21,7 +21,8 @@ namespace tollgate::engine {
 // instead (issue 31) meet. Overrides are honoured on POST only: the `_method` query parameter
 // (Symfony, Laravel) is read here; `header_overrides(fn)` calls fn(method) for each method the
 // transport's header fields name (X-HTTP-Method-Override and the like; a transport without
-// header fields passes NoOverrideFields). Allocation-free.
+// header fields passes NoOverrideFields). `host`: the request's (policy::RouteHost; empty: none)
+// for routes that name hosts. Allocation-free.
 struct NoOverrideFields {
   template <class Fn>
   void operator()(Fn&&) const {}
@@ -29,11 +30,12 @@ struct NoOverrideFields {
 template <class HeaderOverrides>
 const policy::Route& StrictestRoute(const policy::Policy& pol, std::string_view method,
                                     std::string_view path, std::string_view query,
-                                    HeaderOverrides&& header_overrides) {
-  const policy::Route* strictest = &pol.Match(method, path);
+                                    HeaderOverrides&& header_overrides,
+                                    std::string_view host = {}) {
+  const policy::Route* strictest = &pol.Match(method, path, host);
   if (!util::EqualsIgnoreCase(method, "POST")) return *strictest;
   auto meet = [&](std::string_view m) {
-    const policy::Route& r = pol.Match(m, path);
+    const policy::Route& r = pol.Match(m, path, host);
     if (policy::Stricter(r, *strictest)) strictest = &r;
   };
   header_overrides(meet);
