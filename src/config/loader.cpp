@@ -155,7 +155,7 @@ void ParseServer(const YAML::Node& s, const std::string& base_dir, ServerConfig&
 void ParseStoreTls(const YAML::Node& t, const std::string& base_dir, StoreConfig& store) {
   OnlyKeys(t, "store.tls", {"ca_file", "cert_file", "key_file"});
   internal::ReadPemFiles(t, "store.tls", base_dir,
-               {&store.tls_ca_file, &store.tls_cert_file, &store.tls_key_file});
+                         {&store.tls_ca_file, &store.tls_cert_file, &store.tls_key_file});
   if (store.url.rfind("rediss", 0) != 0)
     Fail("store.tls", "needs a rediss:// or rediss-cluster:// url");
 }

@@ -331,12 +331,14 @@ std::string ParseHost(const YAML::Node& n, const std::string& path) {
   bool ok = !name.empty() && name.front() != '.' && name.back() != '.' &&
             name.find("..") == std::string_view::npos;
   for (const char c : name) {
-    ok = ok && ((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '_' ||
-                c == '.');
+    ok = ok &&
+         ((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '_' || c == '.');
   }
   if (!ok) {
-    Fail(path, "must be a host name (api.example.com) or a wildcard (*.example.com), without a "
-               "port, got '" + Str(n, path) + "'");
+    Fail(path,
+         "must be a host name (api.example.com) or a wildcard (*.example.com), without a "
+         "port, got '" +
+             Str(n, path) + "'");
   }
   return h;
 }

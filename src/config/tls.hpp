@@ -1,4 +1,5 @@
-// server.tls and server.admin_tls, and the files of TLS client sections (issue 33). Private to the config loader.
+// server.tls and server.admin_tls, and the files of TLS client sections (issue 33). Private to the
+// config loader.
 #pragma once
 
 #include <yaml-cpp/yaml.h>

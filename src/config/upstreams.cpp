@@ -22,8 +22,7 @@ std::string BasePath(std::string_view url) {
 // http:// or https://, and a port, when given, that names one.
 void CheckUrl(const std::string& url, const std::string& field) {
   const bool https = url.rfind("https://", 0) == 0;
-  if (url.rfind("http://", 0) != 0 && !https)
-    Fail(field, "must start with http:// or https://");
+  if (url.rfind("http://", 0) != 0 && !https) Fail(field, "must start with http:// or https://");
   // The port, when given, names one (issue 31: ":99999" connected to 99999 - 65536).
   std::string_view authority = std::string_view(url).substr(https ? 8 : 7);
   authority = authority.substr(0, authority.find_first_of("/?#"));
@@ -116,8 +115,8 @@ PassiveHealthConfig ParsePassive(const YAML::Node& n, const std::string& path) {
   Set(n, "base_ejection_ms", path, p.base_ejection_ms, 1, 3'600'000);
   Set(n, "max_ejection_ms", path, p.max_ejection_ms, 1, 86'400'000);
   if (p.max_ejection_ms < p.base_ejection_ms) {
-    Fail(Join(path, "max_ejection_ms"), "must be >= base_ejection_ms (" +
-                                            std::to_string(p.base_ejection_ms) + ")");
+    Fail(Join(path, "max_ejection_ms"),
+         "must be >= base_ejection_ms (" + std::to_string(p.base_ejection_ms) + ")");
   }
   return p;
 }
@@ -131,9 +130,9 @@ ActiveHealthConfig ParseActive(const YAML::Node& n, const std::string& path) {
   if (!n["path"]) Fail(Join(path, "path"), "required");
   a.path = Str(n["path"], Join(path, "path"));
   // A request target of its own: origin-form, visible ASCII only.
-  if (a.path.empty() || a.path[0] != '/' ||
-      std::any_of(a.path.begin(), a.path.end(),
-                  [](char c) { return static_cast<unsigned char>(c) <= 0x20 || c == 0x7f; })) {
+  if (a.path.empty() || a.path[0] != '/' || std::any_of(a.path.begin(), a.path.end(), [](char c) {
+        return static_cast<unsigned char>(c) <= 0x20 || c == 0x7f;
+      })) {
     Fail(Join(path, "path"), "must start with / and hold no blanks or control characters");
   }
   Set(n, "interval_ms", path, a.interval_ms, 100, 3'600'000);
@@ -196,12 +195,12 @@ UpstreamGroupConfig ParseGroup(const YAML::Node& n, const std::string& path,
   if (const YAML::Node t = n["tls"]) {
     const bool https = std::any_of(g.endpoints.begin(), g.endpoints.end(),
                                    [](const UpstreamConfig& e) { return e.https(); });
-    ParseUpstreamTls(t, Join(path, "tls"), base_dir, https, "needs an https:// endpoint",
-                     settings);
+    ParseUpstreamTls(t, Join(path, "tls"), base_dir, https, "needs an https:// endpoint", settings);
     for (UpstreamConfig& e : g.endpoints) e.tls = settings.tls;
   }
   if (n["balance"]) g.balance = ParseEnum(n["balance"], Join(path, "balance"), kBalanceNames);
-  if (n["passive_health"]) g.passive = ParsePassive(n["passive_health"], Join(path, "passive_health"));
+  if (n["passive_health"])
+    g.passive = ParsePassive(n["passive_health"], Join(path, "passive_health"));
   if (n["active_health"]) g.active = ParseActive(n["active_health"], Join(path, "active_health"));
   return g;
 }
@@ -246,11 +245,13 @@ void ParseUpstreams(const YAML::Node& root, const std::string& base_dir, Config&
 void ResolveRouteUpstreams(Config& c) {
   for (size_t i = 0; i < c.routes.size(); ++i) {
     RouteConfig& r = c.routes[i];
-    const auto it = std::find_if(c.upstreams.begin(), c.upstreams.end(),
-                                 [&r](const UpstreamGroupConfig& g) { return g.name == r.upstream; });
+    const auto it =
+        std::find_if(c.upstreams.begin(), c.upstreams.end(),
+                     [&r](const UpstreamGroupConfig& g) { return g.name == r.upstream; });
     if (it == c.upstreams.end()) {
       std::string names;
-      for (const UpstreamGroupConfig& g : c.upstreams) names += (names.empty() ? "" : ", ") + g.name;
+      for (const UpstreamGroupConfig& g : c.upstreams)
+        names += (names.empty() ? "" : ", ") + g.name;
       Fail(Join(Index("routes", i), "upstream"),
            "no upstream group '" + r.upstream + "' (the groups: " + names + ")");
     }

@@ -69,8 +69,7 @@ bool Balancer::Report(size_t i, bool ok, int64_t now_ms) {
   return true;
 }
 
-bool Balancer::ReportCheck(size_t i, bool healthy, int unhealthy_threshold,
-                           int healthy_threshold) {
+bool Balancer::ReportCheck(size_t i, bool healthy, int unhealthy_threshold, int healthy_threshold) {
   Endpoint& e = endpoints_[i];
   const bool was = e.check_healthy.load(std::memory_order_relaxed);
   if (healthy == was) {
@@ -105,7 +104,8 @@ Balancer::View Balancer::Read(size_t i, int64_t now_ms) const {
   View v;
   v.admitted = Admitted(i, now_ms);
   v.check_healthy = e.check_healthy.load(std::memory_order_relaxed);
-  v.ejected_for_ms = std::max<int64_t>(0, e.ejected_until_ms.load(std::memory_order_relaxed) - now_ms);
+  v.ejected_for_ms =
+      std::max<int64_t>(0, e.ejected_until_ms.load(std::memory_order_relaxed) - now_ms);
   v.ejections = e.ejections.load(std::memory_order_relaxed);
   v.outstanding = e.outstanding.load(std::memory_order_relaxed);
   v.requests = e.requests.load(std::memory_order_relaxed);

@@ -49,7 +49,7 @@ class Balancer {
 
   struct View {
     bool admitted = true;
-    bool check_healthy = true;  // by the active health checks
+    bool check_healthy = true;   // by the active health checks
     int64_t ejected_for_ms = 0;  // left of a passive ejection
     uint64_t ejections = 0;      // passive ejections and active take-outs
     int64_t outstanding = 0;

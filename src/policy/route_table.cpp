@@ -160,7 +160,8 @@ const Route& RouteTable::Match(std::string_view method, std::string_view path,
   for (const Route& r : routes_) {
     if (!as_sent && Matches(r, Spelling::kAsSent, method, path, folded, host)) as_sent = &r;
     if (!same && !fold && Matches(r, Spelling::kFolded, method, path, folded, host)) fold = &r;
-    if (suffix && !suffixed && Matches(r, Spelling::kFoldedWithSuffix, method, path, folded, host)) {
+    if (suffix && !suffixed &&
+        Matches(r, Spelling::kFoldedWithSuffix, method, path, folded, host)) {
       suffixed = &r;
     }
     if (as_sent && (same || fold) && (!suffix || suffixed)) break;

@@ -13,9 +13,8 @@ using config::Balance;
 using config::PassiveHealthConfig;
 
 constexpr int64_t kT0 = 1'000'000;  // any monotonic time but 0
-const PassiveHealthConfig kPassive{.consecutive_failures = 3,
-                                   .base_ejection_ms = 1'000,
-                                   .max_ejection_ms = 4'000};
+const PassiveHealthConfig kPassive{
+    .consecutive_failures = 3, .base_ejection_ms = 1'000, .max_ejection_ms = 4'000};
 
 TEST(Balancer, RoundRobinTakesEachEndpointInTurn) {
   Balancer b(Balance::kRoundRobin, kPassive, 3);
@@ -134,8 +133,7 @@ TEST(Balancer, HealthChecksTakeOutAndBringBackAfterTheirThresholds) {
 
 TEST(Balancer, ThreadsReportingAtOnceEjectOnce) {
   Balancer b(Balance::kRoundRobin,
-             {.consecutive_failures = 4, .base_ejection_ms = 60'000, .max_ejection_ms = 60'000},
-             1);
+             {.consecutive_failures = 4, .base_ejection_ms = 60'000, .max_ejection_ms = 60'000}, 1);
   std::vector<std::thread> threads;
   for (int t = 0; t < 4; ++t) {
     threads.emplace_back([&b] {
