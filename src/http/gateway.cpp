@@ -65,6 +65,7 @@
 
 #include <tollgate/util/host_port.hpp>
 
+#include "health_check.hpp"
 #include "worker.hpp"
 
 namespace tollgate::http {
@@ -422,6 +423,15 @@ void Gateway::AddAdminEndpoint(std::string path, AdminHandler handler) {
 
 int Gateway::Run() {
   Impl& g = *impl_;
+  // Active health checks (issue 33) on the first worker's loop, through its pools.
+  for (const auto& group : g.groups) {
+    if (!group->config.active.enabled()) continue;
+    Worker& w = *g.workers.front();
+    for (size_t i = 0; i < group->endpoints.size(); ++i) {
+      net::co_spawn(w.ioc, CheckHealth(*w.pools[group->first_pool + i], *group, i, g.log),
+                    net::detached);
+    }
+  }
   for (auto& w : g.workers) {
     net::co_spawn(w->ioc, w->Accept(*w->acceptor, Listener::kGateway), net::detached);
     net::co_spawn(w->ioc, w->SweepDeadlines(), net::detached);

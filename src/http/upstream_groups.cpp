@@ -73,10 +73,10 @@ std::vector<std::unique_ptr<UpstreamGroup>> BuildUpstreamGroups(
                          gc.passive.consecutive_failures == 0;
     const std::string field = section ? "upstream" : "upstreams." + gc.name;
     for (const config::UpstreamConfig& ec : gc.endpoints) {
-      GroupEndpoint e{.config = ec,
-                      .target = ParseUpstreamUrl(ec.url, (field + ".url").c_str()),
-                      .labels = metrics::Label("group", gc.name) + "," +
-                                metrics::Label("endpoint", ec.url)};
+      GroupEndpoint e{
+          .config = ec,
+          .target = ParseUpstreamUrl(ec.url, (field + ".url").c_str()),
+          .labels = metrics::Label("group", gc.name) + "," + metrics::Label("endpoint", ec.url)};
       if (ec.https()) {
         auto made = UpstreamTls::Create(ec, e.target.endpoint.host);
         if (!made) throw std::runtime_error(field + ".tls: " + made.error());
