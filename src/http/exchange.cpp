@@ -404,8 +404,7 @@ Step Exchange::Identify(Scratch& scratch) {
   Worker& w = *w_;
   Gateway::Impl& gw = w.gw;
   const policy::Policy& pol = *policy;
-  // The strictest of the routes the request's method and its overrides meet.
-  const policy::Route& route =
+  const policy::Route& route =  // the strictest the method and its overrides meet
       engine::StrictestRoute(pol, method, path, query, OverrideFields{*head}, route_host);
   upstream = route.upstream;
   log.route = route.label;  // what tollgate replay re-derives routes and costs against

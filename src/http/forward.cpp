@@ -413,6 +413,33 @@ void Worker::ReplyNoHealthy(Exchange& ex, Scratch& scratch, UpstreamGroup& group
                scratch.rate_headers.Rendered());
 }
 
+// A retry when a try fails before any response byte: on a pooled connection (it may have been
+// closed under us), for a request without a body (it cannot be read from the client twice) that
+// is idempotent or of which nothing was written (the upstream may have executed a POST that got
+// no answer); and, in a group of several endpoints, after a failed connect (nothing was sent).
+// It goes to an endpoint not tried yet when one is admitted (issue 33), else, after a pooled
+// connection's failure, to the same one on a fresh connection. At most 2 tries, 3 in a group
+// of 3 endpoints or more.
+bool Worker::Retry(Exchange& ex, Scratch& scratch, UpstreamGroup& group, UpstreamTry& t,
+                   beast::error_code ec, size_t tries, Balancer::Tried& tried) {
+  const bool connect_failed = !t.up;
+  if (t.up) ReleaseTry(t, false);
+  // A pooled connection that failed (but for a timeout) was most likely closed while idle: no
+  // sign of the endpoint's health.
+  if (!t.pooled || ec == beast::error::timeout) ReportTry(group, t, false);
+  const bool may_retry = connect_failed
+                             ? group.endpoints.size() > 1
+                             : t.pooled && !t.request_has_body && ec != beast::error::timeout &&
+                                   (IsIdempotent(ex.head->method) || t.nothing_written);
+  if (!may_retry || tries >= std::clamp<size_t>(group.endpoints.size(), 2, 3)) return false;
+  tried |= Balancer::Tried{1} << t.endpoint;
+  const std::optional<size_t> next = group.balancer.Pick(BalancerNow(), tried);
+  if (!next && connect_failed) return false;
+  gw.upstream_retries.fetch_add(1, std::memory_order_relaxed);
+  Aim(ex, scratch, group, next.value_or(t.endpoint), t);
+  return true;
+}
+
 net::awaitable<bool> Worker::Forward(Conn& stream, beast::flat_buffer& buffer, Scratch& scratch) {
   Exchange& ex = scratch.exchange;
   const RequestHead& req = *ex.head;
@@ -436,16 +463,8 @@ net::awaitable<bool> Worker::Forward(Conn& stream, beast::flat_buffer& buffer, S
   const bool is_head = req.method == "HEAD";
   beast::error_code ec;
   const auto t_up = Clock::now();
-  // A retry when a try fails before any response byte: on a pooled connection (it may have
-  // been closed under us), for a request without a body (it cannot be read from the client
-  // twice) that is idempotent or of which nothing was written (the upstream may have executed
-  // a POST that got no answer); and, in a group of several endpoints, after a failed connect
-  // (nothing was sent). It goes to an endpoint not tried yet when one is admitted (issue 33),
-  // else, after a pooled connection's failure, to the same one on a fresh connection. At most
-  // 2 tries, 3 in a group of 3 endpoints or more.
-  const size_t most_tries = std::clamp<size_t>(group.endpoints.size(), 2, 3);
   Balancer::Tried tried = 0;
-  for (size_t attempt = 1;; ++attempt) {
+  for (size_t tries = 1;; ++tries) {
     ec = co_await SendOnce(stream, buffer, scratch, t);
     if (t.client_failed) {
       ReleaseTry(t, false);
@@ -454,22 +473,7 @@ net::awaitable<bool> Worker::Forward(Conn& stream, beast::flat_buffer& buffer, S
         co_await Write(stream, scratch.out, false, send_timeout);
       co_return false;
     }
-    if (t.busy || !ec) break;
-    const bool connect_failed = !t.up;
-    if (t.up) ReleaseTry(t, false);
-    // A pooled connection that failed (but for a timeout) was most likely closed while idle:
-    // no sign of the endpoint's health.
-    if (!t.pooled || ec == beast::error::timeout) ReportTry(group, t, false);
-    const bool may_retry = connect_failed
-                               ? group.endpoints.size() > 1
-                               : t.pooled && !t.request_has_body && ec != beast::error::timeout &&
-                                     (IsIdempotent(req.method) || t.nothing_written);
-    if (!may_retry || attempt >= most_tries) break;
-    tried |= Balancer::Tried{1} << t.endpoint;
-    std::optional<size_t> next = group.balancer.Pick(BalancerNow(), tried);
-    if (!next && connect_failed) break;
-    gw.upstream_retries.fetch_add(1, std::memory_order_relaxed);
-    Aim(ex, scratch, group, next.value_or(t.endpoint), t);
+    if (t.busy || !ec || !Retry(ex, scratch, group, t, ec, tries, tried)) break;
   }
   const SimpleHead* simple = nullptr;
   ResponseParserPtr rp;  // heads of other shapes

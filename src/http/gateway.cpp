@@ -335,6 +335,20 @@ void StartTls(Gateway::Impl& g) {
 }
 }  // namespace
 
+namespace {
+// Active health checks (issue 33) on the first worker's loop, through its pools.
+void StartHealthChecks(Gateway::Impl& g) {
+  for (const auto& group : g.groups) {
+    if (!group->config.active.enabled()) continue;
+    Worker& w = *g.workers.front();
+    for (size_t i = 0; i < group->endpoints.size(); ++i) {
+      net::co_spawn(w.ioc, CheckHealth(*w.pools[group->first_pool + i], *group, i, g.log),
+                    net::detached);
+    }
+  }
+}
+}  // namespace
+
 Gateway::Gateway(std::string config_path, config::Config config, std::string_view config_text,
                  GatewayServices services)
     : impl_(std::make_unique<Impl>(std::move(config_path), config, config_text,
@@ -409,6 +423,7 @@ Gateway::Gateway(std::string config_path, config::Config config, std::string_vie
   } catch (const boost::system::system_error& e) {
     throw std::runtime_error(std::string("cannot listen: ") + e.what());
   }
+  StartHealthChecks(g);  // they run with the loops (Run)
 }
 
 Gateway::~Gateway() = default;
@@ -423,15 +438,6 @@ void Gateway::AddAdminEndpoint(std::string path, AdminHandler handler) {
 
 int Gateway::Run() {
   Impl& g = *impl_;
-  // Active health checks (issue 33) on the first worker's loop, through its pools.
-  for (const auto& group : g.groups) {
-    if (!group->config.active.enabled()) continue;
-    Worker& w = *g.workers.front();
-    for (size_t i = 0; i < group->endpoints.size(); ++i) {
-      net::co_spawn(w.ioc, CheckHealth(*w.pools[group->first_pool + i], *group, i, g.log),
-                    net::detached);
-    }
-  }
   for (auto& w : g.workers) {
     net::co_spawn(w->ioc, w->Accept(*w->acceptor, Listener::kGateway), net::detached);
     net::co_spawn(w->ioc, w->SweepDeadlines(), net::detached);

@@ -185,6 +185,11 @@ class Worker {
   }
   net::awaitable<beast::error_code> SendOnce(Conn& stream, beast::flat_buffer& buffer,
                                              Scratch& scratch, UpstreamTry& t);
+  // After try number `tries` failed with `ec`: reports it for passive health and aims t at the
+  // next try (forward.cpp has the rules); false when there is none. `tried`: the endpoints
+  // tried so far.
+  bool Retry(Exchange& ex, Scratch& scratch, UpstreamGroup& group, UpstreamTry& t,
+             beast::error_code ec, size_t tries, Balancer::Tried& tried);
   net::awaitable<beast::error_code> ReadOtherHead(UpstreamConnection& up, bool is_head,
                                                   milliseconds timeout, ResponseParserPtr& rp);
   void ReplyUpstreamFailure(Exchange& ex, Scratch& scratch, const UpstreamTry& t,
