@@ -138,6 +138,13 @@ class PassiveHealthTests(GroupsCase):
         self.assertEqual(self.ejections("g", dead.url), 1)
         self.assertGreaterEqual(self.gw.metrics().get("tollgate_upstream_retries_total", 0), 2)
         self.assertIn(b"upstream endpoint ejected", self.gw.process.read_stderr())
+        # The live page's data shows each endpoint's state.
+        data = self.gw.admin("GET", "/admin/ui/data").json()
+        group = [u for u in data["upstreams"] if u["group"] == "g"][0]
+        states = {e["url"]: e["state"] for e in group["endpoints"]}
+        self.assertEqual(states, {urls[0]: "admitted", urls[1]: "ejected", urls[2]: "admitted"})
+        self.assertEqual(group["balance"], "round_robin")
+        self.assertEqual([u["group"] for u in data["upstreams"]], ["default", "g"])
         # Back on its port: admitted again after the back-off, and served.
         start_upstream_on(self, dead.port)
         self.assertTrue(harness.wait_until(lambda: self.state("g", dead.url) == 1, timeout=5))
@@ -182,6 +189,7 @@ class ActiveHealthTests(GroupsCase):
             self.assertEqual(self.gw.get("/echo/%d" % i).status, 200)
         self.assertEqual(self.counts()[0] - after[0], 5)
         self.assertIn(b"failed its health checks", self.gw.process.read_stderr())
+        self.assertIn(b"passed its health checks", self.gw.process.read_stderr())
 
 
 class NoHealthyTests(GroupsCase):
