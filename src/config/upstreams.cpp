@@ -81,14 +81,10 @@ void ParseLimitsOf(const YAML::Node& u, const std::string& path, UpstreamConfig&
   Set(u, "max_client_share_percent", path, upstream.max_client_share_percent, 1, 100);
 }
 
-const std::set<std::string> kSettings = {
-    "connect_timeout_ms", "timeout_ms",        "max_connections",          "queue_size",
-    "queue_timeout_ms",   "forwarded_headers", "max_client_share_percent", "tls"};
-
 void ParseUpstream(const YAML::Node& u, const std::string& base_dir, UpstreamConfig& upstream) {
-  std::set<std::string> allowed = kSettings;
-  allowed.insert("url");
-  OnlyKeys(u, "upstream", allowed);
+  OnlyKeys(u, "upstream",
+           {"url", "connect_timeout_ms", "timeout_ms", "max_connections", "queue_size",
+            "queue_timeout_ms", "forwarded_headers", "max_client_share_percent", "tls"});
   if (u["url"]) upstream.url = Expanded(u["url"], "upstream.url");
   if (const YAML::Node fh = u["forwarded_headers"])
     ParseForwardedHeaders(fh, "upstream.forwarded_headers", upstream.forwarded_headers);
@@ -183,9 +179,11 @@ std::vector<UpstreamConfig> ParseEndpoints(const YAML::Node& n, const std::strin
 UpstreamGroupConfig ParseGroup(const YAML::Node& n, const std::string& path,
                                const std::string& base_dir) {
   RequireMap(n, path);
-  std::set<std::string> allowed = kSettings;
-  allowed.insert({"endpoints", "balance", "passive_health", "active_health"});
-  OnlyKeys(n, path, allowed);
+  // The settings of `upstream` but its url, and the group's own.
+  OnlyKeys(n, path,
+           {"connect_timeout_ms", "timeout_ms", "max_connections", "queue_size", "queue_timeout_ms",
+            "forwarded_headers", "max_client_share_percent", "tls", "endpoints", "balance",
+            "passive_health", "active_health"});
   UpstreamGroupConfig g;
   UpstreamConfig settings;
   if (const YAML::Node fh = n["forwarded_headers"])
