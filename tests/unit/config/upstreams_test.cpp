@@ -11,7 +11,8 @@
 namespace tollgate::config {
 namespace {
 
-const std::string kPlans = "plans: {free: {limits: [{name: b, capacity: 5, refill_per_second: 1}]}}\n";
+const std::string kPlans =
+    "plans: {free: {limits: [{name: b, capacity: 5, refill_per_second: 1}]}}\n";
 
 std::string ErrorOf(const std::string& yaml) {
   auto c = ParseConfig(kPlans + yaml);
@@ -81,7 +82,8 @@ TEST(UpstreamGroups, RefusalsNameTheField) {
        "upstreams.api.endpoints[1]: every endpoint of a group has the same base path"},
       {"upstreams: {api: {endpoints: [http://a:1], tls: {verify: false}}}",
        "upstreams.api.tls: needs an https:// endpoint"},
-      {"upstreams: {api: {endpoints: [http://a:1], url: http://b:1}}", "upstreams.api: unknown"},
+      {"upstreams: {api: {endpoints: [http://a:1], url: http://b:1}}",
+       "upstreams.api.url: unknown field"},
       {"upstreams: {'a b': {endpoints: [http://a:1]}}", "upstreams.a b: a group name is a plain"},
       {"upstreams: {api: {endpoints: [http://a:1], passive_health: {base_ejection_ms: 5000, "
        "max_ejection_ms: 100}}}",
@@ -126,8 +128,8 @@ TEST(RouteHost, SpellingsOfOneNameMeetItsRoutesAndOthersAreRefused) {
   EXPECT_EQ(RouteHost("api.example.com.:1"), "api.example.com");
   EXPECT_EQ(RouteHost("[::1]:80"), "[::1]");
   EXPECT_EQ(RouteHost(""), "");
-  for (const char* bad : {"api.example.com..", "api%2eexample.com", ".api", "a..b", ":80", "a b",
-                          "a!b", "[::1"}) {
+  for (const char* bad :
+       {"api.example.com..", "api%2eexample.com", ".api", "a..b", ":80", "a b", "a!b", "[::1"}) {
     EXPECT_EQ(RouteHost(bad), std::nullopt) << bad;
   }
   const std::vector<std::string> hosts = {"api.example.com", "*.static.test"};
