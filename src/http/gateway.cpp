@@ -204,9 +204,13 @@ void Gateway::Impl::LogStoreFailure(store::StoreErrc errc) {
 
 core::Result<bool> Gateway::Impl::Install(config::Config config) {
   // Routes name groups by their index: a reload may not add, remove or reorder them.
-  bool same = groups.empty() || groups.size() == config.upstreams.size();
-  for (size_t i = 0; same && !groups.empty() && i < groups.size(); ++i)
-    same = groups[i]->config.name == config.upstreams[i].name;
+  // (A configuration built in code, without upstreams, has the default group alone.)
+  const size_t n = std::max<size_t>(1, config.upstreams.size());
+  bool same = groups.empty() || groups.size() == n;
+  for (size_t i = 0; same && !groups.empty() && i < n; ++i) {
+    same = groups[i]->config.name ==
+           (config.upstreams.empty() ? config::kDefaultUpstream : config.upstreams[i].name);
+  }
   if (!same) return core::Error{"upstreams: the groups changed; restart to change them"};
   return policies.Install(std::move(config), [this](size_t keys, const config::KeyConfig& first) {
     NoteUnknownPlans(keys, first);

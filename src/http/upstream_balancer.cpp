@@ -17,6 +17,11 @@ bool Balancer::Admitted(size_t i, int64_t now_ms) const {
 }
 
 std::optional<size_t> Balancer::Pick(int64_t now_ms, Tried tried) {
+  // One endpoint (the `upstream:` section): no turn to take, no shared counter to touch.
+  if (size_ == 1) {
+    if ((tried & 1) || !Admitted(0, now_ms)) return std::nullopt;
+    return 0;
+  }
   const size_t start = turn_.fetch_add(1, std::memory_order_relaxed) % size_;
   std::optional<size_t> best;
   int64_t best_outstanding = 0;
@@ -45,7 +50,9 @@ void Balancer::End(size_t i) { endpoints_[i].outstanding.fetch_sub(1, std::memor
 bool Balancer::Report(size_t i, bool ok, int64_t now_ms) {
   Endpoint& e = endpoints_[i];
   if (ok) {
-    e.failures.store(0, std::memory_order_relaxed);
+    // Read first: a healthy endpoint's line stays shared by the threads rather than written.
+    if (e.failures.load(std::memory_order_relaxed) != 0)
+      e.failures.store(0, std::memory_order_relaxed);
     return false;
   }
   const uint32_t threshold = static_cast<uint32_t>(passive_.consecutive_failures);

@@ -85,7 +85,7 @@ class Balancer {
   };
 
  private:
-  struct Endpoint {
+  struct alignas(64) Endpoint {  // one cache line each: the threads of two endpoints apart
     std::atomic<int64_t> ejected_until_ms{0};  // 0: never ejected
     std::atomic<uint32_t> failures{0};         // consecutive
     std::atomic<uint32_t> level{0};            // ejections since the back-off last reset

@@ -65,12 +65,20 @@ std::vector<std::unique_ptr<UpstreamGroup>> BuildUpstreamGroups(
     const std::function<void(const std::string&)>& warn) {
   std::vector<std::unique_ptr<UpstreamGroup>> groups;
   size_t pools = 0;
-  for (const config::UpstreamGroupConfig& gc : config.upstreams) {
+  // A configuration not read by the loader (built in code) has the upstream section alone.
+  std::vector<config::UpstreamGroupConfig> only_upstream;
+  if (config.upstreams.empty()) {
+    only_upstream.push_back({.name = std::string(config::kDefaultUpstream),
+                             .endpoints = {config.upstream},
+                             .passive = {.consecutive_failures = 0}});
+  }
+  for (const config::UpstreamGroupConfig& gc :
+       config.upstreams.empty() ? only_upstream : config.upstreams) {
     auto g = std::make_unique<UpstreamGroup>(gc, pools);
     pools += gc.endpoints.size();
     // The default group of the `upstream:` section is named by that section in errors.
-    const bool section = &gc == &config.upstreams.front() && gc.endpoints.size() == 1 &&
-                         gc.passive.consecutive_failures == 0;
+    const bool section =
+        groups.empty() && gc.endpoints.size() == 1 && gc.passive.consecutive_failures == 0;
     const std::string field = section ? "upstream" : "upstreams." + gc.name;
     for (const config::UpstreamConfig& ec : gc.endpoints) {
       GroupEndpoint e{

@@ -13,6 +13,8 @@ checked, chosen by route and by host, through the real binary and real upstreams
 - ActiveHealthTests: an endpoint whose health path answers 500 is taken out and brought back.
 - NoHealthyTests: every endpoint out answers 503 no_healthy_upstream with Retry-After at once,
   far below the timeouts, a request with an unsent body too.
+- ReloadTests: a reload may move routes between groups; one that changes the groups is refused.
+- StartupTests: check-config refuses bad groups and routes, naming the field.
 - VirtualHostTests: a table of Host spellings (case, port, trailing dot, absent, absolute-form,
   X-Forwarded-Host, spellings refused) and the route and group each meets; routes choosing groups
   by path.
@@ -335,6 +337,29 @@ class VirtualHostTests(GroupsCase):
                 self.assertEqual(self.gw.get(path, headers={"Host": "x.test"}).status, 200)
                 got = [a - b for a, b in zip(self.counts(), before)]
                 self.assertEqual(got, [int(want == g) for g in ("api", "static", "default")])
+
+
+class ReloadTests(GroupsCase):
+
+    def test_routes_may_change_group_but_the_groups_need_a_restart(self):
+        urls = self.upstreams(2)
+        cfg = gateway_config({"g": {"endpoints": [urls[0]]}})
+        cfg["upstream"] = {"url": urls[1]}
+        self.gw = harness.Gateway(self, cfg)
+        self.assertEqual(self.gw.get("/a").status, 200)
+        self.assertEqual(self.counts(), [1, 0])
+        changed = dict(cfg, upstreams={"g": {"endpoints": [urls[0]]},
+                                       "h": {"endpoints": [urls[1]]}})
+        self.gw.rewrite(changed)
+        r = self.gw.admin("POST", "/admin/reload")
+        self.assertEqual(r.status, 400, r)
+        self.assertIn("upstreams: the groups changed; restart to change them", r.json()["detail"])
+        self.assertEqual(self.gw.get("/b").status, 200)  # the running configuration
+        self.assertEqual(self.counts(), [2, 0])
+        self.gw.rewrite(dict(cfg, routes=[{"path": "/*", "identity": "none"}]))
+        self.assertEqual(self.gw.admin("POST", "/admin/reload").status, 200)
+        self.assertEqual(self.gw.get("/c").status, 200)  # now the default group
+        self.assertEqual(self.counts(), [2, 1])
 
 
 class StartupTests(GroupsCase):
