@@ -13,6 +13,7 @@ checked, chosen by route and by host, through the real binary and real upstreams
 - ActiveHealthTests: an endpoint whose health path answers 500 is taken out and brought back.
 - NoHealthyTests: every endpoint out answers 503 no_healthy_upstream with Retry-After at once,
   far below the timeouts, a request with an unsent body too.
+- HttpsEndpointTests: http and https endpoints in one group, verified, health checked.
 - ReloadTests: a reload may move routes between groups; one that changes the groups is refused.
 - StartupTests: check-config refuses bad groups and routes, naming the field.
 - VirtualHostTests: a table of Host spellings (case, port, trailing dot, absent, absolute-form,
@@ -337,6 +338,28 @@ class VirtualHostTests(GroupsCase):
                 self.assertEqual(self.gw.get(path, headers={"Host": "x.test"}).status, 200)
                 got = [a - b for a, b in zip(self.counts(), before)]
                 self.assertEqual(got, [int(want == g) for g in ("api", "static", "default")])
+
+
+class HttpsEndpointTests(GroupsCase):
+
+    def test_http_and_https_endpoints_in_one_group_with_checks(self):
+        from test_tls import Certs
+        certs = Certs(os.path.join(self.tmpdir, "certs"))
+        leaf = certs.leaf("localhost", ["localhost"])
+        secure = harness.Upstream(self, tls={"cert": leaf[0], "key": leaf[1]})
+        plain = harness.Upstream(self)
+        self.ups = [secure, plain]
+        self.gw = harness.Gateway(self, gateway_config({"g": {
+            "endpoints": [secure.url, plain.url],
+            "tls": {"ca_file": certs.ca, "server_name": "localhost"},
+            "active_health": {"path": "/__health", "interval_ms": 200, "timeout_ms": 150}}}))
+        for i in range(10):
+            self.assertEqual(self.gw.get("/echo/%d" % i).status, 200)
+        self.assertEqual([u.stats()["received"] for u in self.ups], [5, 5])
+        # The checks reach the https endpoint too: one that answers 500 is taken out.
+        harness.http_request(secure.port, "POST", "/__health?status=500", tls=True)
+        self.assertTrue(harness.wait_until(lambda: self.state("g", secure.url) == 0, timeout=5))
+        self.assertEqual(self.state("g", plain.url), 1)
 
 
 class ReloadTests(GroupsCase):
