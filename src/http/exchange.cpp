@@ -279,10 +279,11 @@ std::optional<Step> Exchange::ReadTarget(Scratch& scratch) {
   authority = canonical.authority;
   // Virtual hosts (issue 33): routes meet the host the upstream gets (an absolute-form target's
   // authority replaces Host), in a spelling no upstream reads as another name.
+  if (!policy->HasHostRoutes()) return std::nullopt;
   const std::optional<std::string_view> named =
       policy::RouteHost(authority.empty() ? host : authority);
   route_host = named.value_or(std::string_view());
-  if (!named && policy->HasHostRoutes()) {
+  if (!named) {
     gw.metrics.Counter("tollgate_bad_requests_total", "code=\"invalid_host\"")
         .fetch_add(1, std::memory_order_relaxed);
     client_keep_alive = false;
