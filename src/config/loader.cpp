@@ -16,6 +16,7 @@
 #include "config/limits.hpp"
 #include "config/routes.hpp"
 #include "config/tls.hpp"
+#include "config/upstreams.hpp"
 #include "config/yaml.hpp"
 
 namespace tollgate::config {
@@ -172,96 +173,11 @@ void ParseServer(const YAML::Node& s, const std::string& base_dir, ServerConfig&
   ParseAdminGuard(s, server);
 }
 
-// The PEM files of a TLS client section (store.tls, upstream.tls): each relative to the config
-// file's directory and read here too, so that check-config finds a missing one; the certificate
-// and its key go together. Their owner parses them.
-struct PemFiles {
-  std::string* ca_file;
-  std::string* cert_file;
-  std::string* key_file;
-};
-void ReadPemFiles(const YAML::Node& t, const std::string& section, const std::string& base_dir,
-                  PemFiles files) {
-  for (auto [name, out] : {std::pair{"ca_file", files.ca_file},
-                           {"cert_file", files.cert_file},
-                           {"key_file", files.key_file}}) {
-    if (!t[name]) continue;
-    const std::string field = Join(section, name);
-    *out = internal::FromConfigDir(base_dir, Expanded(t[name], field));
-    auto content = internal::ReadRegularFile(*out);
-    if (!content) Fail(field, "cannot read '" + *out + "': " + content.error());
-  }
-  if (files.cert_file->empty() != files.key_file->empty())
-    Fail(section, "cert_file and key_file go together");
-}
-
-// upstream.tls (issue 33).
-void ParseUpstreamTls(const YAML::Node& t, const std::string& base_dir, UpstreamConfig& upstream) {
-  OnlyKeys(t, "upstream.tls", {"verify", "ca_file", "server_name", "cert_file", "key_file"});
-  if (!upstream.https()) Fail("upstream.tls", "needs an https:// upstream.url");
-  auto& tls = upstream.tls;
-  if (t["verify"]) tls.verify = Bool(t["verify"], "upstream.tls.verify");
-  if (t["server_name"]) tls.server_name = Str(t["server_name"], "upstream.tls.server_name");
-  ReadPemFiles(t, "upstream.tls", base_dir, {&tls.ca_file, &tls.cert_file, &tls.key_file});
-}
-
-void ParseUpstream(const YAML::Node& u, const std::string& base_dir, UpstreamConfig& upstream) {
-  OnlyKeys(u, "upstream",
-           {"url", "connect_timeout_ms", "timeout_ms", "max_connections", "queue_size",
-            "queue_timeout_ms", "forwarded_headers", "max_client_share_percent", "tls"});
-  if (u["url"]) upstream.url = Expanded(u["url"], "upstream.url");
-  if (const YAML::Node fh = u["forwarded_headers"]) {  // issue 31: the list replaces the default
-    auto& h = upstream.forwarded_headers;
-    h = {false, false, false, false, false};
-    const std::vector<std::string> names = StrList(fh, "upstream.forwarded_headers");
-    for (size_t i = 0; i < names.size(); ++i) {
-      bool* flag = names[i] == "x_forwarded_proto"  ? &h.x_forwarded_proto
-                   : names[i] == "x_forwarded_host" ? &h.x_forwarded_host
-                   : names[i] == "x_forwarded_port" ? &h.x_forwarded_port
-                   : names[i] == "x_real_ip"        ? &h.x_real_ip
-                   : names[i] == "forwarded"        ? &h.forwarded
-                                                    : nullptr;
-      if (!flag) {
-        Fail(Index("upstream.forwarded_headers", i),
-             "must be x_forwarded_proto, x_forwarded_host, x_forwarded_port, x_real_ip or "
-             "forwarded, got '" +
-                 names[i] + "'");
-      }
-      *flag = true;
-    }
-  }
-  if (upstream.url.rfind("http://", 0) != 0 && !upstream.https())
-    Fail("upstream.url", "must start with http:// or https://");
-  if (const YAML::Node t = u["tls"]) ParseUpstreamTls(t, base_dir, upstream);
-  {
-    // The port, when given, names one (issue 31: ":99999" connected to 99999 - 65536).
-    std::string_view authority = std::string_view(upstream.url).substr(upstream.https() ? 8 : 7);
-    authority = authority.substr(0, authority.find_first_of("/?#"));
-    const size_t colon = authority.rfind(':');
-    if (colon != std::string_view::npos && authority.find(']', colon) == std::string_view::npos) {
-      const std::string_view port = authority.substr(colon + 1);
-      int value = 0;
-      const auto [p, ec] = std::from_chars(port.data(), port.data() + port.size(), value);
-      if (port.empty() || port.size() > 5 || ec != std::errc() || p != port.data() + port.size() ||
-          value < 1 || value > 65535) {
-        Fail("upstream.url",
-             "the port must be a number from 1 to 65535, got '" + std::string(port) + "'");
-      }
-    }
-  }
-  Set(u, "connect_timeout_ms", "upstream", upstream.connect_timeout_ms, 1, 600'000);
-  Set(u, "timeout_ms", "upstream", upstream.timeout_ms, 1, 3'600'000);
-  Set(u, "max_connections", "upstream", upstream.max_connections, 1, 100'000);
-  Set(u, "queue_size", "upstream", upstream.queue_size, 0, 1'000'000);
-  Set(u, "queue_timeout_ms", "upstream", upstream.queue_timeout_ms, 1, 600'000);
-  Set(u, "max_client_share_percent", "upstream", upstream.max_client_share_percent, 1, 100);
-}
-
 // store.tls: the store parses its files.
 void ParseStoreTls(const YAML::Node& t, const std::string& base_dir, StoreConfig& store) {
   OnlyKeys(t, "store.tls", {"ca_file", "cert_file", "key_file"});
-  ReadPemFiles(t, "store.tls", base_dir,
-               {&store.tls_ca_file, &store.tls_cert_file, &store.tls_key_file});
+  internal::ReadPemFiles(t, "store.tls", base_dir,
+                         {&store.tls_ca_file, &store.tls_cert_file, &store.tls_key_file});
   if (store.url.rfind("rediss", 0) != 0)
     Fail("store.tls", "needs a rediss:// or rediss-cluster:// url");
 }
@@ -450,9 +366,9 @@ Config Parse(const YAML::Node& root, const std::string& base_dir) {
   if (!root || root.IsNull()) Fail("", "the configuration is empty");
   OnlyKeys(root, "",
            {"server", "upstream", "store", "mode", "identity", "plans", "keys", "keys_file",
-            "routes", "anonymous", "headers", "decision", "rls", "deny"});
+            "routes", "anonymous", "headers", "decision", "rls", "deny", "upstreams"});
   if (const YAML::Node s = root["server"]) ParseServer(s, base_dir, c.server);
-  if (const YAML::Node u = root["upstream"]) ParseUpstream(u, base_dir, c.upstream);
+  internal::ParseUpstreams(root, base_dir, c);
   ParseStore(root["store"], base_dir, c.store);
   if (root["mode"]) c.mode = ParseMode(root["mode"], "mode");
   ParseIdentity(root["identity"], c.identity);
@@ -481,6 +397,7 @@ Config Parse(const YAML::Node& root, const std::string& base_dir) {
       }
     }
   }
+  internal::ResolveRouteUpstreams(c);
   if (const YAML::Node a = root["anonymous"]) ParseAnonymous(a, c.anonymous);
   if (const YAML::Node d = root["decision"]) ParseDecision(d, c.decision);
   if (const YAML::Node r = root["rls"]) ParseRls(r, base_dir, c.rls);

@@ -154,12 +154,27 @@ bool MethodsCovered(const std::vector<std::string>& later,
   });
 }
 
+// Whether every host `later` matches is matched by `earlier` (empty: any host).
+bool HostsCovered(const std::vector<std::string>& later, const std::vector<std::string>& earlier) {
+  if (earlier.empty()) return true;
+  if (later.empty()) return false;
+  return std::all_of(later.begin(), later.end(), [&](const std::string& h) {
+    return std::any_of(earlier.begin(), earlier.end(), [&h](const std::string& e) {
+      // "*.example.com" covers "a.example.com" and "*.a.example.com".
+      return e == h || (e.starts_with("*.") && h.size() > e.size() - 1 &&
+                        h.ends_with(std::string_view(e).substr(1)));
+    });
+  });
+}
+
 std::string Describe(const RouteConfig& r, size_t i) {
   std::string out = "routes[" + std::to_string(i) + "]";
   if (!r.name.empty()) out += " '" + r.name + "'";
   out += " (";
   for (const std::string& m : r.methods) out += m + (&m == &r.methods.back() ? " " : ",");
-  return out + r.path + ")";
+  out += r.path;
+  for (const std::string& h : r.hosts) out += (&h == &r.hosts.front() ? " host " : ",") + h;
+  return out + ")";
 }
 
 }  // namespace
@@ -169,6 +184,7 @@ std::vector<std::string> UnreachableRoutes(const std::vector<RouteConfig>& route
   for (size_t j = 0; j < routes.size(); ++j) {
     for (size_t i = 0; i < j; ++i) {
       if (!MethodsCovered(routes[j].methods, routes[i].methods) ||
+          !HostsCovered(routes[j].hosts, routes[i].hosts) ||
           !routes[j].pattern.CoveredBy(routes[i].pattern)) {
         continue;
       }
@@ -305,10 +321,47 @@ void ParseRouteLimits(const YAML::Node& n, const std::string& path, RouteConfig&
   }
 }
 
+// One `host:` entry, lower-cased and without one trailing dot: a name of letters, digits, '-'
+// and '_' labels, or "*." and such a name; an IPv4 address fits too. No port (it is ignored).
+std::string ParseHost(const YAML::Node& n, const std::string& path) {
+  std::string h = Str(n, path);
+  for (char& c : h) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (!h.empty() && h.back() == '.') h.pop_back();
+  const std::string_view name = h.starts_with("*.") ? std::string_view(h).substr(2) : h;
+  bool ok = !name.empty() && name.front() != '.' && name.back() != '.' &&
+            name.find("..") == std::string_view::npos;
+  for (const char c : name) {
+    ok = ok &&
+         ((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '_' || c == '.');
+  }
+  if (!ok) {
+    Fail(path,
+         "must be a host name (api.example.com) or a wildcard (*.example.com), without a "
+         "port, got '" +
+             Str(n, path) + "'");
+  }
+  return h;
+}
+
+std::vector<std::string> ParseHosts(const YAML::Node& n, const std::string& path) {
+  std::vector<std::string> hosts;
+  if (!n.IsSequence()) {
+    hosts.push_back(ParseHost(n, path));
+    return hosts;
+  }
+  if (n.size() == 0) Fail(path, "must name at least one host (omit it for any host)");
+  for (size_t i = 0; i < n.size(); ++i) {
+    hosts.push_back(ParseHost(n[i], Index(path, i)));
+    if (std::find(hosts.begin(), hosts.end() - 1, hosts.back()) != hosts.end() - 1)
+      Fail(Index(path, i), "'" + hosts.back() + "' is listed twice");
+  }
+  return hosts;
+}
+
 RouteConfig ParseRoute(const YAML::Node& r, const std::string& path, bool exact_match) {
   OnlyKeys(r, path,
            {"name", "path", "method", "cost", "fail_mode", "identity", "limits", "match",
-            "max_header_bytes", "max_body_bytes"});
+            "max_header_bytes", "max_body_bytes", "host", "upstream"});
   RouteConfig rc;
   if (r["max_header_bytes"])
     Set(r, "max_header_bytes", path, rc.max_header_bytes.emplace(), 1, 1 << 20);
@@ -348,6 +401,8 @@ RouteConfig ParseRoute(const YAML::Node& r, const std::string& path, bool exact_
                                            "key, ip, key_or_ip, none or client_cert");
   }
   if (const YAML::Node limits = r["limits"]) ParseRouteLimits(limits, path, rc);
+  if (const YAML::Node h = r["host"]) rc.hosts = ParseHosts(h, Join(path, "host"));
+  if (const YAML::Node u = r["upstream"]) rc.upstream = Name(u, Join(path, "upstream"));
   return rc;
 }
 

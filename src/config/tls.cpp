@@ -74,4 +74,19 @@ TlsConfig ParseTls(const YAML::Node& n, const std::string& path, const std::stri
   return t;
 }
 
+void ReadPemFiles(const YAML::Node& t, const std::string& section, const std::string& base_dir,
+                  PemFiles files) {
+  for (auto [name, out] : {std::pair{"ca_file", files.ca_file},
+                           {"cert_file", files.cert_file},
+                           {"key_file", files.key_file}}) {
+    if (!t[name]) continue;
+    const std::string field = Join(section, name);
+    *out = FromConfigDir(base_dir, Expanded(t[name], field));
+    auto content = ReadRegularFile(*out);
+    if (!content) Fail(field, "cannot read '" + *out + "': " + content.error());
+  }
+  if (files.cert_file->empty() != files.key_file->empty())
+    Fail(section, "cert_file and key_file go together");
+}
+
 }  // namespace tollgate::config::internal

@@ -191,6 +191,31 @@ json::array DecisionsJson(Gateway::Impl& g, const policy::Policy& pol) {
 }
 
 // {"store": ..., "key_source": ...}: whether each answers, and its failures so far.
+// Each upstream group and the state of its endpoints (issue 33): `admitted`, `ejected` (passive
+// health, for ejected_ms more) or `failing_checks` (active health).
+json::array UpstreamsJson(const Gateway::Impl& g) {
+  json::array out;
+  const int64_t now = BalancerNow();
+  for (const auto& group : g.groups) {
+    json::array endpoints;
+    for (size_t i = 0; i < group->endpoints.size(); ++i) {
+      const Balancer::View v = group->balancer.Read(i, now);
+      endpoints.push_back({{"url", group->endpoints[i].config.url},
+                           {"state", v.admitted        ? "admitted"
+                                     : v.check_healthy ? "ejected"
+                                                       : "failing_checks"},
+                           {"ejected_ms", v.ejected_for_ms},
+                           {"ejections", v.ejections},
+                           {"outstanding", v.outstanding},
+                           {"requests", v.requests}});
+    }
+    out.push_back({{"group", group->config.name},
+                   {"balance", util::NameOf(config::kBalanceNames, group->config.balance)},
+                   {"endpoints", std::move(endpoints)}});
+  }
+  return out;
+}
+
 json::object HealthJson(Gateway::Impl& g) {
   const bool ready = g.store_ready.load(std::memory_order_relaxed);
   const store::StoreStatus status = g.store.Status();
@@ -221,7 +246,9 @@ json::object HealthJson(Gateway::Impl& g) {
     keys["reconnects_total"] = s.reconnects.load();
     keys["skipped_rows_total"] = s.skipped_rows.load();
   }
-  return json::object{{"store", std::move(store)}, {"key_source", std::move(keys)}};
+  return json::object{{"store", std::move(store)},
+                      {"key_source", std::move(keys)},
+                      {"upstreams", UpstreamsJson(g)}};
 }
 
 }  // namespace

@@ -197,7 +197,7 @@ Step Exchange::Begin(Worker& w, Scratch& scratch, const RequestHead& request_hea
   invalid_key = false;
   held = false;
   status_endpoint = false;
-  presented = forwarded_for = authority = {};
+  presented = forwarded_for = authority = route_host = {};
   scratch.rate_headers.Clear();
   decision_service = listener == Listener::kDecision;
   client.clear();
@@ -249,6 +249,19 @@ std::optional<Step> Exchange::ReadTarget(Scratch& scratch) {
   query = canonical.query;
   has_query = canonical.has_query;
   authority = canonical.authority;
+  // Virtual hosts (issue 33): routes meet the host the upstream gets (an absolute-form target's
+  // authority replaces Host), in a spelling no upstream reads as another name.
+  if (!policy->HasHostRoutes()) return std::nullopt;
+  const std::optional<std::string_view> named =
+      policy::RouteHost(authority.empty() ? host : authority);
+  route_host = named.value_or(std::string_view());
+  if (!named) {
+    gw.metrics.Counter("tollgate_bad_requests_total", "code=\"invalid_host\"")
+        .fetch_add(1, std::memory_order_relaxed);
+    client_keep_alive = false;
+    return w.ReplyProblem(*this, scratch, bhttp::status::bad_request, "invalid_host",
+                          "the host is no plain name: routes choose by host");
+  }
   return std::nullopt;
 }
 
@@ -341,7 +354,7 @@ void Exchange::JoinForwardedFor(Scratch& scratch) {
 
 std::optional<Step> Exchange::CheckSizes(Scratch& scratch) {
   const engine::SizeLimits max =
-      engine::SizeLimitsMet(*policy, method, path, query, OverrideFields{*head});
+      engine::SizeLimitsMet(*policy, method, path, query, OverrideFields{*head}, route_host);
   const auto refuse = [&](bhttp::status status, const char* code, const char* what, uint64_t n) {
     client_keep_alive = false;
     return w_->ReplyProblem(*this, scratch, status, code,
@@ -381,9 +394,9 @@ Step Exchange::Identify(Scratch& scratch) {
   Worker& w = *w_;
   Gateway::Impl& gw = w.gw;
   const policy::Policy& pol = *policy;
-  // The strictest of the routes the request's method and its overrides meet.
-  const policy::Route& route =
-      engine::StrictestRoute(pol, method, path, query, OverrideFields{*head});
+  const policy::Route& route =  // the strictest the method and its overrides meet
+      engine::StrictestRoute(pol, method, path, query, OverrideFields{*head}, route_host);
+  upstream = route.upstream;
   log.route = route.label;  // what tollgate replay re-derives routes and costs against
   log.cost_param = route.cost.query;
   if (pol.route_size_limits()) {

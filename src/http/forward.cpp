@@ -3,6 +3,7 @@
 #include <charconv>
 #include <cstring>
 
+#include <algorithm>
 #include <optional>
 
 #include <tollgate/http/chunked_framing.hpp>
@@ -54,8 +55,8 @@ std::string_view Worker::ClientIp(const Exchange& ex, bool trusted) {
 // alone from an untrusted peer (its own were dropped); behind a trusted proxy, what it sent is
 // kept and ours fills in what it did not send. Forwarded gets our element appended.
 void Worker::AppendProxyHeaders(const Exchange& ex, bool trusted, std::string_view host,
+                                const config::UpstreamConfig::ForwardedHeaders& want,
                                 util::StringAppender& head) {
-  const auto& want = gw.upstream_config.forwarded_headers;
   const RequestHead& req = *ex.head;
   auto ours = [&](bool on, std::string_view name) { return on && !(trusted && Sent(req, name)); };
   const std::string_view proto = ex.tls ? "https" : "http";
@@ -85,7 +86,7 @@ void Worker::AppendProxyHeaders(const Exchange& ex, bool trusted, std::string_vi
 // The request's head as the upstream gets it, into scratch.out: the canonical target (the one
 // that was matched and costed, issue 18), the client's end-to-end fields but for those that
 // read as tollgate's own, and tollgate's identity headers.
-void Worker::RenderForwardHead(Exchange& ex, Scratch& scratch) {
+void Worker::RenderForwardHead(Exchange& ex, Scratch& scratch, const GroupEndpoint& to) {
   const RequestHead& req = *ex.head;
   scratch.out.clear();
   util::StringAppender head(scratch.out);
@@ -93,7 +94,7 @@ void Worker::RenderForwardHead(Exchange& ex, Scratch& scratch) {
   if (ex.path == "*") {
     head << "*";
   } else {
-    head << gw.upstream.base_path << ex.path;
+    head << to.target.base_path << ex.path;
   }
   if (ex.has_query) head << "?" << ex.query;
   head << " HTTP/1.1\r\n";
@@ -123,14 +124,15 @@ void Worker::RenderForwardHead(Exchange& ex, Scratch& scratch) {
     head << "Host: " << ex.authority << "\r\n";
   } else if (req.Get("Host").empty() && req.version < 11) {
     // HTTP/1.0 may omit Host; HTTP/1.1, which we send, may not (RFC 9112 3.2).
-    head << "Host: " << gw.upstream.authority << "\r\n";
+    head << "Host: " << to.target.authority << "\r\n";
   }
   // The client's list only from a trusted proxy (issue 31: an upstream that reads the left-most
   // entry would believe an untrusted client's own), then the peer's address.
   const std::string_view forwarded_for = trusted ? ex.forwarded_for : std::string_view();
   head << "X-Forwarded-For: " << forwarded_for << (forwarded_for.empty() ? "" : ", ") << ex.peer_ip
        << "\r\nX-Request-Id: " << RequestId(ex) << "\r\n";
-  AppendProxyHeaders(ex, trusted, replace_host ? ex.authority : req.Get("Host"), head);
+  AppendProxyHeaders(ex, trusted, replace_host ? ex.authority : req.Get("Host"),
+                     to.config.forwarded_headers, head);
   if (ex.key)
     head << "X-Tollgate-Key-Id: " << ex.key->id << "\r\nX-Tollgate-Plan: " << ex.plan->name
          << "\r\n";
@@ -162,6 +164,7 @@ net::awaitable<beast::error_code> Worker::SendOnce(Conn& stream, beast::flat_buf
   beast::error_code ec;
   t.pooled = true;
   // A client that holds its share of the pool waits for none (upstream.max_client_share_percent).
+  UpstreamPool& pool = *t.pool;
   if (!t.claim.MayHold(pool.shares().client_connections)) {
     t.busy = t.over_share = true;
     co_return ec;
@@ -176,7 +179,7 @@ net::awaitable<beast::error_code> Worker::SendOnce(Conn& stream, beast::flat_buf
   // The rest of the body keeps the pace from here, with no credit for what came before (issue
   // 31: a body sent fast up to its last byte held a connection for received/rate seconds).
   if (t.client_body) t.client_body->pace.Start();
-  const milliseconds timeout(gw.upstream_config.timeout_ms);
+  const milliseconds timeout(t.settings->timeout_ms);
   bool after_request = false;
   if (t.request_has_body) {
     // The head and the body read so far, in the client's framing (one chunk of it when chunked),
@@ -228,6 +231,7 @@ net::awaitable<beast::error_code> Worker::SendOnce(Conn& stream, beast::flat_buf
 // (interim 1xx responses are dropped: the client gets the final one; but a 101, after which the
 // upstream speaks another protocol).
 net::awaitable<beast::error_code> Worker::ReadOtherHead(UpstreamConnection& up, bool is_head,
+                                                        milliseconds timeout,
                                                         ResponseParserPtr& rp) {
   beast::error_code ec;
   while (!ec && (!rp || (rp->get().result_int() / 100 == 1 && rp->get().result_int() != 101))) {
@@ -235,7 +239,7 @@ net::awaitable<beast::error_code> Worker::ReadOtherHead(UpstreamConnection& up, 
     rp->header_limit(kMaxUpstreamHead);
     rp->body_limit(boost::none);
     if (is_head) rp->skip(true);
-    up.conn.ExpiresAfter(milliseconds(gw.upstream_config.timeout_ms));
+    up.conn.ExpiresAfter(timeout);
     auto [rec, rn] = co_await bhttp::async_read_header(up.conn.socket, up.buffer, *rp, kTuple);
     ec = up.conn.Check(rec);
   }
@@ -310,8 +314,8 @@ net::awaitable<bool> Worker::ReadBodyFirst(Conn& stream, beast::flat_buffer& buf
   co_return true;
 }
 
-void Worker::ClaimShare(const Exchange& ex, UpstreamTry& t) {
-  if (gw.upstream_config.max_client_share_percent >= 100) return;
+void Worker::ClaimShare(const Exchange& ex, UpstreamTry& t, const UpstreamGroup& group) {
+  if (group.settings().max_client_share_percent >= 100) return;
   // A trusted proxy's own address (a request without X-Forwarded-For) is many clients.
   const bool count_address = !ex.client.empty() && !ex.policy->IsTrusted(ex.client);
   client_shares.Begin(t.claim, count_address ? std::string_view(ex.client) : std::string_view(),
@@ -391,27 +395,89 @@ Worker::ResponseFraming Worker::RenderResponseHead(Exchange& ex, Scratch& scratc
   return f;
 }
 
+void Worker::Aim(Exchange& ex, Scratch& scratch, UpstreamGroup& group, size_t i, UpstreamTry& t) {
+  const GroupEndpoint& to = group.endpoints[i];
+  // The head names the endpoint only when a request without Host gets the endpoint's.
+  if (!t.pool || (ex.head->Get("Host").empty() && ex.authority.empty()))
+    RenderForwardHead(ex, scratch, to);
+  t.pool = pools[group.first_pool + i].get();
+  t.settings = &to.config;
+  t.endpoint = i;
+  t.lease = Balancer::Lease(group.balancer, i);
+  t.up.reset();
+  t.busy = t.over_share = t.nothing_written = t.reached_upstream = false;
+}
+
+void Worker::ReportTry(UpstreamGroup& group, const UpstreamTry& t, bool ok) {
+  if (!group.balancer.Report(t.endpoint, ok, BalancerNow())) return;
+  gw.log.Error("{\"level\":\"warn\",\"msg\":\"upstream endpoint ejected\",\"group\":\"" +
+               JsonEscape(group.config.name) + "\",\"endpoint\":\"" +
+               JsonEscape(group.endpoints[t.endpoint].config.url) + "\",\"ejected_ms\":" +
+               std::to_string(group.balancer.Read(t.endpoint, BalancerNow()).ejected_for_ms) + "}");
+}
+
+void Worker::ReplyNoHealthy(Exchange& ex, Scratch& scratch, UpstreamGroup& group) {
+  group.no_healthy->fetch_add(1, std::memory_order_relaxed);
+  const int64_t ms =
+      group.balancer.MsUntilAdmission(BalancerNow(), group.config.active.interval_ms);
+  scratch.rate_headers.Add("Retry-After", std::max<int64_t>(1, (ms + 999) / 1000));
+  ReplyProblem(ex, scratch, bhttp::status::service_unavailable, "no_healthy_upstream",
+               "every endpoint of upstream group '" + group.config.name + "' is ejected",
+               scratch.rate_headers.Rendered());
+}
+
+// A retry when a try fails before any response byte: on a pooled connection (it may have been
+// closed under us), for a request without a body (it cannot be read from the client twice) that
+// is idempotent or of which nothing was written (the upstream may have executed a POST that got
+// no answer); and, in a group of several endpoints, after a failed connect (nothing was sent).
+// It goes to an endpoint not tried yet when one is admitted (issue 33), else, after a pooled
+// connection's failure, to the same one on a fresh connection. At most 2 tries, 3 in a group
+// of 3 endpoints or more.
+bool Worker::Retry(Exchange& ex, Scratch& scratch, UpstreamGroup& group, UpstreamTry& t,
+                   beast::error_code ec, size_t tries, Balancer::Tried& tried) {
+  const bool connect_failed = !t.up;
+  if (t.up) ReleaseTry(t, false);
+  // A pooled connection that failed (but for a timeout) was most likely closed while idle: no
+  // sign of the endpoint's health.
+  if (!t.pooled || ec == beast::error::timeout) ReportTry(group, t, false);
+  const bool may_retry = connect_failed
+                             ? group.endpoints.size() > 1
+                             : t.pooled && !t.request_has_body && ec != beast::error::timeout &&
+                                   (IsIdempotent(ex.head->method) || t.nothing_written);
+  if (!may_retry || tries >= std::clamp<size_t>(group.endpoints.size(), 2, 3)) return false;
+  tried |= Balancer::Tried{1} << t.endpoint;
+  const std::optional<size_t> next = group.balancer.Pick(BalancerNow(), tried);
+  if (!next && connect_failed) return false;
+  gw.upstream_retries.fetch_add(1, std::memory_order_relaxed);
+  Aim(ex, scratch, group, next.value_or(t.endpoint), t);
+  return true;
+}
+
 net::awaitable<bool> Worker::Forward(Conn& stream, beast::flat_buffer& buffer, Scratch& scratch) {
   Exchange& ex = scratch.exchange;
   const RequestHead& req = *ex.head;
-  RenderForwardHead(ex, scratch);
-  UpstreamTry t{.request_has_body = !ex.RequestRead()};
-  const milliseconds timeout(gw.upstream_config.timeout_ms);
+  UpstreamGroup& group = *gw.groups[ex.upstream < gw.groups.size() ? ex.upstream : 0];
   const milliseconds send_timeout(gw.server.send_timeout_ms);
+  std::optional<size_t> at = group.balancer.Pick(BalancerNow());
+  if (!at) {
+    // Answered at once, before the body is read: no endpoint would take it.
+    ReplyNoHealthy(ex, scratch, group);
+    co_return co_await Write(stream, scratch.out, ex.reply_keep, send_timeout);
+  }
+  UpstreamTry t{.request_has_body = !ex.RequestRead()};
+  Aim(ex, scratch, group, *at, t);
   std::string body;  // what ReadBodyFirst() read
   if (t.request_has_body) {
     if (!co_await ReadBodyFirst(stream, buffer, scratch, t, body, scratch.client_body)) {
       co_return false;
     }
   }
-  ClaimShare(ex, t);
+  ClaimShare(ex, t, group);
   const bool is_head = req.method == "HEAD";
   beast::error_code ec;
   const auto t_up = Clock::now();
-  // One retry on a fresh connection when a pooled one fails before any response byte, for a
-  // request without a body (it cannot be read from the client twice) that is idempotent or of
-  // which nothing was written: the upstream may have executed a POST that got no answer.
-  for (int attempt = 0; attempt < 2; ++attempt) {
+  Balancer::Tried tried = 0;
+  for (size_t tries = 1;; ++tries) {
     ec = co_await SendOnce(stream, buffer, scratch, t);
     if (t.client_failed) {
       ReleaseTry(t, false);
@@ -420,13 +486,7 @@ net::awaitable<bool> Worker::Forward(Conn& stream, beast::flat_buffer& buffer, S
         co_await Write(stream, scratch.out, false, send_timeout);
       co_return false;
     }
-    if (!t.up || !ec) break;
-    ReleaseTry(t, false);
-    if (!t.pooled || t.request_has_body || ec == beast::error::timeout ||
-        !(IsIdempotent(req.method) || t.nothing_written)) {
-      break;
-    }
-    gw.upstream_retries.fetch_add(1, std::memory_order_relaxed);
+    if (t.busy || !ec || !Retry(ex, scratch, group, t, ec, tries, tried)) break;
   }
   const SimpleHead* simple = nullptr;
   ResponseParserPtr rp;  // heads of other shapes
@@ -435,9 +495,12 @@ net::awaitable<bool> Worker::Forward(Conn& stream, beast::flat_buffer& buffer, S
                         scratch.upstream_head)) {
       simple = &scratch.upstream_head;
     } else {
-      ec = co_await ReadOtherHead(*t.up, is_head, rp);
+      ec = co_await ReadOtherHead(*t.up, is_head, milliseconds(t.settings->timeout_ms), rp);
     }
-    if (ec) ReleaseTry(t, false);
+    if (ec) {
+      ReleaseTry(t, false);
+      ReportTry(group, t, false);
+    }
   }
   if (t.busy || !t.up || ec) {
     ReplyUpstreamFailure(ex, scratch, t, ec);
@@ -447,6 +510,8 @@ net::awaitable<bool> Worker::Forward(Conn& stream, beast::flat_buffer& buffer, S
   if (rp && rp->get().result_int() == 101)
     co_return co_await Switch(stream, buffer, scratch, t, rp);
   const ResponseFraming f = RenderResponseHead(ex, scratch, simple, rp);
+  ReportTry(group, t, ex.log.upstream_status < 500);
+  const milliseconds timeout(t.settings->timeout_ms);
   bool upstream_failed = false;
   if (simple) {
     t.up->buffer.consume(simple->size);

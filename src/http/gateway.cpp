@@ -65,6 +65,7 @@
 
 #include <tollgate/util/host_port.hpp>
 
+#include "health_check.hpp"
 #include "worker.hpp"
 
 namespace tollgate::http {
@@ -78,22 +79,6 @@ Endpoint SplitHostPort(const std::string& s, const char* what) {
   auto hp = util::SplitHostPort(s);
   if (!hp) throw std::runtime_error(std::string(what) + ": expected host:port, got '" + s + "'");
   return {std::move(hp->host), std::move(hp->port)};
-}
-
-UpstreamTarget ParseUpstream(const std::string& url) {
-  const bool https = url.rfind("https://", 0) == 0;
-  std::string rest = url.substr(https ? 8 : 7);  // after the scheme
-  const size_t slash = rest.find('/');
-  UpstreamTarget t;
-  if (slash != std::string::npos) {
-    t.base_path = rest.substr(slash);
-    if (t.base_path == "/") t.base_path.clear();
-    rest = rest.substr(0, slash);
-  }
-  t.authority = rest;
-  if (rest.find(':') == std::string::npos) rest += https ? ":443" : ":80";
-  t.endpoint = SplitHostPort(rest, "upstream.url");
-  return t;
 }
 
 // server.max_connections when the file says 0 or more than the process can open: the soft
@@ -113,8 +98,12 @@ config::ServerConfig WithFileLimit(const config::Config& config) {
   const size_t threads = config.server.threads > 0
                              ? static_cast<size_t>(config.server.threads)
                              : std::max(1u, std::thread::hardware_concurrency());
+  size_t upstream_connections = 0;
+  for (const config::UpstreamGroupConfig& g : config.upstreams) {
+    for (const config::UpstreamConfig& e : g.endpoints) upstream_connections += e.max_connections;
+  }
   const size_t reserve =
-      config.upstream.max_connections + config.server.admin_max_connections + 64 + 4 * threads;
+      upstream_connections + config.server.admin_max_connections + 64 + 4 * threads;
   const size_t files = lim.rlim_cur == RLIM_INFINITY ? SIZE_MAX : static_cast<size_t>(lim.rlim_cur);
   const size_t fit = files > reserve + 16 ? files - reserve : 16;
   const size_t wanted =
@@ -138,8 +127,6 @@ Gateway::Impl::Impl(std::string path, config::Config config, std::string_view co
                     GatewayServices services)
     : config_path(std::move(path)),
       server(WithFileLimit(config)),
-      upstream_config(config.upstream),
-      upstream(ParseUpstream(config.upstream.url)),
       policies(services.policy),
       decision(config.decision),
       metrics(services.metrics),
@@ -219,6 +206,15 @@ void Gateway::Impl::LogStoreFailure(store::StoreErrc errc) {
 }
 
 core::Result<bool> Gateway::Impl::Install(config::Config config) {
+  // Routes name groups by their index: a reload may not add, remove or reorder them.
+  // (A configuration built in code, without upstreams, has the default group alone.)
+  const size_t n = std::max<size_t>(1, config.upstreams.size());
+  bool same = groups.empty() || groups.size() == n;
+  for (size_t i = 0; same && !groups.empty() && i < n; ++i) {
+    same = groups[i]->config.name ==
+           (config.upstreams.empty() ? config::kDefaultUpstream : config.upstreams[i].name);
+  }
+  if (!same) return core::Error{"upstreams: the groups changed; restart to change them"};
   return policies.Install(std::move(config), [this](size_t keys, const config::KeyConfig& first) {
     NoteUnknownPlans(keys, first);
   });
@@ -351,7 +347,7 @@ core::Result<bool> Gateway::Impl::Reload() {
 }
 
 namespace {
-// The TLS of the listeners and of an https:// upstream (issue 33); throws naming the field.
+// The TLS of the listeners (issue 33; the upstreams' is their groups'); throws naming the field.
 void StartTls(Gateway::Impl& g) {
   // A write to a peer that closed must be an error, not SIGPIPE (OpenSSL writes the socket
   // itself, without MSG_NOSIGNAL).
@@ -365,14 +361,16 @@ void StartTls(Gateway::Impl& g) {
     if (!made) throw std::runtime_error(std::string(field) + ": " + made.error());
     *tls = std::move(made).value();
   }
-  if (g.upstream_config.https()) {
-    auto made = UpstreamTls::Create(g.upstream_config, g.upstream.endpoint.host);
-    if (!made) throw std::runtime_error("upstream.tls: " + made.error());
-    g.upstream_tls = std::move(made).value();
-    if (!g.upstream_config.tls.verify) {
-      g.log.Error(
-          "{\"level\":\"warning\",\"msg\":\"upstream.tls.verify is false: the upstream's "
-          "certificate is not checked\"}");
+}
+
+// Active health checks (issue 33) on the first worker's loop, through its pools.
+void StartHealthChecks(Gateway::Impl& g) {
+  for (const auto& group : g.groups) {
+    if (!group->config.active.enabled()) continue;
+    Worker& w = *g.workers.front();
+    for (size_t i = 0; i < group->endpoints.size(); ++i) {
+      net::co_spawn(w.ioc, CheckHealth(*w.pools[group->first_pool + i], *group, i, g.log),
+                    net::detached);
     }
   }
 }
@@ -384,6 +382,8 @@ Gateway::Gateway(std::string config_path, config::Config config, std::string_vie
                                    std::move(services))) {
   Impl& g = *impl_;
   StartTls(g);
+  g.groups =
+      BuildUpstreamGroups(config, g.metrics, [&g](const std::string& line) { g.log.Error(line); });
   g.admin_endpoints["POST /admin/reset"] = [&g](std::string body, AdminReply reply) {
     g.Reset(std::move(body), std::move(reply));
   };
@@ -419,14 +419,17 @@ Gateway::Gateway(std::string config_path, config::Config config, std::string_vie
   auto sum = [&g](size_t (UpstreamPool::*read)() const) {
     return [&g, read] {
       size_t n = 0;
-      for (const auto& w : g.workers) n += (w->pool.*read)();
+      for (const auto& w : g.workers) {
+        for (const auto& pool : w->pools) n += (*pool.*read)();
+      }
       return static_cast<double>(n);
     };
   };
   g.metrics.Gauge(
       "tollgate_upstream_pool_per_worker",
-      "Upstream connections each worker thread may open (upstream.max_connections / threads).",
-      [&g] { return static_cast<double>(g.workers.front()->pool.shares().connections); });
+      "Upstream connections each worker thread may open to the default group's first endpoint "
+      "(its max_connections / threads).",
+      [&g] { return static_cast<double>(g.workers.front()->pools.front()->shares().connections); });
   g.metrics.Gauge("tollgate_upstream_connections",
                   "Open upstream connections, idle and busy, all workers.",
                   sum(&UpstreamPool::OpenApprox));
@@ -450,6 +453,7 @@ Gateway::Gateway(std::string config_path, config::Config config, std::string_vie
   } catch (const boost::system::system_error& e) {
     throw std::runtime_error(std::string("cannot listen: ") + e.what());
   }
+  StartHealthChecks(g);  // they run with the loops (Run)
 }
 
 Gateway::~Gateway() = default;

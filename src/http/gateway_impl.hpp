@@ -48,9 +48,9 @@
 #include "listener_tls.hpp"
 #include "live_page.hpp"
 #include "top.hpp"
+#include "upstream_groups.hpp"
 #include "upstream_head.hpp"
 #include "upstream_pool.hpp"
-#include "upstream_tls.hpp"
 
 namespace tollgate::http {
 
@@ -67,12 +67,6 @@ using util::JsonEscape;
 namespace bhttp = boost::beast::http;
 using engine::kMaxChecks;
 using util::AppendDecimal;
-
-struct UpstreamTarget {
-  Endpoint endpoint;
-  std::string authority;  // host[:port] as upstream.url writes it: the Host of requests without one
-  std::string base_path;  // prefixed to every forwarded target; empty or "/api"
-};
 
 // What a connection was accepted on.
 enum class Listener {
@@ -135,8 +129,8 @@ struct Gateway::Impl {
   std::string config_path;
   const config::ServerConfig server;  // not reloadable: needs a restart
   const AdminGuard admin_guard{server.admin_listen, server.admin_hosts, server.admin_token};
-  const config::UpstreamConfig upstream_config;
-  const UpstreamTarget upstream;
+  // The upstream groups (issue 33; the default first), built at start: not reloadable.
+  std::vector<std::unique_ptr<UpstreamGroup>> groups;
 
   // Handed in (GatewayServices::policy): the policy in force and its generation.
   policy::PolicyHolder& policies;
@@ -257,8 +251,6 @@ struct Gateway::Impl {
 
   std::vector<std::unique_ptr<Worker>> workers;
 
-  // TLS to an https:// upstream; null: plaintext.
-  std::unique_ptr<UpstreamTls> upstream_tls;
   // TLS of the gateway and admin listeners (server.tls, server.admin_tls); null: plaintext.
   std::unique_ptr<ListenerTls> gateway_tls, admin_tls;
   ListenerTls* TlsOf(Listener l) const {

@@ -101,7 +101,7 @@ net::awaitable<bool> Worker::Switch(Conn& stream, beast::flat_buffer& buffer, Sc
   // server.max_upgraded_connections bounds it instead.
   t.claim.Unhold();
   const std::unique_ptr<UpstreamConnection> up = std::move(t.up);
-  pool.Leave();
+  t.pool->Leave();
   Tunnel::End end;
   {
     const Uncounted not_in_flight(gw.in_flight);  // the drain does not wait for a tunnel

@@ -37,19 +37,23 @@ void HeadFromBeast(const RequestParser& p, RequestHead& head) {
 
 }  // namespace
 
-Worker::Worker(Gateway::Impl& g, size_t i, size_t workers)
-    : gw(g),
-      index(i),
-      pool(ioc, conns,
-           {.shares = UpstreamPool::SharesOf(g.upstream_config, workers),
-            .endpoint = g.upstream.endpoint,
-            .connect_timeout = milliseconds(g.upstream_config.connect_timeout_ms),
-            .queue_timeout = milliseconds(g.upstream_config.queue_timeout_ms),
-            .start_tls = g.upstream_tls
-                             ? std::function<bool(Stream&)>(
-                                   [&t = *g.upstream_tls](Stream& s) { return t.Start(s); })
-                             : nullptr},
-           g.upstream_stale) {}
+Worker::Worker(Gateway::Impl& g, size_t i, size_t workers) : gw(g), index(i) {
+  for (const auto& group : g.groups) {
+    for (const GroupEndpoint& e : group->endpoints) {
+      pools.push_back(std::make_unique<UpstreamPool>(
+          ioc, conns,
+          UpstreamPool::Options{
+              .shares = UpstreamPool::SharesOf(e.config, workers),
+              .endpoint = e.target.endpoint,
+              .connect_timeout = milliseconds(e.config.connect_timeout_ms),
+              .queue_timeout = milliseconds(e.config.queue_timeout_ms),
+              .start_tls = e.tls ? std::function<bool(Stream&)>(
+                                       [&t = *e.tls](Stream& s) { return t.Start(s); })
+                                 : nullptr},
+          g.upstream_stale));
+    }
+  }
+}
 
 net::awaitable<void> Worker::Accept(tcp::acceptor& a, Listener listener) {
   const bool admin_listener = listener == Listener::kAdmin;

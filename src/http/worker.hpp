@@ -51,9 +51,10 @@ class Worker {
   TopOffenders top;       // GET /admin/top and the live page merge every worker's (MergeTop)
   // Only this thread touches its sockets: the reactor needs no lock around their operations.
   net::io_context ioc{BOOST_ASIO_CONCURRENCY_HINT_UNSAFE_IO};
-  // Keep-alive connections to the upstream: this thread's share of upstream.max_connections,
-  // and of upstream.queue_size for requests waiting for one of them. Its counts are gauges.
-  UpstreamPool pool;
+  // Keep-alive connections to each upstream endpoint, of every group in turn (Gateway::Impl::
+  // groups, UpstreamGroup::first_pool): this thread's share of its max_connections, and of its
+  // queue_size for requests waiting for one of them. Their counts are gauges.
+  std::vector<std::unique_ptr<UpstreamPool>> pools;
   std::optional<tcp::acceptor> acceptor;
   std::optional<tcp::acceptor> admin;
   std::optional<tcp::acceptor> decision;  // the decision service (worker 0 only)
@@ -140,6 +141,11 @@ class Worker {
     bool nothing_written = false;
     bool reached_upstream = false;
     size_t head_size = 0;  // of the answer's head in up->buffer
+    // The endpoint of this try (issue 33): its pool and settings, and its outstanding count.
+    UpstreamPool* pool = nullptr;
+    const config::UpstreamConfig* settings = nullptr;
+    size_t endpoint = 0;
+    Balancer::Lease lease;
   };
   using ResponseParserPtr = std::unique_ptr<bhttp::response_parser<bhttp::buffer_body>>;
   struct ResponseFraming {
@@ -148,10 +154,18 @@ class Worker {
     bool chunked = false;  // sent to the client in chunked encoding
     bool keep = false;     // the client connection stays open
   };
-  void RenderForwardHead(Exchange& ex, Scratch& scratch);
+  void RenderForwardHead(Exchange& ex, Scratch& scratch, const GroupEndpoint& to);
   // forward.cpp: the proxy headers tollgate sets (upstream.forwarded_headers, issue 31).
   void AppendProxyHeaders(const Exchange& ex, bool trusted, std::string_view host,
+                          const config::UpstreamConfig::ForwardedHeaders& want,
                           util::StringAppender& head);
+  // Sets t for endpoint `i` of `group` (its pool, settings and outstanding count) and renders
+  // the request's head for it.
+  void Aim(Exchange& ex, Scratch& scratch, UpstreamGroup& group, size_t i, UpstreamTry& t);
+  // The end of a try at t.endpoint for passive health: `ok` an answer below 500.
+  void ReportTry(UpstreamGroup& group, const UpstreamTry& t, bool ok);
+  // 503 no_healthy_upstream: every endpoint of the group is out (issue 33).
+  void ReplyNoHealthy(Exchange& ex, Scratch& scratch, UpstreamGroup& group);
   static std::string_view ClientIp(const Exchange& ex, bool trusted);
   // The request body, up to server.body_buffer_bytes of it, into `body` before any upstream
   // connection is taken (issue 31: a trickling body held one for as long as it trickled).
@@ -165,7 +179,7 @@ class Worker {
   net::awaitable<bool> ReadBodyFirst(Conn& stream, beast::flat_buffer& buffer, Scratch& scratch,
                                      UpstreamTry& t, std::string& body, ClientBody& client);
   // Starts t.claim for the request's client (upstream.max_client_share_percent).
-  void ClaimShare(const Exchange& ex, UpstreamTry& t);
+  void ClaimShare(const Exchange& ex, UpstreamTry& t, const UpstreamGroup& group);
   // The answer to a request body that could not be read, into scratch.out: 413 past
   // server.max_body_bytes, 408 when it came too slowly, 431 for a trailer section past
   // server.max_header_bytes or max_header_fields, 400 when malformed; false when the client
@@ -174,12 +188,17 @@ class Worker {
   // Gives t.up back (see UpstreamPool::Release()) and the client's count of it.
   void ReleaseTry(UpstreamTry& t, bool reusable) {
     t.claim.Unhold();
-    pool.Release(std::move(t.up), reusable);
+    t.pool->Release(std::move(t.up), reusable);
   }
   net::awaitable<beast::error_code> SendOnce(Conn& stream, beast::flat_buffer& buffer,
                                              Scratch& scratch, UpstreamTry& t);
+  // After try number `tries` failed with `ec`: reports it for passive health and aims t at the
+  // next try (forward.cpp has the rules); false when there is none. `tried`: the endpoints
+  // tried so far.
+  bool Retry(Exchange& ex, Scratch& scratch, UpstreamGroup& group, UpstreamTry& t,
+             beast::error_code ec, size_t tries, Balancer::Tried& tried);
   net::awaitable<beast::error_code> ReadOtherHead(UpstreamConnection& up, bool is_head,
-                                                  ResponseParserPtr& rp);
+                                                  milliseconds timeout, ResponseParserPtr& rp);
   void ReplyUpstreamFailure(Exchange& ex, Scratch& scratch, const UpstreamTry& t,
                             beast::error_code ec);
   ResponseFraming RenderResponseHead(Exchange& ex, Scratch& scratch, const SimpleHead* simple,
@@ -259,6 +278,8 @@ class Exchange {
   // target (`path`, `query`, and `authority` of an absolute-form target, which becomes the
   // forwarded Host) and every X-Forwarded-For line joined.
   std::string_view method, path, query, authority, forwarded_for, presented;
+  std::string_view route_host;  // the host routes meet (policy::RouteHost); empty: none
+  size_t upstream = 0;          // the group of the request's route (Gateway::Impl::groups)
   bool has_query = false;
   bool client_keep_alive = false;
   bool reply_keep = false;                            // after Reply()

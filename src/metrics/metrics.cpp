@@ -50,7 +50,10 @@ constexpr Family kFamilies[] = {
     {"tollgate_tls_handshakes_total", "counter",
      "TLS handshakes on a listener, by listener and result (ok, failed, timeout)."},
     {"tollgate_upstream_retries_total", "counter",
-     "Requests sent again on a new upstream connection (idempotent, or nothing written)."},
+     "Requests sent again on a new upstream connection (idempotent, or nothing written), to "
+     "another endpoint of the group when one is admitted."},
+    {"tollgate_upstream_no_healthy_total", "counter",
+     "Requests answered 503 no_healthy_upstream: every endpoint of their group was out."},
     {"tollgate_accept_errors_total", "counter",
      "Failed accepts (EMFILE, ENFILE, ENOBUFS, ...); each backs off before the next."},
     {"tollgate_connections_refused_total", "counter",

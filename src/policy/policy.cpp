@@ -348,6 +348,8 @@ std::optional<core::Error> Policy::BuildRoutes(const config::Config& config) {
     r.max_header_bytes = rc.max_header_bytes;
     r.max_body_bytes = rc.max_body_bytes;
     route_size_limits_ = route_size_limits_ || rc.max_header_bytes || rc.max_body_bytes;
+    r.hosts = rc.hosts;
+    r.upstream = rc.upstream_index;
     const bool by_address =
         r.identity == config::RouteIdentity::kIp || r.identity == config::RouteIdentity::kKeyOrIp;
     if (by_address && anonymous_.limits.empty() && rc.limits.empty()) {

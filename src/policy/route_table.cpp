@@ -42,7 +42,8 @@ bool MethodMatches(const Route& r, std::string_view method, bool any_case) {
 }
 
 bool Matches(const Route& r, Spelling spelling, std::string_view method, std::string_view path,
-             std::string_view folded) {
+             std::string_view folded, std::string_view host) {
+  if (!r.hosts.empty() && !HostMatches(r.hosts, host)) return false;
   if (spelling == Spelling::kAsSent || !r.fold) {
     return MethodMatches(r, method, false) &&
            PathMatches(r.exact_pattern, r.exact_literal, path, false);
@@ -67,6 +68,51 @@ bool LastSegmentHasDot(std::string_view path) {
 
 }  // namespace
 
+std::optional<std::string_view> RouteHost(std::string_view field) {
+  if (field.empty()) return field;
+  if (field.front() == '[') {
+    const size_t close = field.find(']');
+    if (close == std::string_view::npos) return std::nullopt;
+    const std::string_view rest = field.substr(close + 1);
+    if (!rest.empty() && rest.front() != ':') return std::nullopt;
+    return field.substr(0, close + 1);
+  }
+  std::string_view name = field.substr(0, field.find(':'));
+  if (!name.empty() && name.back() == '.') name.remove_suffix(1);
+  // Labels of letters, digits, '-' and '_', none empty: a spelling no upstream reads as
+  // another name ("api.example.com.." and "api%2eexample.com" are refused).
+  bool label_empty = true;
+  for (const char c : name) {
+    if (c == '.') {
+      if (label_empty) return std::nullopt;
+      label_empty = true;
+      continue;
+    }
+    const bool alnum = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+    if (!alnum && c != '-' && c != '_') return std::nullopt;
+    label_empty = false;
+  }
+  if (label_empty) return std::nullopt;
+  return name;
+}
+
+bool HostMatches(const std::vector<std::string>& hosts, std::string_view host) {
+  if (host.empty()) return false;
+  for (const std::string& h : hosts) {
+    if (h.starts_with("*.")) {
+      // Any name below it, never the name itself: "*.example.com" takes "a.b.example.com".
+      const std::string_view suffix = std::string_view(h).substr(1);
+      if (host.size() > suffix.size() &&
+          util::EqualsIgnoreCase(host.substr(host.size() - suffix.size()), suffix)) {
+        return true;
+      }
+    } else if (util::EqualsIgnoreCase(host, h)) {
+      return true;
+    }
+  }
+  return false;
+}
+
 int Strictness(const Route& r) {
   const int fail = r.fail_mode == config::FailMode::kClosed  ? 2
                    : r.fail_mode == config::FailMode::kLocal ? 1
@@ -77,6 +123,7 @@ int Strictness(const Route& r) {
 }
 
 void RouteTable::Add(Route route) {
+  any_host_ = any_host_ || !route.hosts.empty();
   if (route.fold) {
     any_fold_ = true;
     fold_invariant_ = fold_invariant_ && route.literal == route.exact_literal &&
@@ -89,11 +136,12 @@ void RouteTable::Add(Route route) {
   routes_.push_back(std::move(route));
 }
 
-const Route& RouteTable::Match(std::string_view method, std::string_view path) const {
+const Route& RouteTable::Match(std::string_view method, std::string_view path,
+                               std::string_view host) const {
   const Route* as_sent = nullptr;
   if (!any_fold_) {
     for (const Route& r : routes_) {
-      if (Matches(r, Spelling::kAsSent, method, path, path)) return r;
+      if (Matches(r, Spelling::kAsSent, method, path, path, host)) return r;
     }
     return default_route_;
   }
@@ -110,9 +158,10 @@ const Route& RouteTable::Match(std::string_view method, std::string_view path) c
   const Route* fold = nullptr;
   const Route* suffixed = nullptr;
   for (const Route& r : routes_) {
-    if (!as_sent && Matches(r, Spelling::kAsSent, method, path, folded)) as_sent = &r;
-    if (!same && !fold && Matches(r, Spelling::kFolded, method, path, folded)) fold = &r;
-    if (suffix && !suffixed && Matches(r, Spelling::kFoldedWithSuffix, method, path, folded)) {
+    if (!as_sent && Matches(r, Spelling::kAsSent, method, path, folded, host)) as_sent = &r;
+    if (!same && !fold && Matches(r, Spelling::kFolded, method, path, folded, host)) fold = &r;
+    if (suffix && !suffixed &&
+        Matches(r, Spelling::kFoldedWithSuffix, method, path, folded, host)) {
       suffixed = &r;
     }
     if (as_sent && (same || fold) && (!suffix || suffixed)) break;

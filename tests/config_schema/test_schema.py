@@ -126,7 +126,7 @@ class SchemaFileTests(SchemaTestCase):
         self.assertEqual(self.schema["$schema"], "https://json-schema.org/draft/2020-12/schema")
 
     def test_every_field_the_loader_reads_is_in_the_schema(self):
-        sources = ["loader.cpp", "keys.cpp", "limits.cpp", "routes.cpp", "tls.cpp"]
+        sources = ["loader.cpp", "keys.cpp", "limits.cpp", "routes.cpp", "tls.cpp", "upstreams.cpp"]
         loader_fields = set()
         for name in sources:
             with open(os.path.join(ROOT, "src", "config", name), encoding="utf-8") as f:

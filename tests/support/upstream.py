@@ -9,6 +9,8 @@ GET  /early         sends 103 Early Hints, then 200
 GET  /__stats       {"received": N, "in_progress": M, "connections": C, "resumed": R}: requests
                     seen and still being answered (tests use it to know a request has reached
                     the upstream), connections accepted, and those that resumed a TLS session
+GET  /__health      answers the status POST /__health?status=NNN set last (200 at first), not
+                    counted in /__stats: an endpoint's health check that a test turns bad
 With --tls-cert and --tls-key it speaks HTTPS (--tls-client-ca: a client certificate required).
 ANY  /echo...       (and any other path) answers JSON describing the request it received
 """
@@ -28,6 +30,7 @@ class Stats:
     in_progress = 0
     connections = 0
     resumed = 0  # TLS connections that resumed a session
+    health = 200  # what /__health answers
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -47,6 +50,13 @@ class Handler(BaseHTTPRequestHandler):
 
     def _answer(self):
         url = urlsplit(self.path)
+        if url.path == "/__health":
+            if self.command == "POST":
+                Stats.health = int(parse_qs(url.query).get("status", ["200"])[0])
+            self.send_response(Stats.health)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
         if url.path == "/__stats":
             with Stats.lock:
                 out = json.dumps({"received": Stats.received,

@@ -161,6 +161,51 @@ struct UpstreamConfig {
   bool https() const { return url.rfind("https://", 0) == 0; }
 };
 
+// Several upstreams (`upstreams:`, issue 33): a named group of endpoints, each with the
+// group's settings (timeouts, max_connections per endpoint, tls, ...), chosen per request by
+// `balance` among the endpoints that are admitted (docs/configuration.md, "upstreams").
+enum class Balance : uint8_t { kRoundRobin, kLeastOutstanding };
+inline constexpr util::NameTable<Balance, 2> kBalanceNames = {
+    {{Balance::kRoundRobin, "round_robin"}, {Balance::kLeastOutstanding, "least_outstanding"}}};
+static_assert(util::IsDense(kBalanceNames));
+
+// Passive health: an endpoint that fails `consecutive_failures` requests in a row (a connect
+// failure, a timeout, a broken answer or a 5xx) is ejected for base_ejection_ms, doubled at each
+// ejection up to max_ejection_ms, and then admitted again. 0 failures: off (the `upstream:`
+// section's group, so that one upstream is never ejected).
+struct PassiveHealthConfig {
+  int consecutive_failures = 5;
+  int base_ejection_ms = 1'000;
+  int max_ejection_ms = 30'000;
+};
+
+// Active health: GET `path` on each endpoint every interval_ms (a new connection each time);
+// unhealthy_threshold failed checks in a row (no answer within timeout_ms, or a status not in
+// healthy_statuses) eject it until healthy_threshold checks in a row pass. Off while `path` is
+// empty.
+struct ActiveHealthConfig {
+  std::string path;
+  int interval_ms = 5'000;
+  int timeout_ms = 1'000;
+  int unhealthy_threshold = 1;
+  int healthy_threshold = 1;
+  std::vector<int> healthy_statuses;  // empty: 200 to 299
+  bool enabled() const { return !path.empty(); }
+};
+
+struct UpstreamGroupConfig {
+  std::string name;
+  // Each endpoint's url, with the group's other settings; at most 64, one base path for all.
+  std::vector<UpstreamConfig> endpoints;
+  Balance balance = Balance::kRoundRobin;
+  PassiveHealthConfig passive;
+  ActiveHealthConfig active;
+};
+
+// The name of the group a route without `upstream:` goes to: the `upstream:` section, or
+// `upstreams.default`.
+inline constexpr std::string_view kDefaultUpstream = "default";
+
 // Where the limiter's state lives (`store.type`): this process's memory, or a Redis shared by
 // the replicas. The names are the config file's, and the admin health answer's.
 enum class StoreType : uint8_t { kMemory, kRedis };
@@ -383,6 +428,13 @@ struct RouteConfig {
   // any limit is counted. Unset: the server's.
   std::optional<size_t> max_header_bytes;
   std::optional<uint64_t> max_body_bytes;
+  // `host:` (issue 33, virtual hosts): the route matches only requests for one of these hosts,
+  // lower-case, without a port or a trailing dot; "*.example.com" for any name below it. Empty:
+  // any host.
+  std::vector<std::string> hosts;
+  // `upstream:`: the group its requests go to (an index of Config::upstreams); 0: the default.
+  std::string upstream = std::string(kDefaultUpstream);
+  size_t upstream_index = 0;
 };
 
 struct IdentityConfig {
@@ -408,7 +460,12 @@ struct DenyConfig {
 
 struct Config {
   ServerConfig server;
+  // The `upstream:` section (or the default group's first endpoint when `upstreams.default` is
+  // given instead).
   UpstreamConfig upstream;
+  // Every group, the default one first (its name kDefaultUpstream): `upstream:` as a group of
+  // one endpoint without passive health, or `upstreams.default`; then the others by name.
+  std::vector<UpstreamGroupConfig> upstreams;
   StoreConfig store;
   Mode mode = Mode::kEnforce;
   IdentityConfig identity;

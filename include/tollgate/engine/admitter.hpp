@@ -21,19 +21,21 @@ namespace tollgate::engine {
 // instead (issue 31) meet. Overrides are honoured on POST only: the `_method` query parameter
 // (Symfony, Laravel) is read here; `header_overrides(fn)` calls fn(method) for each method the
 // transport's header fields name (X-HTTP-Method-Override and the like; a transport without
-// header fields passes NoOverrideFields). Allocation-free.
+// header fields passes NoOverrideFields). `host`: the request's (policy::RouteHost; empty: none)
+// for routes that name hosts. Allocation-free.
 struct NoOverrideFields {
   template <class Fn>
   void operator()(Fn&&) const {}
 };
-// Calls fn(route) for each route the request meets: its method's first, then those of the
-// methods it asks for instead.
+// Calls fn(route) for each route the request meets (for `host`, empty: none): its method's
+// first, then those of the methods it asks for instead.
 template <class HeaderOverrides, class Fn>
 void ForEachRouteMet(const policy::Policy& pol, std::string_view method, std::string_view path,
-                     std::string_view query, HeaderOverrides&& header_overrides, Fn&& fn) {
-  fn(pol.Match(method, path));
+                     std::string_view query, HeaderOverrides&& header_overrides, Fn&& fn,
+                     std::string_view host = {}) {
+  fn(pol.Match(method, path, host));
   if (!util::EqualsIgnoreCase(method, "POST")) return;
-  auto meet = [&](std::string_view m) { fn(pol.Match(m, path)); };
+  auto meet = [&](std::string_view m) { fn(pol.Match(m, path, host)); };
   header_overrides(meet);
   if (query.find("_method") != std::string_view::npos) {
     util::ForEachQueryParam(query, [&meet](std::string_view name, std::string_view value, bool) {
@@ -44,11 +46,15 @@ void ForEachRouteMet(const policy::Policy& pol, std::string_view method, std::st
 template <class HeaderOverrides>
 const policy::Route& StrictestRoute(const policy::Policy& pol, std::string_view method,
                                     std::string_view path, std::string_view query,
-                                    HeaderOverrides&& header_overrides) {
+                                    HeaderOverrides&& header_overrides,
+                                    std::string_view host = {}) {
   const policy::Route* strictest = nullptr;
-  ForEachRouteMet(pol, method, path, query, header_overrides, [&](const policy::Route& r) {
-    if (!strictest || policy::Stricter(r, *strictest)) strictest = &r;
-  });
+  ForEachRouteMet(
+      pol, method, path, query, header_overrides,
+      [&](const policy::Route& r) {
+        if (!strictest || policy::Stricter(r, *strictest)) strictest = &r;
+      },
+      host);
   return *strictest;
 }
 
@@ -60,14 +66,18 @@ struct SizeLimits {
 };
 template <class HeaderOverrides>
 SizeLimits SizeLimitsMet(const policy::Policy& pol, std::string_view method, std::string_view path,
-                         std::string_view query, HeaderOverrides&& header_overrides) {
+                         std::string_view query, HeaderOverrides&& header_overrides,
+                         std::string_view host = {}) {
   SizeLimits s;
-  ForEachRouteMet(pol, method, path, query, header_overrides, [&s](const policy::Route& r) {
-    if (r.max_header_bytes)
-      s.head_bytes = std::min(*r.max_header_bytes, s.head_bytes.value_or(*r.max_header_bytes));
-    if (r.max_body_bytes)
-      s.body_bytes = std::min(*r.max_body_bytes, s.body_bytes.value_or(*r.max_body_bytes));
-  });
+  ForEachRouteMet(
+      pol, method, path, query, header_overrides,
+      [&s](const policy::Route& r) {
+        if (r.max_header_bytes)
+          s.head_bytes = std::min(*r.max_header_bytes, s.head_bytes.value_or(*r.max_header_bytes));
+        if (r.max_body_bytes)
+          s.body_bytes = std::min(*r.max_body_bytes, s.body_bytes.value_or(*r.max_body_bytes));
+      },
+      host);
   return s;
 }
 

@@ -147,9 +147,11 @@ class Policy {
   // Whether a route has size limits of its own (max_header_bytes, max_body_bytes).
   bool route_size_limits() const { return route_size_limits_; }
   // The route a request meets (RouteTable::Match).
-  const Route& Match(std::string_view method, std::string_view path) const {
-    return routes_.Match(method, path);
+  const Route& Match(std::string_view method, std::string_view path,
+                     std::string_view host = {}) const {
+    return routes_.Match(method, path, host);
   }
+  bool HasHostRoutes() const { return routes_.has_hosts(); }
   // The request's cost from the route and the query string ("pages=120&x=1"). Errors are
   // client errors (400): a count that is not a non-negative integer.
   core::Result<int64_t> Cost(const Route& route, std::string_view query) const;

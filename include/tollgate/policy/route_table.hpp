@@ -46,7 +46,20 @@ struct Route {
   bool fold = true;
   std::optional<size_t> max_header_bytes;  // config::RouteConfig's; unset: the server's
   std::optional<uint64_t> max_body_bytes;
+  // Virtual hosts (config::RouteConfig::hosts): lower-case names, "*.example.com" wildcards;
+  // empty: any host.
+  std::vector<std::string> hosts;
+  size_t upstream = 0;  // the group its requests go to (config::Config::upstreams)
 };
+
+// The host of a Host field value (or of an absolute-form target's authority) as routes match
+// it: without its port and one trailing dot, its case as sent (matched ignoring case). nullopt
+// when it is no plain name: a label empty or of other bytes than letters, digits, '-' and '_'
+// (no percent-encoding, no second trailing dot), or a bracketed IPv6 address, which is kept
+// whole. Empty for an empty field (HTTP/1.0 without Host).
+std::optional<std::string_view> RouteHost(std::string_view field);
+// Whether `host` (RouteHost's) is one of `hosts` (a route's), ignoring case.
+bool HostMatches(const std::vector<std::string>& hosts, std::string_view host);
 
 // Thread-compatible to build, thread-safe once built (immutable).
 class RouteTable {
@@ -62,14 +75,18 @@ class RouteTable {
   // and a GET route matches HEAD. The strictest of the three routes applies (Strictness);
   // on a tie a route that matched before the default route, then the folded spelling's, then
   // the suffixed one's. None: the default route (identity key, cost 1, fail open).
-  const Route& Match(std::string_view method, std::string_view path) const;
+  // `host` (RouteHost's; empty: none): routes with hosts match only when it is one of them.
+  const Route& Match(std::string_view method, std::string_view path,
+                     std::string_view host = {}) const;
 
   const std::vector<Route>& routes() const { return routes_; }
+  bool has_hosts() const { return any_host_; }  // some route names hosts
 
  private:
   std::vector<Route> routes_;
   Route default_route_;
   bool any_fold_ = false;  // some route folds
+  bool any_host_ = false;  // some route names hosts
   // Every folding route's pattern and methods read alike folded or not: a path and method that
   // need no fold then meet the same route as sent and folded.
   bool fold_invariant_ = true;

@@ -233,6 +233,21 @@
     top('top-keys', 'key');
     top('top-addresses', 'address');
 
+    const endpoints = [];
+    for (const u of data.upstreams) for (const e of u.endpoints) endpoints.push([u, e]);
+    fill('upstreams', endpoints, (tr, [u, e]) => {
+      tr.dataset.endpoint = e.url;
+      cell(tr, u.group + ' (' + u.balance + ')');
+      cell(tr, e.url);
+      const state = cell(tr, e.state === 'ejected'
+        ? 'ejected (' + Math.ceil(e.ejected_ms / 1000) + ' s)' : e.state.replace('_', ' '));
+      state.className = 'badge ' + (e.state === 'admitted' ? 'ok' : 'bad');
+      state.dataset.state = e.state;
+      cell(tr, count(e.outstanding), true);
+      cell(tr, count(e.requests), true);
+      cell(tr, count(e.ejections), true);
+    });
+
     $('usage-periods').textContent = '(today ' + data.usage.day + ', month ' + data.usage.month + ')' +
                                      (data.usage.error ? ': ' + data.usage.error : '');
     drawUsage($('usage-chart'), data.usage.accounts);
