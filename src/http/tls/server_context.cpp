@@ -150,12 +150,14 @@ std::optional<core::Error> ServerContext::Reload(int64_t now_unix) {
   if (!loaded) {
     stats_.reloads_error.fetch_add(1, std::memory_order_relaxed);
     std::lock_guard lock(mu_);
+    seen_ = files;
     files_ = std::move(files);  // not tried again until they change again
     return core::Error{loaded.error()};
   }
   std::lock_guard lock(mu_);
   if (served_) stats_.reloads_ok.fetch_add(1, std::memory_order_relaxed);
   served_ = std::move(loaded).value();
+  seen_ = files;
   files_ = std::move(files);
   return std::nullopt;
 }
@@ -208,9 +210,11 @@ std::vector<ServerContext::FileState> ServerContext::StatFiles(const ServerOptio
 }
 
 bool ServerContext::FilesChanged() const {
-  const std::vector<FileState> now = StatFiles(options_);
+  std::vector<FileState> now = StatFiles(options_);
   std::lock_guard lock(mu_);
-  return now != files_;
+  const bool settled = now == seen_;
+  seen_ = std::move(now);
+  return settled && seen_ != files_;
 }
 
 int64_t ServerContext::FirstExpiryUnix() const { return Current()->set.FirstExpiryUnix(); }

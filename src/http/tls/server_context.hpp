@@ -74,7 +74,9 @@ class ServerContext {
   // Loads every certificate again; when one is refused, the error names it and nothing changes.
   std::optional<core::Error> Reload(int64_t now_unix);
   // Whether a file changed since the last load (inode, size or mtime of what its path resolves
-  // to now: a symlink swap, as Kubernetes does, counts).
+  // to now: a symlink swap, as Kubernetes does, counts) and stayed as it is since the call
+  // before: a certificate and its key written one after the other are loaded together, not
+  // refused in between.
   bool FilesChanged() const;
   // The soonest expiry of the certificates served now.
   int64_t FirstExpiryUnix() const;
@@ -98,7 +100,8 @@ class ServerContext {
     bool operator==(const FileState&) const = default;
   };
   static std::vector<FileState> StatFiles(const ServerOptions& options);
-  std::vector<FileState> files_;  // as of the last load; under mu_
+  std::vector<FileState> files_;         // as of the last load; under mu_
+  mutable std::vector<FileState> seen_;  // as of the last FilesChanged(); under mu_
   mutable ServerStats stats_;
 };
 
