@@ -83,6 +83,8 @@ int RunCli(int argc, char** argv, const Commands& commands) {
       ->excludes(by_key);
   explain_cmd->add_option("--method", explain.method, "The request's method (GET)");
   explain_cmd->add_option("--path", explain.path, "The request's path and query (/)");
+  explain_cmd->add_option("--host", explain.host,
+                          "The request's Host, for routes with `host:` (none)");
 
   ReplayArgs replay;
   CLI::App* replay_cmd = AddReplay(app, replay);

@@ -20,7 +20,7 @@ struct UsageArgs {
 };
 
 struct ExplainArgs {
-  std::string config, key_id, address, method = "GET", path = "/";
+  std::string config, key_id, address, method = "GET", path = "/", host;
 };
 
 struct ReplayArgs {

@@ -126,9 +126,10 @@ int Explain(const tollgate::app::ExplainArgs& args) {
   }
   const std::string who =
       args.key_id.empty() ? "address=" + Escape(args.address) : "key_id=" + Escape(args.key_id);
-  const auto [status, body] = HttpGet(
-      config->server.admin_listen,
-      "/admin/explain?" + who + "&method=" + Escape(args.method) + "&path=" + Escape(args.path));
+  const auto [status, body] = HttpGet(config->server.admin_listen,
+                                      "/admin/explain?" + who + "&method=" + Escape(args.method) +
+                                          "&path=" + Escape(args.path) +
+                                          (args.host.empty() ? "" : "&host=" + Escape(args.host)));
   std::fwrite(body.data(), 1, body.size(), status == 200 ? stdout : stderr);
   std::fputc('\n', status == 200 ? stdout : stderr);
   return status == 200 ? tollgate::app::kExitOk : tollgate::app::kExitError;

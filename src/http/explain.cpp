@@ -81,6 +81,10 @@ void Gateway::Impl::Explain(std::string query, AdminReply reply) {
   const auto address = util::QueryValue(query, "address");
   const std::string method = util::QueryValue(query, "method").value_or("GET");
   const std::string raw_path = util::QueryValue(query, "path").value_or("/");
+  // The Host a request would send, as the gateway reads it for routes with `host:`.
+  const std::string host_field = util::QueryValue(query, "host").value_or("");
+  const std::optional<std::string_view> host = policy::RouteHost(host_field);
+  if (!host) return problem(400, "invalid_host", "the host is not a plain name");
   if (key_id.has_value() == address.has_value())
     return problem(400, "invalid_explain", "give key_id or address (and method, path)");
   auto e = std::make_shared<Explanation>();
@@ -103,8 +107,8 @@ void Gateway::Impl::Explain(std::string query, AdminReply reply) {
   }
   // The route and the deny verdict a request of that caller would meet (no header overrides:
   // an explanation names its method).
-  const policy::Route& route =
-      engine::StrictestRoute(pol, method, target.path, target.query, engine::NoOverrideFields{});
+  const policy::Route& route = engine::StrictestRoute(pol, method, target.path, target.query,
+                                                      engine::NoOverrideFields{}, *host);
   e->answer["route"] = json::object{{"name", route.name},
                                     {"identity", IdentityKind(route.identity)},
                                     {"fail_mode", config::FailModeName(route.fail_mode)}};

@@ -330,6 +330,18 @@ class VirtualHostTests(GroupsCase):
                 # The upstream gets the host the route was chosen by.
                 self.assertEqual(body["headers"]["Host"], target.split("/")[2])
 
+    def test_explain_meets_the_route_of_its_host(self):
+        rows = [("", "none"), ("&host=API.example.com:443", "key"),
+                ("&host=a.static.example.com", "none"), ("&host=other.example.com", "none")]
+        for host, identity in rows:
+            with self.subTest(host=host):
+                r = self.gw.admin("GET", "/admin/explain?key_id=k1&path=/v1/items" + host)
+                self.assertEqual(r.status, 200, r)
+                self.assertEqual(r.json()["route"]["identity"], identity)
+        r = self.gw.admin("GET", "/admin/explain?key_id=k1&path=/v1/items&host=api..example.com")
+        self.assertEqual(r.status, 400, r)
+        self.assertEqual(r.json()["code"], "invalid_host")
+
     def test_routes_choose_groups_by_path(self):
         for path, want in [("/to-static/a", "static"), ("/TO-STATIC/b", "static"),
                            ("/elsewhere", "default")]:
