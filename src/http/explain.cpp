@@ -81,8 +81,7 @@ void Gateway::Impl::Explain(std::string query, AdminReply reply) {
   const auto address = util::QueryValue(query, "address");
   const std::string method = util::QueryValue(query, "method").value_or("GET");
   const std::string raw_path = util::QueryValue(query, "path").value_or("/");
-  // The Host a request would send, as the gateway reads it for routes with `host:`.
-  const std::string host_field = util::QueryValue(query, "host").value_or("");
+  const std::string host_field = util::QueryValue(query, "host").value_or("");  // as Host reads
   const std::optional<std::string_view> host = policy::RouteHost(host_field);
   if (!host) return problem(400, "invalid_host", "the host is not a plain name");
   if (key_id.has_value() == address.has_value())
