@@ -7,7 +7,7 @@ Admitted Admitter::Admit(const AdmitRequest& r, std::span<store::Check> checks,
   Admitted out;
   out.route = r.route;
   if (r.route) {
-    out.keyed = LimitedByKey(*r.route, r.presented_key) || r.about_the_key;
+    out.keyed = LimitedByKey(*r.route, r.presented_key) || r.about_the_key || r.key_required;
   } else {
     out.keyed = r.presented_key;
   }

@@ -373,6 +373,17 @@ std::optional<Step> Exchange::CheckSizes(Scratch& scratch) {
   return std::nullopt;
 }
 
+bool Exchange::Demands(const policy::Route& route) {
+  using I = config::RouteIdentity;
+  // Only a POST meets other routes (its overrides'); the strictest of them may demand less.
+  const I demanded = util::EqualsIgnoreCase(method, "POST")
+                         ? engine::StrongestIdentityMet(*policy, method, path, query,
+                                                        OverrideFields{*head}, route_host)
+                         : route.identity;
+  cert_route = route.identity == I::kClientCert || demanded == I::kClientCert;
+  return demanded == I::kClientCert || demanded == I::kKey;
+}
+
 bool Exchange::ReadKey() {
   // A client_cert route reads no API key; on others a certificate stands for a key when the
   // request presents none.
@@ -413,8 +424,8 @@ Step Exchange::Identify(Scratch& scratch) {
   // The status and usage endpoints are about the caller's key, whatever the route, and
   // consume nothing.
   const bool about_the_key = status_endpoint || usage_endpoint;
-  cert_route = route.identity == config::RouteIdentity::kClientCert;
-  const bool certified = engine::ReadsKey(&route, about_the_key) && ReadKey();
+  const bool key_required = Demands(route);
+  const bool certified = (engine::ReadsKey(&route, about_the_key) || key_required) && ReadKey();
   const std::shared_ptr<const policy::DenyList> runtime_deny = gw.RuntimeDeny();
   const engine::Admitted admission = engine::Admitter(pol).Admit(
       {.route = &route,
@@ -425,6 +436,7 @@ Step Exchange::Identify(Scratch& scratch) {
        .fixed_cost = about_the_key ? std::optional<int64_t>(0) : std::nullopt,
        .now = now,
        .about_the_key = about_the_key,
+       .key_required = key_required,
        .runtime_deny = runtime_deny.get()},
       checks, scopes);
   if (admission.denied) return Blocked(scratch);

@@ -319,6 +319,9 @@ class Exchange {
   Step Identify(Scratch& scratch);
   // The routes' own size limits (max_header_bytes, max_body_bytes): 431 or 413 when over them.
   std::optional<Step> CheckSizes(Scratch& scratch);
+  // Sets cert_route; whether a route the request meets demands a key that `route`, the strictest,
+  // does not (engine::StrongestIdentityMet).
+  bool Demands(const policy::Route& route);
   // The key the request presents (`presented`, `key`), or the one its client certificate names;
   // true in that second case.
   bool ReadKey();

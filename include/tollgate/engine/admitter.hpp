@@ -58,6 +58,29 @@ const policy::Route& StrictestRoute(const policy::Policy& pol, std::string_view 
   return *strictest;
 }
 
+// How strong an identity a route demands: client_cert > key > key_or_ip > ip > none.
+inline int IdentityStrength(config::RouteIdentity i) {
+  using I = config::RouteIdentity;
+  return i == I::kClientCert ? 4 : i == I::kKey ? 3 : i == I::kKeyOrIp ? 2 : i == I::kIp ? 1 : 0;
+}
+// The strongest identity of the routes a request meets: the strictest route (StrictestRoute) may
+// be another, and an override must not walk past a route that demands a key or a certificate
+// (the upstream may run the request's own method).
+template <class HeaderOverrides>
+config::RouteIdentity StrongestIdentityMet(const policy::Policy& pol, std::string_view method,
+                                           std::string_view path, std::string_view query,
+                                           HeaderOverrides&& header_overrides,
+                                           std::string_view host = {}) {
+  config::RouteIdentity strongest = config::RouteIdentity::kNone;
+  ForEachRouteMet(
+      pol, method, path, query, header_overrides,
+      [&strongest](const policy::Route& r) {
+        if (IdentityStrength(r.identity) > IdentityStrength(strongest)) strongest = r.identity;
+      },
+      host);
+  return strongest;
+}
+
 // The smallest size limits of the routes a request meets (max_header_bytes, max_body_bytes): a
 // method override must not lead to a route that takes larger requests. Unset: the server's.
 struct SizeLimits {
@@ -93,6 +116,8 @@ struct AdmitRequest {
   core::Instant now;
   bool about_the_key = false;  // the endpoint is about the caller's key (GET /v1/rate-limit):
                                // limited by key whatever the route
+  bool key_required = false;   // another route the request meets demands a key
+                               // (StrongestIdentityMet): limited by key whatever the route
   const policy::DenyList* runtime_deny = nullptr;  // the adapter's runtime list (admin API)
   // false: a denied request gets no checks (the adapter answers 403, or OVER_LIMIT); true: the
   // verdict is only reported and the checks are written as for any request (explain, reset).

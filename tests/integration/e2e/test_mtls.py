@@ -55,7 +55,7 @@ class MtlsCase(GatewayTestCase):
                                      uris=["spiffe://example.test/svc-c"])
         self.nobody = self.certs.leaf("nobody", ["nobody.test"])
 
-    def start_gateway(self, mode="optional", ca_file=None):
+    def start_gateway(self, mode="optional", ca_file=None, routes=(), capacity=3):
         self.upstream = harness.Upstream(self)
         cfg = {
             "server": {"threads": 2, "access_log": False, "tls": {
@@ -63,7 +63,7 @@ class MtlsCase(GatewayTestCase):
                 "client_certificates": {"mode": mode, "ca_file": ca_file or self.certs.ca}}},
             "store": {"type": "memory"},
             "mode": "enforce",
-            "plans": {"small": {"limits": [slow_bucket(3)]}},
+            "plans": {"small": {"limits": [slow_bucket(capacity)]}},
             "keys": [
                 {"cert_sha256": fingerprint(self.svc_a[0], colons=True), "id": "svc-a",
                  "plan": "small"},
@@ -71,8 +71,8 @@ class MtlsCase(GatewayTestCase):
                 {"cert_name": "spiffe://example.test/svc-c", "id": "svc-c", "plan": "small"},
                 {"key": "sk-human", "id": "human", "plan": "small"},
             ],
-            "routes": [{"path": "/machines/*", "identity": "client_cert"},
-                       {"path": "/public/*", "identity": "ip"}],
+            "routes": list(routes) + [{"path": "/machines/*", "identity": "client_cert"},
+                                      {"path": "/public/*", "identity": "ip"}],
             "anonymous": {"limits": [slow_bucket(1000)]},
             "upstream": {"url": self.upstream.url},
         }
@@ -84,7 +84,10 @@ class MtlsCase(GatewayTestCase):
             ctx.load_cert_chain(*cert)
         return ctx
 
-    def get(self, path, cert=None, headers=None, ctx=None, session=None):
+    def post(self, path, cert=None, headers=None):
+        return self.get(path, cert, headers, method="POST")
+
+    def get(self, path, cert=None, headers=None, ctx=None, session=None, method="GET"):
         """(status, headers, body, the TLS socket's session and whether it was resumed)."""
         raw = socket.create_connection(("127.0.0.1", self.gw.port), timeout=5)
         tls = (ctx or self.context(cert)).wrap_socket(raw, server_hostname="localhost",
@@ -92,7 +95,8 @@ class MtlsCase(GatewayTestCase):
         conn = http.client.HTTPConnection("127.0.0.1", self.gw.port, timeout=5)
         conn.sock = tls
         try:
-            conn.request("GET", path, headers=headers or {})
+            conn.request(method, path, body=b"" if method == "POST" else None,
+                         headers=headers or {})
             r = conn.getresponse()
             body = r.read()
             return r.status, {k.lower(): v for k, v in r.getheaders()}, body, tls.session, \
@@ -190,6 +194,43 @@ class RefusalTests(MtlsCase):
                     harness.wait_until(lambda: self.handshakes("failed") == failed + 1))
         self.assertEqual(self.upstream.stats()["received"], 0)
         self.assertEqual(self.get("/machines/x", self.svc_a)[0], 200)
+
+
+class OverrideTests(MtlsCase):
+    """A POST asking for another method meets that method's route too: when the strictest of
+    them (here the fail-closed one) demands less, the POST route's key or certificate is still
+    required, since the upstream may run the POST."""
+
+    def test_an_override_does_not_walk_past_a_key_or_a_certificate(self):
+        self.start_gateway(capacity=100, routes=[
+            {"path": "/m/*", "method": "POST", "identity": "client_cert"},
+            {"path": "/m/*", "method": "DELETE", "identity": "ip", "fail_mode": "closed"},
+            {"path": "/k/*", "method": "POST", "identity": "key"},
+            {"path": "/k/*", "method": "DELETE", "identity": "ip", "fail_mode": "closed"},
+        ])
+        overrides = [("X-HTTP-Method-Override", "DELETE"), ("X-HTTP-Method", "DELETE"),
+                     ("X-Method-Override", "delete"), ("x_http_method_override", "DELETE"),
+                     ("?_method=", "DELETE")]
+        for name, value in overrides:
+            headers = {} if name.startswith("?") else {name: value}
+            q = "?_method=" + value if name.startswith("?") else ""
+            with self.subTest(override=name):
+                before = self.upstream.stats()["received"]
+                status, _, body, _, _ = self.post("/m/x" + q, None, headers)
+                self.assertEqual(status, 403, body)
+                self.assertIn(b"client_certificate_required", body)
+                status, _, body, _, _ = self.post("/k/x" + q, None, headers)
+                self.assertEqual(status, 401, body)
+                self.assertIn(b"missing_api_key", body)
+                self.assertEqual(self.upstream.stats()["received"], before)
+                # With the credential each demands: served, as that key.
+                status, _, body, _, _ = self.post("/m/x" + q, self.svc_a, headers)
+                self.assertEqual(status, 200, body)
+                self.assertEqual(self.echoed(body)["x-tollgate-key-id"], "svc-a")
+                auth = dict(headers, Authorization="Bearer sk-human")
+                status, _, body, _, _ = self.post("/k/x" + q, None, auth)
+                self.assertEqual(status, 200, body)
+                self.assertEqual(self.echoed(body)["x-tollgate-key-id"], "human")
 
 
 class ForgedHeaderTests(MtlsCase):
