@@ -4,6 +4,7 @@
 #include <cctype>
 #include <cstdint>
 #include <set>
+#include <tollgate/util/ascii.hpp>
 #include <tollgate/util/digest.hpp>
 
 #include "config/files.hpp"
@@ -78,6 +79,8 @@ KeyConfig ParseKey(const YAML::Node& n, const std::string& path,
   if (n["cert_name"]) {
     k.cert_name = Name(n["cert_name"], Join(path, "cert_name"));
     if (k.cert_name.empty()) Fail(Join(path, "cert_name"), "must not be empty");
+    // DNS names and CNs are compared in lower case; URIs (a SPIFFE ID) as written.
+    if (k.cert_name.find("://") == std::string::npos) k.cert_name = util::AsciiLower(k.cert_name);
   }
   if (!n["id"]) Fail(Join(path, "id"), "required");
   k.id = Name(n["id"], Join(path, "id"));

@@ -347,7 +347,10 @@ void Worker::ReplyUpstreamFailure(Exchange& ex, Scratch& scratch, const Upstream
                timeout ? "upstream_timeout"
                : tls   ? "upstream_tls_failed"
                        : "upstream_unavailable",
-               ec ? ec.message() : "no upstream connection", scratch.rate_headers.Rendered());
+               tls ? "the TLS handshake with the upstream failed"  // its reason is not the client's
+               : ec ? ec.message()
+                    : "no upstream connection",
+               scratch.rate_headers.Rendered());
 }
 
 // The answer's head as the client gets it, into scratch.out: our rate-limit headers in place

@@ -33,7 +33,8 @@ core::Result<std::unique_ptr<ClientContext>> ClientContext::Create(ClientOptions
   std::unique_ptr<ClientContext> c(new ClientContext(std::move(options), ctx));
   const ClientOptions& o = c->options_;
   SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
-  // An upstream closing without close_notify ends the stream (as on the listeners).
+  // An upstream closing without close_notify ends the stream, as on the listeners and as nginx
+  // takes it: a body framed by that close is taken as whole (many servers never send one).
   SSL_CTX_set_options(
       ctx, SSL_OP_NO_RENEGOTIATION | SSL_OP_NO_COMPRESSION | SSL_OP_IGNORE_UNEXPECTED_EOF);
   if (o.verify) {
@@ -73,10 +74,14 @@ int ClientContext::OnNewSession(SSL* ssl, SSL_SESSION* session) {
   auto* self =
       static_cast<ClientContext*>(SSL_CTX_get_ex_data(SSL_get_SSL_CTX(ssl), context_index));
   if (!self) return 0;
+  // A copy of its own: the connection's session is marked not resumable when that connection
+  // ends badly, and it changes while the connection lives; the copy is shared read-only.
+  SSL_SESSION* copy = SSL_SESSION_dup(session);
+  if (!copy) return 0;
   std::lock_guard lock(self->mu_);
   if (self->last_session_) SSL_SESSION_free(self->last_session_);
-  self->last_session_ = session;
-  return 1;  // the reference is ours now
+  self->last_session_ = copy;
+  return 0;  // the connection's own reference stays OpenSSL's
 }
 
 bool ClientContext::Prepare(SSL* ssl) const {

@@ -28,11 +28,15 @@ std::vector<std::string> NamesOf(X509* cert) {
     }
     GENERAL_NAMES_free(sans);
   }
+  // The CN only when there is no subjectAltName, as name checks do (RFC 6125): a CA whose names
+  // are constrained may still write any CN.
+  const bool any_san = !uris.empty() || !dns.empty();
   uris.insert(uris.end(), dns.begin(), dns.end());
   X509_NAME* subject = X509_get_subject_name(cert);
-  const int at = X509_NAME_get_index_by_NID(subject, NID_commonName, -1);
+  const int at = any_san ? -1 : X509_NAME_get_index_by_NID(subject, NID_commonName, -1);
   if (at >= 0) {
-    uris.push_back(TextOf(X509_NAME_ENTRY_get_data(X509_NAME_get_entry(subject, at))));
+    uris.push_back(
+        util::AsciiLower(TextOf(X509_NAME_ENTRY_get_data(X509_NAME_get_entry(subject, at)))));
   }
   return uris;
 }

@@ -13,7 +13,8 @@ namespace tollgate::http::tls {
 struct PeerCertificate {
   std::string sha256_hex;  // SHA-256 of the DER, 64 lower-case hex digits
   std::string subject;     // RFC 2253 ("CN=svc-a,O=Example"); control characters escaped
-  // URI subjectAltNames (a SPIFFE ID), then DNS ones (lower case), then the subject's CN.
+  // URI subjectAltNames (a SPIFFE ID), then DNS ones (lower case); the subject's CN (lower
+  // case) only when there is no subjectAltName.
   std::vector<std::string> names;
 };
 

@@ -110,6 +110,10 @@ core::Result<std::unique_ptr<ServerContext>> ServerContext::Create(ServerOptions
   // Resumption: tickets (keys of this context, kept across reloads: the certificates' contexts
   // come and go, the sessions' context stays) and a server-side cache for clients without.
   SSL_CTX_set_session_cache_mode(base, SSL_SESS_CACHE_SERVER);
+  // A resumed session keeps the client certificate it was verified with: with client
+  // certificates, sessions last 5 minutes (not OpenSSL's 2 hours), so a CA taken out of the CA
+  // file, or a certificate expired, stops being accepted within that.
+  if (c->options_.client_auth != ClientAuth::kOff) SSL_CTX_set_timeout(base, 300);
   SSL_CTX_set_tlsext_servername_callback(base, OnServerName);
   SSL_CTX_set_tlsext_servername_arg(base, c.get());
   if (auto e = c->Reload(now_unix)) return *e;

@@ -54,6 +54,7 @@ class MtlsCase(GatewayTestCase):
         self.svc_c = self.certs.leaf("svc-c", ["svc-c.test"],
                                      uris=["spiffe://example.test/svc-c"])
         self.nobody = self.certs.leaf("nobody", ["nobody.test"])
+        self.cn_billing = self.certs.leaf("billing", ["other.test"])  # its CN is not a name
 
     def start_gateway(self, mode="optional", ca_file=None, routes=(), capacity=3):
         self.upstream = harness.Upstream(self)
@@ -67,7 +68,10 @@ class MtlsCase(GatewayTestCase):
             "keys": [
                 {"cert_sha256": fingerprint(self.svc_a[0], colons=True), "id": "svc-a",
                  "plan": "small"},
-                {"cert_name": "svc-b.internal", "id": "svc-b", "plan": "small"},
+                # DNS names in any case.
+                {"cert_name": "SVC-B.Internal", "id": "svc-b", "plan": "small"},
+                # A CN counts only in a certificate without subjectAltNames.
+                {"cert_name": "billing", "id": "billing", "plan": "small"},
                 {"cert_name": "spiffe://example.test/svc-c", "id": "svc-c", "plan": "small"},
                 {"key": "sk-human", "id": "human", "plan": "small"},
             ],
@@ -166,6 +170,8 @@ class RefusalTests(MtlsCase):
         rows = [
             ("no certificate", None, {}, 403, "client_certificate_required"),
             ("a certificate naming no key", self.nobody, {}, 403, "unknown_client_certificate"),
+            ("a key's name as the CN beside subjectAltNames", self.cn_billing, {}, 403,
+             "unknown_client_certificate"),
             ("an API key instead", None, {"Authorization": "Bearer sk-human"}, 403,
              "client_certificate_required"),
             ("an API key and a certificate naming no key", self.nobody,

@@ -101,7 +101,8 @@ class BalanceTests(GroupsCase):
         self.gw = harness.Gateway(self, gateway_config(
             {"g": {"endpoints": urls, "balance": "least_outstanding"}}))
         import threading
-        slow = threading.Thread(target=lambda: self.gw.get("/slow?ms=2500", timeout=10))
+        # Slow enough to outlast the fast requests on a loaded machine.
+        slow = threading.Thread(target=lambda: self.gw.get("/slow?ms=8000", timeout=15))
         slow.start()
         try:
             self.assertTrue(harness.wait_until(
@@ -113,7 +114,7 @@ class BalanceTests(GroupsCase):
             self.assertEqual(counts[busy], 1, counts)       # the slow request alone
             self.assertEqual(counts[1 - busy], 12, counts)  # every fast one on the idle one
         finally:
-            slow.join(timeout=10)
+            slow.join(timeout=15)
 
 
 class PassiveHealthTests(GroupsCase):

@@ -10,6 +10,7 @@
   certificate and says so at start.
 - PoolTests: 60 requests over TLS 1.3 (whose session tickets arrive on idle connections) use one
   upstream connection, none found stale; a new connection resumes the session.
+- CloseFramedTests: a body framed by the upstream's close, without close_notify, is relayed.
 - NginxUpstreamTests: a real nginx over https: verified, SNI sent, one pooled connection for
   sequential requests; another CA refused.
 - ClientCertificateTests: an upstream that requires a client certificate.
@@ -39,7 +40,7 @@ def gateway_config(upstream_url, tls, threads=2):
         "plans": {"free": {"limits": [{"name": "burst", "algorithm": "token_bucket",
                                        "capacity": 1000, "refill_per_second": 1000}]}},
         "routes": [{"path": "/public/*", "identity": "ip"},
-                   {"path": "/slow", "identity": "ip"}],
+                   {"path": "/slow", "identity": "ip"}, {"path": "/unframed", "identity": "ip"}],
         "anonymous": {"limits": [{"name": "ip", "algorithm": "token_bucket", "capacity": 1000,
                                   "refill_per_second": 1000}]},
         "upstream": up,
@@ -151,6 +152,17 @@ http {
   }
 }
 """
+
+
+class CloseFramedTests(UpstreamTlsCase):
+
+    def test_a_body_framed_by_the_upstreams_close(self):
+        # The test upstream (Python's ssl) closes without close_notify, as many servers do: a
+        # body framed by that close is relayed whole (and chunked to the client).
+        leaf = self.certs.leaf("localhost", ["localhost"])
+        self.start_pair(leaf, {"ca_file": self.certs.ca, "server_name": "localhost"})
+        r = self.gw.get("/unframed?bytes=5000")
+        self.assertEqual((r.status, r.body), (200, b"u" * 5000))
 
 
 class NginxUpstreamTests(UpstreamTlsCase):
