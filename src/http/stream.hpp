@@ -63,8 +63,12 @@ class Stream : public internal::Socket {
   explicit Stream(boost::asio::ip::tcp::socket&& s) : internal::Socket(std::move(s)) {}
   Stream(const Stream&) = delete;
   Stream& operator=(const Stream&) = delete;
+  // A TLS connection still open ends with close_notify (pooled upstream connections, health
+  // checks: a connection closed without one is reported as cut short by its peer).
   ~Stream() {
-    if (ssl_) tls_ops::Free(ssl_);
+    if (!ssl_) return;
+    CloseNotify();
+    tls_ops::Free(ssl_);
   }
 
   // TLS from now on, as the server (or the client) of `ctx`; the handshake is
