@@ -514,26 +514,25 @@ class GatewayTestCase(unittest.TestCase):
     def _dump_logs(self, max_lines=80):
         for p in getattr(self, "processes", []):
             for label, path in (("stdout", p.stdout_path), ("stderr", p.stderr_path)):
-                try:
-                    with open(path, "rb") as f:
-                        lines = f.read().decode(errors="replace").splitlines()
-                except OSError:
-                    continue
-                sys.stderr.write("---- %s %s (pid %d, exit %s, last %d of %d lines)\n" % (
-                    p.name, label, p.pid, p.proc.returncode, min(max_lines, len(lines)), len(lines)))
-                for line in lines[-max_lines:]:
-                    sys.stderr.write(line + "\n")
+                self._dump_log("%s %s (pid %d, exit %s" % (p.name, label, p.pid, p.proc.returncode),
+                               path, max_lines)
         for label, path in getattr(self, "extra_logs", []):
-            try:
-                with open(path, "rb") as f:
-                    lines = f.read().decode(errors="replace").splitlines()
-            except OSError:
-                continue
-            sys.stderr.write("---- %s (last %d of %d lines)\n" % (
-                label, min(max_lines, len(lines)), len(lines)))
-            for line in lines[-max_lines:]:
-                sys.stderr.write(line + "\n")
+            self._dump_log(label + " (", path, max_lines)
         sys.stderr.flush()
+
+    @staticmethod
+    def _dump_log(title, path, max_lines):
+        """The last lines of the file at `path` to stderr, under "---- <title>last N of M lines)"."""
+        try:
+            with open(path, "rb") as f:
+                lines = f.read().decode(errors="replace").splitlines()
+        except OSError:
+            return
+        sep = "" if title.endswith("(") else ", "
+        sys.stderr.write("---- %s%slast %d of %d lines)\n" % (
+            title, sep, min(max_lines, len(lines)), len(lines)))
+        for line in lines[-max_lines:]:
+            sys.stderr.write(line + "\n")
 
     # Helpers shared by the tests.
 
