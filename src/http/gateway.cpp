@@ -206,15 +206,24 @@ void Gateway::Impl::LogStoreFailure(store::StoreErrc errc) {
 }
 
 core::Result<bool> Gateway::Impl::Install(config::Config config) {
-  // Routes name groups by their index: a reload may not add, remove or reorder them.
+  // Routes name groups by their index: a reload may not add, remove or reorder them. The pools
+  // are built from the groups at start: a changed endpoint or setting waits for a restart, as
+  // the rest of `upstream` and `server` do, and the log says so.
   // (A configuration built in code, without upstreams, has the default group alone.)
   const size_t n = std::max<size_t>(1, config.upstreams.size());
   bool same = groups.empty() || groups.size() == n;
+  bool settings = true;
   for (size_t i = 0; same && !groups.empty() && i < n; ++i) {
     same = groups[i]->config.name ==
            (config.upstreams.empty() ? config::kDefaultUpstream : config.upstreams[i].name);
+    settings = settings && (config.upstreams.empty() || groups[i]->config == config.upstreams[i]);
   }
   if (!same) return core::Error{"upstreams: the groups changed; restart to change them"};
+  if (!settings) {
+    log.Error(
+        "{\"level\":\"warning\",\"msg\":\"upstreams: changed endpoints or settings of a group "
+        "apply at the next restart; the running ones stay\"}");
+  }
   return policies.Install(std::move(config), [this](size_t keys, const config::KeyConfig& first) {
     NoteUnknownPlans(keys, first);
   });

@@ -145,6 +145,7 @@ struct UpstreamConfig {
     bool x_forwarded_port = false;
     bool x_real_ip = true;
     bool forwarded = false;  // RFC 7239: for=, host=, proto=
+    bool operator==(const ForwardedHeaders&) const = default;
   } forwarded_headers;
   // The most of a thread's share of max_connections, and of queue_size, that one client (its
   // address, and its key when it has one) may hold at once; past it, 503 upstream_busy at once.
@@ -157,8 +158,10 @@ struct UpstreamConfig {
     std::string server_name;  // SNI and the name verified; empty: the url's host
     std::string cert_file;    // a client certificate (PEM) and its key, both or neither
     std::string key_file;
+    bool operator==(const Tls&) const = default;
   } tls;
   bool https() const { return url.rfind("https://", 0) == 0; }
+  bool operator==(const UpstreamConfig&) const = default;
 };
 
 // Several upstreams (`upstreams:`, issue 33): a named group of endpoints, each with the
@@ -177,6 +180,7 @@ struct PassiveHealthConfig {
   int consecutive_failures = 5;
   int base_ejection_ms = 1'000;
   int max_ejection_ms = 30'000;
+  bool operator==(const PassiveHealthConfig&) const = default;
 };
 
 // Active health: GET `path` on each endpoint every interval_ms (a new connection each time);
@@ -191,6 +195,7 @@ struct ActiveHealthConfig {
   int healthy_threshold = 1;
   std::vector<int> healthy_statuses;  // empty: 200 to 299
   bool enabled() const { return !path.empty(); }
+  bool operator==(const ActiveHealthConfig&) const = default;
 };
 
 struct UpstreamGroupConfig {
@@ -200,6 +205,7 @@ struct UpstreamGroupConfig {
   Balance balance = Balance::kRoundRobin;
   PassiveHealthConfig passive;
   ActiveHealthConfig active;
+  bool operator==(const UpstreamGroupConfig&) const = default;
 };
 
 // The name of the group a route without `upstream:` goes to: the `upstream:` section, or

@@ -396,6 +396,12 @@ class ReloadTests(GroupsCase):
         self.assertEqual(self.gw.admin("POST", "/admin/reload").status, 200)
         self.assertEqual(self.gw.get("/c").status, 200)  # now the default group
         self.assertEqual(self.counts(), [2, 1])
+        warning = b"changed endpoints or settings of a group apply at the next restart"
+        self.assertNotIn(warning, self.gw.process.read_stderr())
+        # Another endpoint in a group: reloaded, the running endpoints kept, and said so.
+        self.gw.rewrite(dict(cfg, upstreams={"g": {"endpoints": [urls[1]]}}))
+        self.assertEqual(self.gw.admin("POST", "/admin/reload").status, 200)
+        self.assertIn(warning, self.gw.process.read_stderr())
 
 
 class StartupTests(GroupsCase):
