@@ -222,7 +222,8 @@ std::optional<Step> Exchange::ReadTarget(Scratch& scratch) {
   method = head->method;
   path = target;  // for the log line of a refusal
   query = {};
-  if (decision_service) DescribedRequest(target);
+  std::string_view described_host;  // the original request's Host, from a trusted proxy
+  if (decision_service) DescribedRequest(target, described_host);
 
   // Framing and Host first (RFC 9112), then one canonical target for everything after:
   // routes, cost, the log and the forwarded request line (issue 18).
@@ -253,7 +254,9 @@ std::optional<Step> Exchange::ReadTarget(Scratch& scratch) {
   // authority replaces Host), in a spelling no upstream reads as another name.
   if (!policy->HasHostRoutes()) return std::nullopt;
   const std::optional<std::string_view> named =
-      policy::RouteHost(authority.empty() ? host : authority);
+      policy::RouteHost(!described_host.empty() ? described_host
+                        : authority.empty()     ? host
+                                                : authority);
   route_host = named.value_or(std::string_view());
   if (!named) {
     gw.metrics.Counter("tollgate_bad_requests_total", "code=\"invalid_host\"")
@@ -490,25 +493,27 @@ Step Exchange::Blocked(Scratch& scratch) {
                           "this client is blocked");
 }
 
-void Exchange::DescribedRequest(std::string_view& target) {
+void Exchange::DescribedRequest(std::string_view& target, std::string_view& host) {
   Gateway::Impl& gw = w_->gw;
   // One proxy's headers only: Traefik forwards every client header to the check, so a client's
   // own X-Original-URI beside Traefik's X-Forwarded-Uri must not be read (issue 18). Envoy's
   // ext_authz sends the original method and path as the check request's own.
-  std::string_view uri, original_method;
+  std::string_view uri, original_method, original_host;
   switch (gw.decision.proxy) {
     case config::DecisionProxy::kNginx:
       uri = head->Get("X-Original-URI");
       original_method = head->Get("X-Original-Method");
+      original_host = head->Get("X-Original-Host");
       break;
     case config::DecisionProxy::kTraefik:
       uri = head->Get("X-Forwarded-Uri");
       original_method = head->Get("X-Forwarded-Method");
+      original_host = head->Get("X-Forwarded-Host");
       break;
     case config::DecisionProxy::kEnvoy:
       return;
   }
-  if (uri.empty() && original_method.empty()) return;
+  if (uri.empty() && original_method.empty() && original_host.empty()) return;
   if (!policy->IsTrusted(peer_ip)) {
     // Anyone who can reach the listener could name a cheaper route: decided on the check
     // request's own line instead, and counted.
@@ -517,6 +522,7 @@ void Exchange::DescribedRequest(std::string_view& target) {
   }
   if (!uri.empty()) target = uri;
   if (!original_method.empty()) method = original_method;
+  host = original_host;  // for routes with `host:`; empty: the check request's own
 }
 
 Step Exchange::Conclude(Scratch& scratch) {

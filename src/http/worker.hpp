@@ -328,9 +328,10 @@ class Exchange {
   Step Blocked(Scratch& scratch);  // 403 blocked: on a deny list
   // forwarded_for (every X-Forwarded-For line, joined) and client.
   void JoinForwardedFor(Scratch& scratch);
-  // The decision service: the original request's method (into `method`) and target, from the
-  // headers of the configured proxy (decision.proxy), believed only from a trusted peer.
-  void DescribedRequest(std::string_view& target);
+  // The decision service: the original request's method (into `method`), target and Host (for
+  // routes with `host:`), from the headers of the configured proxy (decision.proxy: nginx's
+  // X-Original-*, Traefik's X-Forwarded-*), believed only from a trusted peer.
+  void DescribedRequest(std::string_view& target, std::string_view& host);
   Step Pass(Scratch& scratch);  // allowed: forwarded, or the decision service's 200
 
   Worker* w_ = nullptr;  // Begin()'s

@@ -182,6 +182,16 @@ class NginxTests(DecisionTestCase):
         self.nginx = Nginx(self, self.decision_port, self.upstream.port)
         return gw
 
+    def test_the_original_host_meets_host_routes(self):
+        # The example config sends X-Original-Host: $host.
+        routes = [{"host": "api.example.com", "path": "/*", "identity": "key"},
+                  {"path": "/*", "identity": "none"}]
+        self.start_all(config(routes=routes))
+        self.assertEqual(self.nginx.get("/v1/x", headers={"Host": "api.example.com"}).status, 401)
+        self.assertEqual(self.nginx.get("/v1/x", headers={"Host": "www.example.com"}).status, 200)
+        r = self.nginx.get("/v1/x", key=FREE_KEY, headers={"Host": "api.example.com"})
+        self.assertEqual(r.status, 200, r)
+
     def test_serial_cap_then_429_with_retry_after_and_headers(self):
         self.start_all(config(capacity=5))
         for i in range(5):
@@ -326,6 +336,20 @@ class TraefikForwardAuthTests(DecisionTestCase):
         self.assertRateLimited(self.decide("POST", "/login", xff="203.0.113.7"))
         # GET /login is not that route: it needs a key.
         self.assertEqual(self.decide("GET", "/login", xff="203.0.113.7").status, 401)
+
+    def test_forwarded_host_meets_host_routes(self):
+        # A strict virtual host (a key needed) beside an open catch-all: the original Host, as
+        # X-Forwarded-Host names it, chooses the route, and only from a trusted peer.
+        routes = [{"host": "api.example.com", "path": "/*", "identity": "key"},
+                  {"path": "/*", "identity": "none"}]
+        self.start_decision(config(routes=routes))
+        rows = [("api.example.com", 401), ("API.Example.com:443", 401),
+                ("static.example.com", 200), ("api..example.com", 400)]
+        for host, status in rows:
+            with self.subTest(host=host):
+                r = self.decide("GET", "/v1/x", headers={"X-Forwarded-Host": host})
+                self.assertEqual(r.status, status, r)
+        self.assertEqual(self.decide("GET", "/v1/x", key=FREE_KEY).status, 200)
 
     def test_forwarded_for_from_a_trusted_peer_names_the_client(self):
         self.start_decision(config())
