@@ -355,9 +355,7 @@ void Exchange::JoinForwardedFor(Scratch& scratch) {
   }
 }
 
-std::optional<Step> Exchange::CheckSizes(Scratch& scratch) {
-  const engine::SizeLimits max =
-      engine::SizeLimitsMet(*policy, method, path, query, OverrideFields{*head}, route_host);
+std::optional<Step> Exchange::CheckSizes(Scratch& scratch, const engine::SizeLimits& max) {
   const auto refuse = [&](bhttp::status status, const char* code, const char* what, uint64_t n) {
     client_keep_alive = false;
     return w_->ReplyProblem(*this, scratch, status, code,
@@ -376,13 +374,8 @@ std::optional<Step> Exchange::CheckSizes(Scratch& scratch) {
   return std::nullopt;
 }
 
-bool Exchange::Demands(const policy::Route& route) {
+bool Exchange::Demands(const policy::Route& route, config::RouteIdentity demanded) {
   using I = config::RouteIdentity;
-  // Only a POST meets other routes (its overrides'); the strictest of them may demand less.
-  const I demanded = util::EqualsIgnoreCase(method, "POST")
-                         ? engine::StrongestIdentityMet(*policy, method, path, query,
-                                                        OverrideFields{*head}, route_host)
-                         : route.identity;
   cert_route = route.identity == I::kClientCert || demanded == I::kClientCert;
   return demanded == I::kClientCert || demanded == I::kKey;
 }
@@ -408,13 +401,15 @@ Step Exchange::Identify(Scratch& scratch) {
   Worker& w = *w_;
   Gateway::Impl& gw = w.gw;
   const policy::Policy& pol = *policy;
-  const policy::Route& route =  // the strictest the method and its overrides meet
-      engine::StrictestRoute(pol, method, path, query, OverrideFields{*head}, route_host);
+  // The routes the method and its overrides meet: the strictest's limits apply.
+  const engine::RoutesMet met =
+      engine::MeetRoutes(pol, method, path, query, OverrideFields{*head}, route_host);
+  const policy::Route& route = *met.strictest;
   upstream = route.upstream;
   log.route = route.label;  // what tollgate replay re-derives routes and costs against
   log.cost_param = route.cost.query;
   if (pol.route_size_limits()) {
-    if (auto refused = CheckSizes(scratch)) return *refused;
+    if (auto refused = CheckSizes(scratch, met.sizes)) return *refused;
   }
   now = util::SystemClock::Instance().Now();
   const auto& pub = gw.server.public_endpoints;
@@ -427,7 +422,7 @@ Step Exchange::Identify(Scratch& scratch) {
   // The status and usage endpoints are about the caller's key, whatever the route, and
   // consume nothing.
   const bool about_the_key = status_endpoint || usage_endpoint;
-  const bool key_required = Demands(route);
+  const bool key_required = Demands(route, met.strongest);
   const bool certified = (engine::ReadsKey(&route, about_the_key) || key_required) && ReadKey();
   const std::shared_ptr<const policy::DenyList> runtime_deny = gw.RuntimeDeny();
   const engine::Admitted admission = engine::Admitter(pol).Admit(

@@ -20,6 +20,10 @@
 #include "upgrade_head.hpp"
 #include "upstream_pool.hpp"
 
+namespace tollgate::engine {
+struct SizeLimits;  // admitter.hpp
+}  // namespace tollgate::engine
+
 namespace tollgate::http {
 
 // One worker thread: its event loop, listeners and connections, and the parts it keeps for
@@ -317,11 +321,12 @@ class Exchange {
   // The request's Upgrade (ReadUpgradeAsk), or 400/426 invalid_upgrade when it is malformed.
   std::optional<Step> ReadUpgrade(Scratch& scratch, Listener listener);
   Step Identify(Scratch& scratch);
-  // The routes' own size limits (max_header_bytes, max_body_bytes): 431 or 413 when over them.
-  std::optional<Step> CheckSizes(Scratch& scratch);
-  // Sets cert_route; whether a route the request meets demands a key that `route`, the strictest,
-  // does not (engine::StrongestIdentityMet).
-  bool Demands(const policy::Route& route);
+  // The routes' own size limits (max_header_bytes, max_body_bytes; the smallest of the routes
+  // met): 431 or 413 when over them.
+  std::optional<Step> CheckSizes(Scratch& scratch, const engine::SizeLimits& max);
+  // Sets cert_route from `route` (the strictest) and `demanded` (the strongest identity of the
+  // routes met, engine::RoutesMet); whether a key is required.
+  bool Demands(const policy::Route& route, config::RouteIdentity demanded);
   // The key the request presents (`presented`, `key`), or the one its client certificate names;
   // true in that second case.
   bool ReadKey();

@@ -43,65 +43,53 @@ void ForEachRouteMet(const policy::Policy& pol, std::string_view method, std::st
     });
   }
 }
-template <class HeaderOverrides>
-const policy::Route& StrictestRoute(const policy::Policy& pol, std::string_view method,
-                                    std::string_view path, std::string_view query,
-                                    HeaderOverrides&& header_overrides,
-                                    std::string_view host = {}) {
-  const policy::Route* strictest = nullptr;
-  ForEachRouteMet(
-      pol, method, path, query, header_overrides,
-      [&](const policy::Route& r) {
-        if (!strictest || policy::Stricter(r, *strictest)) strictest = &r;
-      },
-      host);
-  return *strictest;
-}
-
 // How strong an identity a route demands: client_cert > key > key_or_ip > ip > none.
 inline int IdentityStrength(config::RouteIdentity i) {
   using I = config::RouteIdentity;
   return i == I::kClientCert ? 4 : i == I::kKey ? 3 : i == I::kKeyOrIp ? 2 : i == I::kIp ? 1 : 0;
 }
-// The strongest identity of the routes a request meets: the strictest route (StrictestRoute) may
-// be another, and an override must not walk past a route that demands a key or a certificate
-// (the upstream may run the request's own method).
-template <class HeaderOverrides>
-config::RouteIdentity StrongestIdentityMet(const policy::Policy& pol, std::string_view method,
-                                           std::string_view path, std::string_view query,
-                                           HeaderOverrides&& header_overrides,
-                                           std::string_view host = {}) {
-  config::RouteIdentity strongest = config::RouteIdentity::kNone;
-  ForEachRouteMet(
-      pol, method, path, query, header_overrides,
-      [&strongest](const policy::Route& r) {
-        if (IdentityStrength(r.identity) > IdentityStrength(strongest)) strongest = r.identity;
-      },
-      host);
-  return strongest;
-}
 
-// The smallest size limits of the routes a request meets (max_header_bytes, max_body_bytes): a
-// method override must not lead to a route that takes larger requests. Unset: the server's.
+// The smallest size limits of the routes a request meets (max_header_bytes, max_body_bytes).
+// Unset: the server's.
 struct SizeLimits {
   std::optional<size_t> head_bytes;
   std::optional<uint64_t> body_bytes;
 };
+
+// What the routes a request meets demand together, in one pass: the strictest of them (whose
+// limits apply), the strongest identity (an override must not walk past a route that demands a
+// key or a certificate: the upstream may run the request's own method), and the smallest size
+// limits (nor lead to a route that takes larger requests).
+struct RoutesMet {
+  const policy::Route* strictest = nullptr;
+  config::RouteIdentity strongest = config::RouteIdentity::kNone;
+  SizeLimits sizes;
+};
 template <class HeaderOverrides>
-SizeLimits SizeLimitsMet(const policy::Policy& pol, std::string_view method, std::string_view path,
-                         std::string_view query, HeaderOverrides&& header_overrides,
-                         std::string_view host = {}) {
-  SizeLimits s;
+RoutesMet MeetRoutes(const policy::Policy& pol, std::string_view method, std::string_view path,
+                     std::string_view query, HeaderOverrides&& header_overrides,
+                     std::string_view host = {}) {
+  RoutesMet m;
   ForEachRouteMet(
       pol, method, path, query, header_overrides,
-      [&s](const policy::Route& r) {
+      [&m](const policy::Route& r) {
+        if (!m.strictest || policy::Stricter(r, *m.strictest)) m.strictest = &r;
+        if (IdentityStrength(r.identity) > IdentityStrength(m.strongest)) m.strongest = r.identity;
+        SizeLimits& s = m.sizes;
         if (r.max_header_bytes)
           s.head_bytes = std::min(*r.max_header_bytes, s.head_bytes.value_or(*r.max_header_bytes));
         if (r.max_body_bytes)
           s.body_bytes = std::min(*r.max_body_bytes, s.body_bytes.value_or(*r.max_body_bytes));
       },
       host);
-  return s;
+  return m;
+}
+template <class HeaderOverrides>
+const policy::Route& StrictestRoute(const policy::Policy& pol, std::string_view method,
+                                    std::string_view path, std::string_view query,
+                                    HeaderOverrides&& header_overrides,
+                                    std::string_view host = {}) {
+  return *MeetRoutes(pol, method, path, query, header_overrides, host).strictest;
 }
 
 // One request as an adapter describes it. Views: they must outlive the admission.
@@ -117,7 +105,7 @@ struct AdmitRequest {
   bool about_the_key = false;  // the endpoint is about the caller's key (GET /v1/rate-limit):
                                // limited by key whatever the route
   bool key_required = false;   // another route the request meets demands a key
-                               // (StrongestIdentityMet): limited by key whatever the route
+                               // (RoutesMet::strongest): limited by key whatever the route
   const policy::DenyList* runtime_deny = nullptr;  // the adapter's runtime list (admin API)
   // false: a denied request gets no checks (the adapter answers 403, or OVER_LIMIT); true: the
   // verdict is only reported and the checks are written as for any request (explain, reset).
