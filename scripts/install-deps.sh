@@ -11,6 +11,8 @@ packages=(
   redis-server redis-sentinel redis-tools curl python3 python3-jsonschema python3-yaml
   python3-httpx  # a real HTTPS client (tests/integration/e2e/test_tls.py)
   python3-websockets  # a real WebSocket client and server (tests/integration/e2e/test_websocket.py)
+  libnghttp2-dev  # HTTP/2 on the gateway listener (issue 34)
+  python3-h2 nghttp2-client python3-grpcio  # HTTP/2 and gRPC clients (test_http2.py)
   libpq-dev postgresql nginx-light prometheus
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   clang-14 libclang-rt-14-dev clang-format clang-tidy

@@ -103,6 +103,27 @@ std::vector<std::string> ParseUpgrades(const YAML::Node& u) {
   return tokens;
 }
 
+// server.http2 (issue 34).
+void ParseHttp2(const YAML::Node& h, Http2Config& c) {
+  const std::string path = "server.http2";
+  OnlyKeys(h, path,
+           {"enabled", "h2c", "max_concurrent_streams", "header_table_bytes",
+            "initial_window_bytes", "connection_window_bytes", "max_resets", "max_control_frames",
+            "flood_interval_ms", "max_continuations"});
+  if (h["enabled"]) c.enabled = Bool(h["enabled"], path + ".enabled");
+  if (h["h2c"]) c.h2c = Bool(h["h2c"], path + ".h2c");
+  Set(h, "max_concurrent_streams", path, c.max_concurrent_streams, 1, 10'000);
+  Set(h, "header_table_bytes", path, c.header_table_bytes, 0, 65'536);
+  // RFC 9113 6.5.2: at most 2^31 - 1.
+  Set(h, "initial_window_bytes", path, c.initial_window_bytes, 1'024, (int64_t{1} << 31) - 1);
+  Set(h, "connection_window_bytes", path, c.connection_window_bytes, 65'535,
+      (int64_t{1} << 31) - 1);
+  Set(h, "max_resets", path, c.max_resets, 1, 1'000'000);
+  Set(h, "max_control_frames", path, c.max_control_frames, 1, 1'000'000);
+  Set(h, "flood_interval_ms", path, c.flood_interval_ms, 100, 3'600'000);
+  Set(h, "max_continuations", path, c.max_continuations, 1, 10'000);
+}
+
 void ParseServer(const YAML::Node& s, const std::string& base_dir, ServerConfig& server) {
   // clang-format off
   OnlyKeys(
@@ -117,12 +138,15 @@ void ParseServer(const YAML::Node& s, const std::string& base_dir, ServerConfig&
        "send_timeout_ms",
        // TLS and Upgrade (issue 33)
        "tls", "admin_tls", "upgrades", "upgrade_idle_timeout_ms", "max_upgraded_per_identity",
-       "max_upgraded_connections"});
+       "max_upgraded_connections",
+       // HTTP/2 (issue 34)
+       "http2"});
   // clang-format on
   if (s["listen"]) server.listen = ListenAddress(s["listen"], "server.listen");
   if (s["admin_listen"])
     server.admin_listen = ListenAddress(s["admin_listen"], "server.admin_listen");
   if (s["tls"]) server.tls = ParseTls(s["tls"], "server.tls", base_dir);
+  if (const YAML::Node h = s["http2"]) ParseHttp2(h, server.http2);
   if (s["admin_tls"]) server.admin_tls = ParseTls(s["admin_tls"], "server.admin_tls", base_dir);
   Set(s, "threads", "server", server.threads, 0, 256);
   Set(s, "max_connections", "server", server.max_connections, 0, 1'000'000);

@@ -366,7 +366,11 @@ void StartTls(Gateway::Impl& g) {
         std::tuple{&g.admin_tls, &g.server.admin_tls, "server.admin_tls"}}) {
     if (!tls_config->enabled()) continue;
     const std::string_view listener = field == std::string_view("server.tls") ? "gateway" : "admin";
-    auto made = ListenerTls::Create(*tls_config, std::string(listener), g.metrics, g.log);
+    // HTTP/2 is the gateway listener's (issue 34); the admin listener speaks HTTP/1.1.
+    std::vector<std::string> alpn = {"http/1.1"};
+    if (listener == "gateway" && g.server.http2.enabled) alpn.insert(alpn.begin(), "h2");
+    auto made =
+        ListenerTls::Create(*tls_config, std::string(listener), g.metrics, g.log, std::move(alpn));
     if (!made) throw std::runtime_error(std::string(field) + ": " + made.error());
     *tls = std::move(made).value();
   }

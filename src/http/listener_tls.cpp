@@ -12,8 +12,9 @@ namespace {
 
 int64_t NowUnix() { return static_cast<int64_t>(std::time(nullptr)); }
 
-tls::ServerOptions OptionsOf(const config::TlsConfig& c) {
+tls::ServerOptions OptionsOf(const config::TlsConfig& c, std::vector<std::string> alpn) {
   tls::ServerOptions o;
+  o.alpn = std::move(alpn);
   for (const auto& f : c.certificates) o.certificates.push_back({f.cert_file, f.key_file});
   o.min_version = c.min_version == 13 ? TLS1_3_VERSION : TLS1_2_VERSION;
   if (!c.ciphers.empty()) o.ciphers = c.ciphers;
@@ -36,9 +37,9 @@ std::string ListenerLabel(const std::string& listener) {
 
 core::Result<std::unique_ptr<ListenerTls>> ListenerTls::Create(const config::TlsConfig& config,
                                                                std::string listener,
-                                                               metrics::Registry& metrics,
-                                                               Log& log) {
-  auto ctx = tls::ServerContext::Create(OptionsOf(config), NowUnix());
+                                                               metrics::Registry& metrics, Log& log,
+                                                               std::vector<std::string> alpn) {
+  auto ctx = tls::ServerContext::Create(OptionsOf(config, std::move(alpn)), NowUnix());
   if (!ctx) return core::Error{ctx.error()};
   return std::unique_ptr<ListenerTls>(
       new ListenerTls(config, std::move(listener), metrics, log, std::move(ctx).value()));

@@ -10,6 +10,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <tollgate/config/config.hpp>
 #include <tollgate/core/result.hpp>
@@ -29,10 +30,10 @@ class ServerContext;
 class ListenerTls {
  public:
   // The context of `config`, for the listener named `listener` ("gateway", "admin"). Errors
-  // name the file and the reason.
-  static core::Result<std::unique_ptr<ListenerTls>> Create(const config::TlsConfig& config,
-                                                           std::string listener,
-                                                           metrics::Registry& metrics, Log& log);
+  // name the file and the reason. `alpn`: the protocols ALPN offers, in order of preference.
+  static core::Result<std::unique_ptr<ListenerTls>> Create(
+      const config::TlsConfig& config, std::string listener, metrics::Registry& metrics, Log& log,
+      std::vector<std::string> alpn = {"http/1.1"});
   ~ListenerTls();
   ListenerTls(const ListenerTls&) = delete;
   ListenerTls& operator=(const ListenerTls&) = delete;

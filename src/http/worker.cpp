@@ -100,17 +100,18 @@ net::awaitable<void> Worker::Accept(tcp::acceptor& a, Listener listener) {
     }
     socket.set_option(tcp::no_delay(true), ignored);
     socket.non_blocking(true, ignored);  // for WriteAll's first attempt
-    net::co_spawn(
-        ioc, Session(std::move(socket), listener, std::move(slot)), [this](std::exception_ptr e) {
-          if (!e) return;
-          try {
-            std::rethrow_exception(e);
-          } catch (const std::exception& ex) {
-            gw.log.Error(
-                std::string("{\"level\":\"error\",\"msg\":\"session failed\",\"error\":\"") +
-                JsonEscape(ex.what()) + "\"}");
-          }
-        });
+    net::co_spawn(ioc, Session(std::move(socket), listener, std::move(slot)),
+                  [this](std::exception_ptr e) { LogEscaped(e); });
+  }
+}
+
+void Worker::LogEscaped(std::exception_ptr e) {
+  if (!e) return;
+  try {
+    std::rethrow_exception(e);
+  } catch (const std::exception& ex) {
+    gw.log.Error(std::string("{\"level\":\"error\",\"msg\":\"session failed\",\"error\":\"") +
+                 JsonEscape(ex.what()) + "\"}");
   }
 }
 
@@ -226,6 +227,76 @@ net::awaitable<void> Worker::Session(tcp::socket socket, Listener listener, Conn
   if (tls && !co_await Handshake(stream, *tls, cert)) co_return;  // closed with `stream`
   const ConnectionFacts facts{peer, peer_ip, listener, tls != nullptr, cert ? &*cert : nullptr};
   beast::flat_buffer buffer;
+  const config::Http2Config& h2 = gw.server.http2;
+  const bool gateway = listener == Listener::kGateway;
+  if (gateway && tls && h2.enabled && stream.socket.Alpn() == "h2") {
+    co_await ServeHttp2(stream, buffer, facts, h2_counters.connections_h2);
+  } else if (gateway && !tls && h2.h2c && co_await OpensWithPreface(stream, buffer)) {
+    co_await ServeHttp2(stream, buffer, facts, h2_counters.connections_h2c);
+  } else {
+    co_await Serve(stream, buffer, facts);
+  }
+  beast::error_code ec;
+  stream.socket.CloseNotify();
+  stream.socket.shutdown(tcp::socket::shutdown_send, ec);
+  stream.socket.close(ec);
+}
+
+net::awaitable<bool> Worker::OpensWithPreface(Conn& stream, beast::flat_buffer& buffer) {
+  for (;;) {
+    const std::string_view got = View(buffer);
+    if (got.size() >= kH2Preface.size()) co_return got.starts_with(kH2Preface);
+    if (!kH2Preface.starts_with(got)) co_return false;
+    // Nothing yet: the idle timeout, as for a keep-alive connection; a head begun: its own.
+    stream.ExpiresAfter(
+        milliseconds(got.empty() ? gw.server.idle_timeout_ms : gw.server.header_timeout_ms));
+    auto [rec, n] = co_await stream.socket.async_read_some(buffer.prepare(4096), kTuple);
+    if (rec) co_return false;  // the loop reads nothing more either
+    buffer.commit(n);
+  }
+}
+
+// What a lane's HTTP/1.1 connection knows of its HTTP/2 one: its own copy, as a lane may
+// outlive the stream that opened it.
+struct LaneFacts {
+  std::string peer, peer_ip;
+  std::optional<tls::PeerCertificate> cert;
+  ConnectionFacts facts;
+};
+
+net::awaitable<void> Worker::ServeHttp2(Conn& stream, beast::flat_buffer& buffer,
+                                        const ConnectionFacts& facts,
+                                        std::atomic<uint64_t>& counted) {
+  counted.fetch_add(1, std::memory_order_relaxed);
+  auto shared = std::make_shared<LaneFacts>(
+      LaneFacts{std::string(facts.peer), std::string(facts.peer_ip),
+                facts.client_cert ? std::optional(*facts.client_cert) : std::nullopt, facts});
+  shared->facts.peer = shared->peer;
+  shared->facts.peer_ip = shared->peer_ip;
+  shared->facts.client_cert = shared->cert ? &*shared->cert : nullptr;
+  const H2Settings settings{.config = gw.server.http2,
+                            .max_header_bytes = gw.server.max_header_bytes,
+                            .max_header_fields = gw.server.max_header_fields,
+                            .idle_timeout = milliseconds(gw.server.idle_timeout_ms),
+                            .send_timeout = SendTimeout(),
+                            .draining = gw.draining};
+  auto start_lane = [this, shared](tcp::socket lane) {
+    net::co_spawn(ioc, ServeLane(std::move(lane), shared),
+                  [this](std::exception_ptr e) { LogEscaped(e); });
+  };
+  co_await tollgate::http::ServeHttp2(stream, buffer, settings, h2_counters, conns, start_lane);
+}
+
+net::awaitable<void> Worker::ServeLane(tcp::socket lane, std::shared_ptr<const LaneFacts> facts) {
+  Conn stream(conns, std::move(lane));
+  beast::flat_buffer buffer;
+  co_await Serve(stream, buffer, facts->facts);
+  beast::error_code ec;
+  stream.socket.close(ec);
+}
+
+net::awaitable<void> Worker::Serve(Conn& stream, beast::flat_buffer& buffer,
+                                   const ConnectionFacts& facts) {
   Scratch scratch;
   std::pmr::monotonic_buffer_resource fields_arena(scratch.arena.data(), scratch.arena.size(),
                                                    std::pmr::new_delete_resource());
@@ -291,10 +362,6 @@ net::awaitable<void> Worker::Session(tcp::socket socket, Listener listener, Conn
     }
     if (!keep || gw.draining.load()) break;
   }
-  beast::error_code ec;
-  stream.socket.CloseNotify();
-  stream.socket.shutdown(tcp::socket::shutdown_send, ec);
-  stream.socket.close(ec);
 }
 
 net::awaitable<engine::Verdict> Worker::Decide(const engine::Engine::Request& request,

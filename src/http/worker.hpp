@@ -13,6 +13,7 @@
 #include "connection_budget.hpp"
 #include "decision_counters.hpp"
 #include "gateway_impl.hpp"
+#include "h2_connection.hpp"
 #include "http/tls/peer_certificate.hpp"
 #include "key_cache.hpp"
 #include "rejection_cache.hpp"
@@ -25,6 +26,9 @@ struct SizeLimits;  // admitter.hpp
 }  // namespace tollgate::engine
 
 namespace tollgate::http {
+
+struct ConnectionFacts;  // below
+struct LaneFacts;        // worker.cpp
 
 // One worker thread: its event loop, listeners and connections, and the parts it keeps for
 // their requests. Not thread-safe: used on its own thread, but for the public members, which
@@ -86,6 +90,19 @@ class Worker {
   KeyCache key_cache;
 
   net::awaitable<void> Session(tcp::socket socket, Listener listener, ConnectionSlot slot);
+  // A session's end by an exception (none is thrown on purpose): logged.
+  void LogEscaped(std::exception_ptr e);
+  // A connection's requests, one after the other (HTTP/1.1), from what `buffer` holds on.
+  net::awaitable<void> Serve(Conn& stream, beast::flat_buffer& buffer,
+                             const ConnectionFacts& facts);
+  // HTTP/2 (issue 34): whether a plaintext connection opens with the client preface (h2c with
+  // prior knowledge), read into `buffer`; the connection served as HTTP/2, `counted` in its
+  // protocol's connections; and one of its lanes (h2_connection.hpp) served as HTTP/1.1.
+  net::awaitable<bool> OpensWithPreface(Conn& stream, beast::flat_buffer& buffer);
+  net::awaitable<void> ServeHttp2(Conn& stream, beast::flat_buffer& buffer,
+                                  const ConnectionFacts& facts, std::atomic<uint64_t>& counted);
+  net::awaitable<void> ServeLane(tcp::socket lane, std::shared_ptr<const LaneFacts> facts);
+  H2Counters h2_counters{gw.metrics};
   // A TLS listener's handshake on `stream`, within its handshake timeout, counted; false when
   // it failed (the connection is then closed). `client_cert`: the client's verified certificate.
   net::awaitable<bool> Handshake(Conn& stream, ListenerTls& tls,

@@ -89,6 +89,18 @@ constexpr Family kFamilies[] = {
      "upstream's refusal or failure)."},
     {"tollgate_upgraded_bytes_total", "counter",
      "Bytes relayed through upgraded connections, by direction (to_upstream, to_client)."},
+    {"tollgate_http2_connections_total", "counter",
+     "HTTP/2 connections of the gateway listener, by protocol (h2 by ALPN, h2c by prior "
+     "knowledge)."},
+    {"tollgate_http2_streams_total", "counter", "HTTP/2 streams (requests) opened by clients."},
+    {"tollgate_http2_resets_received_total", "counter", "RST_STREAM frames from clients."},
+    {"tollgate_http2_floods_total", "counter",
+     "HTTP/2 connections ended (GOAWAY ENHANCE_YOUR_CALM) for a flood, by kind: resets (rapid "
+     "reset), control_frames (SETTINGS, PING, PRIORITY, WINDOW_UPDATE, empty DATA), headers (a "
+     "header block past 4x server.max_header_bytes)."},
+    {"tollgate_http2_malformed_total", "counter",
+     "HTTP/2 requests reset as malformed (RFC 9113 8.1.1) before they reached the exchange."},
+    {"tollgate_http2_goaways_sent_total", "counter", "GOAWAY frames sent, by error code."},
     {"tollgate_upgraded_closed_total", "counter",
      "Upgraded connections closed, by reason: client, upstream (the side that closed first), "
      "idle_timeout (server.upgrade_idle_timeout_ms), drain (SIGTERM's drain ended)."},

@@ -10,6 +10,8 @@
 #                 parser (src/http/chunked_framing.cpp)
 #   upstream_head HeadEnd and ParseSimpleHead against Beast's response parser
 #                 (src/http/upstream_head.cpp)
+#   h2_head       RenderH1Request: an HTTP/2 header block as one HTTP/1.1 head, nothing more
+#                 (src/http/h2_head.cpp)
 # A fuzzer is rebuilt when a source or a header is newer than it. Crashes are written to
 # FUZZ_DIR (default /tmp/tollgate-fuzz) as NAME-crash-*; replay one with
 # `$FUZZ_DIR/NAME_fuzz FILE`. Needs clang-14 and libclang-rt-14-dev (scripts/install-deps.sh).
@@ -19,7 +21,7 @@ cd "$(dirname "$0")/../.."
 seconds=${1:-60}
 shift || true
 names=("$@")
-[[ ${#names[@]} -eq 0 ]] && names=(request_head target admin_guard chunked_framing upstream_head)
+[[ ${#names[@]} -eq 0 ]] && names=(request_head target admin_guard chunked_framing upstream_head h2_head)
 out=${FUZZ_DIR:-/tmp/tollgate-fuzz}
 mkdir -p "$out"
 
@@ -36,7 +38,8 @@ sources() {
     admin_guard) echo tests/fuzz/admin_guard_fuzz.cpp src/http/admin_guard.cpp src/util/digest.cpp ;;
     chunked_framing) echo tests/fuzz/chunked_framing_fuzz.cpp src/http/chunked_framing.cpp ;;
     upstream_head) echo tests/fuzz/upstream_head_fuzz.cpp src/http/upstream_head.cpp ;;
-    *) echo "tests/fuzz/run.sh: unknown fuzzer '$1' (request_head, target, admin_guard, chunked_framing, upstream_head)" >&2
+    h2_head) echo tests/fuzz/h2_head_fuzz.cpp src/http/h2_head.cpp ;;
+    *) echo "tests/fuzz/run.sh: unknown fuzzer '$1' (request_head, target, admin_guard, chunked_framing, upstream_head, h2_head)" >&2
        exit 2 ;;
   esac
 }

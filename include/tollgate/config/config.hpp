@@ -49,6 +49,29 @@ struct TlsConfig {
   bool enabled() const { return !certificates.empty(); }
 };
 
+// HTTP/2 on the gateway listener (issue 34, docs/configuration.md "server.http2"): `h2` chosen by
+// ALPN on a TLS listener, `h2c` with prior knowledge on a plaintext one. Each stream is one
+// request through the same exchange as HTTP/1.1. Read at start only.
+struct Http2Config {
+  bool enabled = true;  // ALPN offers h2 (then http/1.1) on the gateway's TLS listener
+  bool h2c = true;      // a plaintext connection opening with the HTTP/2 preface is served as h2c
+  uint32_t max_concurrent_streams = 100;  // SETTINGS_MAX_CONCURRENT_STREAMS; 1-10,000
+  // SETTINGS_HEADER_TABLE_SIZE: the HPACK table the client's encoder may use. 0-65,536.
+  uint32_t header_table_bytes = 4096;
+  uint32_t initial_window_bytes = 65'535;      // per stream: request body bytes in flight
+  uint32_t connection_window_bytes = 1 << 20;  // all streams together
+  // Floods: past these counts within flood_interval_ms the connection gets GOAWAY
+  // (ENHANCE_YOUR_CALM) and is closed. Resets: RST_STREAM frames from the client (rapid reset,
+  // CVE-2023-44487). Control frames: SETTINGS, PING, PRIORITY, WINDOW_UPDATE and empty DATA
+  // frames without END_STREAM.
+  uint32_t max_resets = 200;
+  uint32_t max_control_frames = 1'000;
+  int flood_interval_ms = 10'000;
+  // Header blocks of one stream (the first and any trailers) past this many CONTINUATION frames
+  // end the connection (a CONTINUATION flood).
+  uint32_t max_continuations = 16;
+};
+
 struct ServerConfig {
   std::string listen = "127.0.0.1:8080";        // host:port of the gateway
   std::string admin_listen = "127.0.0.1:9090";  // host:port of the admin API; loopback by default
@@ -64,6 +87,7 @@ struct ServerConfig {
   size_t admin_max_connections = 64;            // the admin listener's own budget
   TlsConfig tls;                                // the gateway listener's; off by default
   TlsConfig admin_tls;                          // the admin listener's; off by default
+  Http2Config http2;                            // the gateway listener's (issue 34)
   TargetConfig request_target;                  // the gateway listener's
   size_t max_header_bytes = 16 * 1024;          // request line + headers; larger gets 431
   uint64_t max_body_bytes = 100 * 1024 * 1024;  // request bodies larger get 413
