@@ -216,6 +216,23 @@ json::array UpstreamsJson(const Gateway::Impl& g) {
   return out;
 }
 
+// The client connections open now, and HTTP/2's totals (issue 34): connections by protocol,
+// streams, resets received, GOAWAYs sent.
+json::object ConnectionsJson(Gateway::Impl& g) {
+  auto total = [&](std::string_view name, std::string_view labels = {}) {
+    return g.metrics.Counter(name, labels).load(std::memory_order_relaxed);
+  };
+  uint64_t goaways = 0;
+  for (const char* e : {"no_error", "protocol_error", "enhance_your_calm", "other"})
+    goaways += total("tollgate_http2_goaways_sent_total", std::string("error=\"") + e + "\"");
+  return json::object{{"open", g.connections.OpenApprox()},
+                      {"h2_total", total("tollgate_http2_connections_total", "protocol=\"h2\"")},
+                      {"h2c_total", total("tollgate_http2_connections_total", "protocol=\"h2c\"")},
+                      {"streams_total", total("tollgate_http2_streams_total")},
+                      {"resets_received_total", total("tollgate_http2_resets_received_total")},
+                      {"goaways_sent_total", goaways}};
+}
+
 json::object HealthJson(Gateway::Impl& g) {
   const bool ready = g.store_ready.load(std::memory_order_relaxed);
   const store::StoreStatus status = g.store.Status();
@@ -304,6 +321,7 @@ void UiData(Gateway::Impl& g, std::string /*query*/, Gateway::AdminReply reply) 
     top[name] = TopItems(MergeTop(g.workers, sketch, kTopWindowSeconds, now_s), of);
   }
   o["top"] = std::move(top);
+  o["connections"] = ConnectionsJson(g);
   for (auto& [name, value] : HealthJson(g)) o[name] = std::move(value);
   if (auto usage = g.live.CachedUsage(now_s)) {  // read less than 10 s ago
     o["usage"] = json::parse(*usage);

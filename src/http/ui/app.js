@@ -209,6 +209,10 @@
     $('config-loaded').textContent = data.config.loaded_at;
     $('uptime').textContent = duration(data.uptime_seconds);
     $('updated').textContent = new Date(data.now_ms).toISOString().slice(11, 19) + 'Z';
+    const c = data.connections;
+    $('connections').textContent = c.open + ' open; HTTP/2: ' + (c.h2_total + c.h2c_total) +
+        ' connections, ' + c.streams_total + ' streams, ' + c.resets_received_total +
+        ' resets, ' + c.goaways_sent_total + ' GOAWAYs';
     badge('store-status', data.store.status);
     $('store-status').title = data.store.type + (data.store.last_error ? ': ' + data.store.last_error : '');
     badge('keys-status', data.key_source.status);

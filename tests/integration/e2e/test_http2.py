@@ -264,6 +264,8 @@ class ClientTests(Http2Case):
         self.assertEqual(h1.json()["code"], r.json()["code"])
         self.assertEqual(self.received(), 20)
         self.assertEqual(gw.metrics().get("tollgate_http2_streams_total"), 60)
+        live = gw.admin("GET", "/admin/ui/data").json()["connections"]  # the live page's
+        self.assertEqual((live["h2c_total"], live["streams_total"]), (1, 60))
 
     def test_bodies_both_ways_and_head(self):
         gw = self.gateway()
