@@ -7,8 +7,9 @@
 #   proxied: a limit no request reaches (every request decided and proxied), one hot key;
 #   429:     a key whose limit is spent (every request answered by the limiter);
 # each as requests per server-CPU-second (utime+stime of the server process from /proc),
-# requests per second, and the p99 of h2load's per-request times (--log-file). Then the memory
-# of IDLE idle HTTP/2 connections (RSS after they opened, minus before), per connection.
+# requests per second, and the p99 of h2load's per-request times (--log-file). First, on the
+# fresh processes, the memory of IDLE idle HTTP/2 connections (RSS after they opened, minus
+# before), per connection.
 # h2load sends one set of headers, so there is no 10,000-keys run here (bench/tls/run.sh has one
 # over HTTP/1.1).
 # Usage: bench/http2/run.sh   (ROUNDS=3 REQUESTS=200000 CONNS=10 STREAMS=100 IDLE=500)
@@ -99,12 +100,6 @@ load() {  # name pid port path key
     -v q="$p99" -v s="$codes" \
     'BEGIN { printf "%-8s %-9s %10.0f req/s %10.0f req/cpu-s  p99 %7.2f ms  2xx/4xx/5xx %s\n", (p == "/" ? "proxied" : "429"), n, r, t / (c / hz), q, s }'
 }
-for r in $(seq 1 "$ROUNDS"); do
-  order=("nginx $nx_pid 18702" "tollgate $tg_pid 18703")
-  ((r % 2 == 0)) && order=("${order[1]}" "${order[0]}")
-  for t in "${order[@]}"; do load $t / bench-hot-key; done
-  for t in "${order[@]}"; do load $t /spent bench-spent-key; done
-done
 cat > idle.py <<'PY'
 import socket, ssl, sys, time
 port, n = int(sys.argv[1]), int(sys.argv[2])
@@ -130,3 +125,9 @@ idle() {  # name pid port: IDLE HTTP/2 connections held open, RSS per connection
 }
 idle nginx "$nx_pid" 18702
 idle tollgate "$tg_pid" 18703
+for r in $(seq 1 "$ROUNDS"); do
+  order=("nginx $nx_pid 18702" "tollgate $tg_pid 18703")
+  ((r % 2 == 0)) && order=("${order[1]}" "${order[0]}")
+  for t in "${order[@]}"; do load $t / bench-hot-key; done
+  for t in "${order[@]}"; do load $t /spent bench-spent-key; done
+done
