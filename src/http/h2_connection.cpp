@@ -39,6 +39,7 @@ H2Counters::H2Counters(metrics::Registry& m)
       flood_control(m.Counter("tollgate_http2_floods_total", "kind=\"control_frames\"")),
       flood_headers(m.Counter("tollgate_http2_floods_total", "kind=\"headers\"")),
       malformed(m.Counter("tollgate_http2_malformed_total")),
+      refused(m.Counter("tollgate_http2_refused_streams_total")),
       goaway_no_error(m.Counter("tollgate_http2_goaways_sent_total", "error=\"no_error\"")),
       goaway_protocol(m.Counter("tollgate_http2_goaways_sent_total", "error=\"protocol_error\"")),
       goaway_calm(m.Counter("tollgate_http2_goaways_sent_total", "error=\"enhance_your_calm\"")),
@@ -505,8 +506,7 @@ std::unique_ptr<Lane> H2Connection::TakeLane() {
   };
   auto lane = std::make_unique<Lane>(conns_, as_tcp(ours));
   tcp::socket other = as_tcp(theirs);
-  if (ec) return nullptr;
-  start_lane_(std::move(other));
+  if (ec || !start_lane_(std::move(other))) return nullptr;
   return lane;
 }
 
@@ -514,7 +514,9 @@ net::awaitable<void> H2Connection::Serve(std::shared_ptr<H2Stream> s) {
   if (s->closed) co_return;
   std::unique_ptr<Lane> lane = TakeLane();
   if (!lane) {
-    Reset(s->id, NGHTTP2_INTERNAL_ERROR);
+    // No room in the client's connection budget (or no descriptor): the client may try again.
+    counters_.refused.fetch_add(1, std::memory_order_relaxed);
+    Reset(s->id, NGHTTP2_REFUSED_STREAM);
     co_return;
   }
   s->lane = lane.get();

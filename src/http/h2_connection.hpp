@@ -32,6 +32,7 @@ struct H2Counters {
   std::atomic<uint64_t>& flood_control;    // control frames
   std::atomic<uint64_t>& flood_headers;    // a header block past 4x server.max_header_bytes
   std::atomic<uint64_t>& malformed;        // tollgate_http2_malformed_total: streams reset
+  std::atomic<uint64_t>& refused;          // tollgate_http2_refused_streams_total
   std::atomic<uint64_t>& goaway_no_error;  // tollgate_http2_goaways_sent_total{error=}
   std::atomic<uint64_t>& goaway_protocol;
   std::atomic<uint64_t>& goaway_calm;  // ENHANCE_YOUR_CALM
@@ -47,8 +48,11 @@ struct H2Settings {
   const std::atomic<bool>& draining;  // SIGTERM: GOAWAY to new streams
 };
 
-// Starts serving `lane` (one end of a socket pair) as an HTTP/1.1 connection of this client's.
-using LaneStarter = std::function<void(tcp::socket lane)>;
+// Starts serving `lane` (one end of a socket pair) as an HTTP/1.1 connection of this client's;
+// false when the client's connection budget has no room for it (a lane holds a place in
+// server.max_connections and max_connections_per_address, as its two descriptors are as dear as a
+// connection's), and then the stream is refused.
+using LaneStarter = std::function<bool(tcp::socket lane)>;
 
 // Serves `conn` as HTTP/2 from its first byte; `buffer` holds what was read of it already (the
 // preface, on h2c). Returns once the connection and every stream of it are done.

@@ -281,13 +281,22 @@ net::awaitable<void> Worker::ServeHttp2(Conn& stream, beast::flat_buffer& buffer
                             .send_timeout = SendTimeout(),
                             .draining = gw.draining};
   auto start_lane = [this, shared](tcp::socket lane) {
-    net::co_spawn(ioc, ServeLane(std::move(lane), shared),
+    ConnectionSlot slot;
+    ConnectionBudget& budget = gw.connections;
+    if (!budget.TakeTotal(slot)) return false;
+    if (budget.LimitsAddresses() && !Policy()->IsTrusted(shared->peer_ip) &&
+        !budget.TakeAddress(slot, shared->peer_ip))
+      return false;
+    net::co_spawn(ioc, ServeLane(std::move(lane), shared, std::move(slot)),
                   [this](std::exception_ptr e) { LogEscaped(e); });
+    return true;
   };
   co_await tollgate::http::ServeHttp2(stream, buffer, settings, h2_counters, conns, start_lane);
 }
 
-net::awaitable<void> Worker::ServeLane(tcp::socket lane, std::shared_ptr<const LaneFacts> facts) {
+net::awaitable<void> Worker::ServeLane(tcp::socket lane, std::shared_ptr<const LaneFacts> facts,
+                                       ConnectionSlot slot) {
+  const ConnectionSlot held = std::move(slot);  // released when the lane ends
   Conn stream(conns, std::move(lane));
   beast::flat_buffer buffer;
   co_await Serve(stream, buffer, facts->facts);

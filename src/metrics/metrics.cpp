@@ -100,6 +100,9 @@ constexpr Family kFamilies[] = {
      "header block past 4x server.max_header_bytes)."},
     {"tollgate_http2_malformed_total", "counter",
      "HTTP/2 requests reset as malformed (RFC 9113 8.1.1) before they reached the exchange."},
+    {"tollgate_http2_refused_streams_total", "counter",
+     "HTTP/2 streams refused (RST_STREAM REFUSED_STREAM): no room in server.max_connections or "
+     "max_connections_per_address for their lane."},
     {"tollgate_http2_goaways_sent_total", "counter", "GOAWAY frames sent, by error code."},
     {"tollgate_upgraded_closed_total", "counter",
      "Upgraded connections closed, by reason: client, upstream (the side that closed first), "

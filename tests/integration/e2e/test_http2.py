@@ -496,6 +496,21 @@ class DefenceTests(Http2Case):
             self.assertEqual(h.response(1, timeout=10)[0], 200)
         self.assertLessEqual(self.received(), 3)
 
+    def test_streams_count_in_the_connection_budget(self):
+        """Each stream in flight holds a lane (two descriptors) and a place in
+        server.max_connections_per_address: past it, streams are refused, not served by
+        exhausting the process's descriptors."""
+        gw = self.gateway(max_connections_per_address=4)  # the connection and 3 lanes
+        h = RawH2(gw.port)
+        for sid in (1, 3, 5, 7, 9):
+            h.request(sid, get_fields("/slow?ms=1500"))
+        refused = [sid for sid in (7, 9) if h.response(sid, timeout=5) == ("reset", REFUSED_STREAM)]
+        self.assertEqual(refused, [7, 9])
+        self.assertEqual([h.response(sid, timeout=10)[0] for sid in (1, 3, 5)], [200] * 3)
+        h.request(11, get_fields("/fine"))  # a lane free again: served
+        self.assertEqual(h.response(11)[0], 200)
+        self.assertEqual(gw.metrics().get("tollgate_http2_refused_streams_total"), 2)
+
     def test_stream_stalled_on_a_zero_window_is_reset(self):
         gw = self.gateway()  # send_timeout_ms 1500
         h = RawH2(gw.port, settings=[(0x4, 0)])  # SETTINGS_INITIAL_WINDOW_SIZE 0
