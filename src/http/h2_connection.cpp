@@ -454,6 +454,13 @@ ssize_t H2Connection::ReadOut(nghttp2_session* session, int32_t id, uint8_t* buf
   if (s->out.size() - s->out_sent < kH2OutCap) s->out_wake.Notify();
   if (s->out.empty() && s->out_end) {
     *flags |= NGHTTP2_DATA_FLAG_EOF;
+    if (!s->trailers.empty()) {
+      // The stream ends with the trailers' HEADERS frame instead (nghttp2 copies them).
+      std::vector<nghttp2_nv> nv;
+      for (const H2Field& f : s->trailers) nv.push_back(Nv(f.name, f.value));
+      if (nghttp2_submit_trailer(session, id, nv.data(), nv.size()) == 0)
+        *flags |= NGHTTP2_DATA_FLAG_NO_END_STREAM;
+    }
   } else if (n == 0) {
     s->deferred = true;
     return NGHTTP2_ERR_DEFERRED;

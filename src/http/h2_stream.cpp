@@ -33,6 +33,19 @@ void CrossResponseHead(const ResponseParser::value_type& m, std::vector<H2Field>
   }
 }
 
+// A chunked response's trailer fields (after the first `head_fields` of `m`), as HTTP/2 takes
+// them: not a connection's own, nor framing.
+void TakeTrailers(const ResponseParser::value_type& m, size_t head_fields,
+                  std::vector<H2Field>& out) {
+  size_t i = 0;
+  for (const auto& f : m) {
+    if (i++ < head_fields || !CrossesToH2(f.name_string(), "") ||
+        util::EqualsIgnoreCase(f.name_string(), "content-length"))
+      continue;
+    out.push_back({util::AsciiLower(f.name_string()), std::string(f.value())});
+  }
+}
+
 // The message of a non-gRPC answer: its problem's code and detail, else its status.
 std::string GrpcText(int status, std::string_view body) {
   boost::system::error_code ec;
@@ -144,6 +157,7 @@ net::awaitable<bool> Respond(H2Stream& s, Lane& lane, H2StreamPort& port) {
     co_return co_await RespondGrpc(s, lane, p, port);
   std::vector<H2Field> fields;
   CrossResponseHead(m, fields);
+  const size_t head_fields = CountFields(m);
   s.out_end = p.is_done();
   port.SubmitResponse(s, m.result_int(), fields, !p.is_done());
   auto chunk = std::make_unique_for_overwrite<char[]>(kChunk);
@@ -165,6 +179,7 @@ net::awaitable<bool> Respond(H2Stream& s, Lane& lane, H2StreamPort& port) {
       co_return false;
     }
     s.out.append(chunk.get(), n);
+    if (p.is_done()) TakeTrailers(m, head_fields, s.trailers);
     s.out_end = p.is_done();
     port.MoreOut(s);
   }

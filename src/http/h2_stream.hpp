@@ -67,9 +67,10 @@ struct H2Stream {
   std::string out;      // response body bytes for the client, from out_sent on
   size_t out_sent = 0;
   bool out_end = false;
-  bool deferred = false;       // nghttp2 waits for `out` (NGHTTP2_ERR_DEFERRED)
-  bool closed = false;         // nghttp2 closed the stream
-  bool response_done = false;  // the lane's response ended (or failed)
+  std::vector<H2Field> trailers;  // the response's, sent after its last DATA
+  bool deferred = false;          // nghttp2 waits for `out` (NGHTTP2_ERR_DEFERRED)
+  bool closed = false;            // nghttp2 closed the stream
+  bool response_done = false;     // the lane's response ended (or failed)
   bool pump_running = false;
   bool pump_failed = false;
   Lane* lane = nullptr;  // while the stream has one

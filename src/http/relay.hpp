@@ -23,6 +23,7 @@
 
 #include "client_body.hpp"
 #include "conn.hpp"
+#include "fields.hpp"
 #include "upstream_head.hpp"
 
 namespace tollgate::http {
@@ -95,6 +96,24 @@ inline net::awaitable<bool> Write(Conn& stream, const std::string& data, bool ke
   co_return !ec && keep_alive;
 }
 
+template <class Fields>
+size_t CountFields(const Fields& f) {
+  return static_cast<size_t>(std::distance(f.begin(), f.end()));
+}
+
+// The last chunk of a relayed response: its trailer fields, those after the first `head_fields`
+// of `m`, but for the framing and hop-by-hop ones.
+template <class Message>
+std::string LastChunk(const Message& m, size_t head_fields) {
+  std::string out = "0\r\n";
+  size_t i = 0;
+  for (const auto& f : m) {
+    if (i++ < head_fields || IsHopByHopOrFraming(f.name_string())) continue;
+    out.append(f.name_string()).append(": ").append(f.value()).append("\r\n");
+  }
+  return out.append("\r\n");
+}
+
 // Writes `head`, then the body `p` reads from `in`, to `out`, a chunk at a time (a large export
 // never sits in memory whole): in chunked encoding when `chunked`, else as it comes. The head
 // goes out with the first chunk, a small message in one write. Each read from `in` waits at most
@@ -112,6 +131,11 @@ net::awaitable<beast::error_code> Relay(bhttp::parser<isRequest, bhttp::buffer_b
   static constexpr std::string_view kCrlf = "\r\n", kLastChunk = "0\r\n\r\n";
   char size_line[24];
   bool last = false;
+  // A response's trailer fields (issue 34: "trailers pass"), which Beast's parser adds after the
+  // head's: sent on with the last chunk but for the framing and hop-by-hop ones. A request's stay
+  // behind (a trailer an upstream merges into its headers would be a header no check saw).
+  const size_t head_fields = isRequest ? 0 : CountFields(p.get());
+  std::string last_chunk(kLastChunk);
   do {
     size_t n = 0;
     if (!p.is_done()) {
@@ -149,7 +173,10 @@ net::awaitable<beast::error_code> Relay(bhttp::parser<isRequest, bhttp::buffer_b
       }
       bufs[2] = net::buffer(buf.get(), n);
     }
-    if (last && chunked) bufs[4] = net::buffer(kLastChunk.data(), kLastChunk.size());
+    if (last && chunked) {
+      if constexpr (!isRequest) last_chunk = LastChunk(p.get(), head_fields);
+      bufs[4] = net::buffer(last_chunk);
+    }
     if (net::buffer_size(bufs) == 0) continue;
     beast::buffers_suffix<decltype(bufs)> rest(bufs);
     beast::error_code ec = WriteNow(out.socket, rest);

@@ -117,6 +117,18 @@ class Handler(BaseHTTPRequestHandler):
             self.wfile.write(b"u" * int(query.get("bytes", ["10"])[0]))
             self.close_connection = True
             return
+        if url.path == "/trailers":
+            # A chunked body, then the query's fields as trailers.
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            self.wfile.write(b"5\r\nhello\r\n0\r\n")
+            for name, values in query.items():
+                for v in values:
+                    self.wfile.write(("%s: %s\r\n" % (name, v)).encode())
+            self.wfile.write(b"\r\n")
+            return
         if url.path == "/big":
             n = int(query.get("bytes", ["0"])[0])
             self.send_response(200)

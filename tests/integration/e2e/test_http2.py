@@ -284,6 +284,29 @@ class ClientTests(Http2Case):
             unframed = c.get("http://127.0.0.1:%d/unframed?bytes=100000" % gw.port)
             self.assertEqual(len(unframed.content), 100_000)
 
+    def test_response_trailers_pass(self):
+        """A chunked response's trailers reach HTTP/2 clients (a HEADERS frame after the DATA)
+        and HTTP/1.1 ones (in the last chunk), but for a connection's own fields."""
+        gw = self.gateway()
+        kept = ["grpc-status=0", "grpc-message=fine", "x-checksum=abc"]
+        dropped = ["connection=close", "keep-alive=5", "te=trailers", "upgrade=h2c",
+                   "proxy-connection=x", "trailer=x"]
+        path = "/trailers?" + "&".join(kept + dropped)
+        h = RawH2(gw.port)
+        h.request(1, get_fields(path))
+        blocks = [f for f in h.until(lambda f: f[2] == 1 and f[1] & END_STREAM, 10)
+                  if f[0] == HEADERS and f[2] == 1]
+        self.assertEqual(len(blocks), 2, blocks)
+        self.assertTrue(blocks[1][1] & END_STREAM)
+        trailers = dict(blocks[1][3])
+        self.assertEqual(trailers, {"grpc-status": "0", "grpc-message": "fine",
+                                    "x-checksum": "abc"})
+        raw, _, _ = harness.raw_exchange(
+            gw.port, ("GET %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n" %
+                      path).encode())
+        tail = raw.split(b"\r\n0\r\n", 1)[1]
+        self.assertEqual(tail, b"grpc-status: 0\r\ngrpc-message: fine\r\nx-checksum: abc\r\n\r\n")
+
     def test_cookies_joined_and_target_canonical(self):
         gw = self.gateway()
         h = RawH2(gw.port)
