@@ -49,7 +49,8 @@ namespace {
 
 namespace bhttp = boost::beast::http;
 
-constexpr size_t kChunk = 16 * 1024;  // read from the client at a time
+constexpr size_t kChunk = 16 * 1024;     // read from the client at a time
+constexpr size_t kIdleChunk = 2 * 1024;  // while no stream is served
 
 nghttp2_nv Nv(std::string_view name, std::string_view value) {
   return {reinterpret_cast<uint8_t*>(const_cast<char*>(name.data())),
@@ -250,7 +251,11 @@ net::awaitable<void> H2Connection::ReadLoop(beast::flat_buffer& buffer) {
       }
     }
     if (closing_ || !nghttp2_session_want_read(session_)) break;
-    auto [ec, n] = co_await conn_.socket.async_read_some(buffer.prepare(kChunk), kTuple);
+    // An idle connection (no stream served) waits with a small buffer, and holds no larger one.
+    const bool idle = running_ <= 1;  // the read loop only
+    if (idle) buffer.shrink_to_fit();
+    auto [ec, n] =
+        co_await conn_.socket.async_read_some(buffer.prepare(idle ? kIdleChunk : kChunk), kTuple);
     if (ec) {
       closing_ = true;  // the client is gone, or timed out: nothing more can reach it
       break;
@@ -286,6 +291,7 @@ net::awaitable<void> H2Connection::WriteLoop() {
       writing_ = false;
       Rearm();
       if (ec) co_return;
+      if (running_ <= 1) out = std::string();  // idle: no buffer held
       continue;
     }
     if (Finished() || closing_) co_return;
