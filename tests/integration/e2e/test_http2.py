@@ -19,6 +19,7 @@ send.
 """
 import json
 import os
+import signal
 import socket
 import ssl
 import struct
@@ -322,6 +323,20 @@ class ClientTests(Http2Case):
         self.assertEqual(seen.get("cookie"), "a=1; b=2")
         self.assertEqual(seen.get("Host"), "localhost")
         h.close()
+
+    def test_sigterm_drains_streams_in_flight(self):
+        gw = self.gateway()
+        h = RawH2(gw.port)
+        h.request(1, get_fields("/slow?ms=1000"))
+        wait_until(lambda: self.upstream.stats()["in_progress"] == 1)
+        gw.process.signal(signal.SIGTERM)
+        # GOAWAY NO_ERROR (no new streams), and the stream in flight still answered.
+        frames = h.until(lambda f: f[2] == 1 and f[1] & END_STREAM, timeout=10)
+        goaways = [int.from_bytes(f[3][4:8], "big") for f in frames if f[0] == GOAWAY]
+        self.assertEqual(goaways, [0], frames)
+        status = [dict(f[3]).get(":status") for f in frames if f[0] == HEADERS and f[2] == 1]
+        self.assertEqual(status, ["200"])
+        self.assertEqual(gw.process.wait(10), 0)
 
     def test_h2load(self):
         gw = self.gateway(capacity=100_000)
