@@ -332,6 +332,8 @@ class ClientTests(Http2Case):
         gw.process.signal(signal.SIGTERM)
         # GOAWAY NO_ERROR (no new streams), and the stream in flight still answered.
         frames = h.until(lambda f: f[2] == 1 and f[1] & END_STREAM, timeout=10)
+        if not any(f[0] == GOAWAY for f in frames):  # it may follow the stream's last frame
+            frames += h.until(lambda f: f[0] == GOAWAY, timeout=5)
         goaways = [int.from_bytes(f[3][4:8], "big") for f in frames if f[0] == GOAWAY]
         self.assertEqual(goaways, [0], frames)
         status = [dict(f[3]).get(":status") for f in frames if f[0] == HEADERS and f[2] == 1]
