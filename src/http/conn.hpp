@@ -81,6 +81,12 @@ class Conn {
     deadline_ = (d >= std::chrono::seconds(10) ? list_.swept_at : Clock::now()) + d;
     timed_out_ = false;
   }
+  void ExpiresAt(Clock::time_point t) {
+    deadline_ = t;
+    timed_out_ = false;
+  }
+  // No deadline: that of a write done is not left to cut a later read short.
+  void Disarm() { ExpiresAt(Clock::time_point::max()); }
   // The result of an operation on `socket`: a cancellation by the sweep reads as a timeout.
   beast::error_code Check(beast::error_code ec) const {
     return timed_out_ && ec == net::error::operation_aborted

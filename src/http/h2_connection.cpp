@@ -1,6 +1,7 @@
 #include "h2_connection.hpp"
 
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <charconv>
 #include <memory>
@@ -88,20 +89,21 @@ class H2Connection final : public H2StreamPort {
   bool Finished() const {
     return !nghttp2_session_want_read(session_) && !nghttp2_session_want_write(session_);
   }
-  // The connection's deadline: none while a stream is served, else the idle timeout (a write
-  // sets its own).
+  // The connection's deadline: none while a stream is served, else the idle timeout from when
+  // the last one ended (frames of no stream, PINGs say, do not extend it). A write sets its own.
   void Rearm() {
     if (writing_) return;
-    if (running_ > 0) {
-      conn_.ExpiresAfter(std::chrono::hours(24 * 365));
+    if (running_ > 1) {  // more than the read loop
+      conn_.Disarm();
     } else {
-      conn_.ExpiresAfter(settings_.idle_timeout);
+      conn_.ExpiresAt(idle_since_ + settings_.idle_timeout);
     }
   }
 
   // A stream's request and response, on a lane.
   net::awaitable<void> Serve(std::shared_ptr<H2Stream> s);
   std::unique_ptr<Lane> TakeLane();
+  void GiveBack(std::unique_ptr<Lane> lane);  // for another stream, if it may serve one
   // An answer of our own, whole (a 431 for a header block too large).
   void Answer(H2Stream& s, int status, std::string_view code, std::string_view detail);
   // H2StreamPort.
@@ -159,6 +161,7 @@ class H2Connection final : public H2StreamPort {
   std::vector<std::unique_ptr<Lane>> idle_lanes_;
   std::unordered_set<Lane*> busy_lanes_;
   size_t running_ = 0;  // coroutines of streams (Serve, Pump), and the read loop
+  Clock::time_point idle_since_ = Clock::now();
   bool writing_ = false;
   bool closing_ = false;
   bool goaway_sent_ = false;
@@ -205,8 +208,9 @@ bool H2Connection::Start() {
 
 void H2Connection::Spawn(net::awaitable<void> work) {
   ++running_;
+  Rearm();
   net::co_spawn(ex_, std::move(work), [this](std::exception_ptr) {
-    --running_;
+    if (--running_ <= 1) idle_since_ = Clock::now();
     ended_.Notify();
     Rearm();
   });
@@ -256,12 +260,16 @@ net::awaitable<void> H2Connection::ReadLoop(beast::flat_buffer& buffer) {
     if (idle) buffer.shrink_to_fit();
     auto [ec, n] =
         co_await conn_.socket.async_read_some(buffer.prepare(idle ? kIdleChunk : kChunk), kTuple);
+    if (conn_.Check(ec) == beast::error::timeout) {
+      // Idle for the idle timeout: it is told so (GOAWAY NO_ERROR), then closed.
+      nghttp2_session_terminate_session(session_, NGHTTP2_NO_ERROR);
+      break;
+    }
     if (ec) {
-      closing_ = true;  // the client is gone, or timed out: nothing more can reach it
+      closing_ = true;  // the client is gone: nothing more can reach it
       break;
     }
     buffer.commit(n);
-    Rearm();
   }
   closing_ = closing_ || !nghttp2_session_want_write(session_);
   write_wake_.Notify();
@@ -404,6 +412,13 @@ int H2Connection::OnFrameSend(nghttp2_session* session, const nghttp2_frame* fra
     counted.fetch_add(1, std::memory_order_relaxed);
     return 0;
   }
+  // Resets of ours count as the client's do: a client that has us reset its streams (a malformed
+  // block, a stalled window) can flood as a client that resets them (CVE-2025-8671).
+  if (frame->hd.type == NGHTTP2_RST_STREAM && frame->rst_stream.error_code != NGHTTP2_NO_ERROR &&
+      !c.resets_.Count(Clock::now())) {
+    c.Terminate(c.counters_.flood_resets);
+    return 0;
+  }
   // The response ended while the client still sends its request: RFC 9113 8.1 asks for a
   // RST_STREAM with NO_ERROR, so that it stops.
   const bool end = frame->hd.flags & NGHTTP2_FLAG_END_STREAM;
@@ -496,31 +511,55 @@ void H2Connection::Answer(H2Stream& s, int status, std::string_view code, std::s
   SubmitResponse(s, status, fields, true);
 }
 
+// Whether an idle lane may serve again: its other side neither closed nor (never) spoke.
+bool Usable(Lane& lane) {
+  char byte;
+  const ssize_t n = ::recv(lane.conn.socket.native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+  return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
+}
+
+// Asio's TCP socket type serves a stream socket of any family: the worker's connection loop
+// takes a lane's as it is. Closes `s`'s descriptor when it fails.
+tcp::socket AsTcp(const net::any_io_executor& ex, net::local::stream_protocol::socket& s,
+                  beast::error_code& ec) {
+  tcp::socket t(ex);
+  const int fd = s.release(ec);
+  if (ec) return t;
+  t.assign(tcp::v4(), fd, ec);
+  if (ec) {
+    ::close(fd);
+    return t;
+  }
+  t.non_blocking(true, ec);
+  return t;
+}
+
 std::unique_ptr<Lane> H2Connection::TakeLane() {
   while (!idle_lanes_.empty()) {
     std::unique_ptr<Lane> lane = std::move(idle_lanes_.back());
     idle_lanes_.pop_back();
-    // A lane whose other side closed (or, never, spoke) while idle is not used again.
-    char byte;
-    const ssize_t n = ::recv(lane->conn.socket.native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return lane;
+    if (Usable(*lane)) return lane;
   }
   net::local::stream_protocol::socket ours(ex_), theirs(ex_);
   beast::error_code ec;
   net::local::connect_pair(ours, theirs, ec);
   if (ec) return nullptr;
-  // Asio's TCP socket type serves a stream socket of any family: the worker's connection loop
-  // takes it as it is.
-  auto as_tcp = [&](net::local::stream_protocol::socket& s) {
-    tcp::socket t(ex_);
-    t.assign(tcp::v4(), s.release(), ec);
-    t.non_blocking(true, ec);
-    return t;
-  };
-  auto lane = std::make_unique<Lane>(conns_, as_tcp(ours));
-  tcp::socket other = as_tcp(theirs);
+  tcp::socket mine = AsTcp(ex_, ours, ec);
+  if (ec) return nullptr;
+  tcp::socket other = AsTcp(ex_, theirs, ec);
   if (ec || !start_lane_(std::move(other))) return nullptr;
-  return lane;
+  return std::make_unique<Lane>(conns_, std::move(mine));
+}
+
+void H2Connection::GiveBack(std::unique_ptr<Lane> lane) {
+  // A lane holding bytes past its response is not trusted with another.
+  if (closing_ || lane->buffer.size() > 0 ||
+      idle_lanes_.size() >= settings_.config.max_concurrent_streams)
+    return;
+  // The oldest idle lane is looked at each time, so lanes that ended idle (their HTTP/1.1 side's
+  // keep-alive timed out) are not held until the connection ends.
+  if (!idle_lanes_.empty() && !Usable(*idle_lanes_.front())) idle_lanes_.erase(idle_lanes_.begin());
+  idle_lanes_.push_back(std::move(lane));
 }
 
 net::awaitable<void> H2Connection::Serve(std::shared_ptr<H2Stream> s) {
@@ -537,8 +576,16 @@ net::awaitable<void> H2Connection::Serve(std::shared_ptr<H2Stream> s) {
   const bool reusable = co_await RelayOnLane(s, *lane, *this);
   busy_lanes_.erase(lane.get());
   s->lane = nullptr;
-  if (reusable && !closing_ && idle_lanes_.size() < settings_.config.max_concurrent_streams)
-    idle_lanes_.push_back(std::move(lane));
+  if (reusable) GiveBack(std::move(lane));
+  lane.reset();
+  // The response, read whole, waits for the client to take it: one that takes nothing for a
+  // send timeout (a window left at zero) is reset.
+  while (!s->closed && s->out.size() > s->out_sent) {
+    if (!co_await s->out_wake.WaitFor(settings_.send_timeout)) {
+      Reset(*s);
+      break;
+    }
+  }
 }
 
 }  // namespace

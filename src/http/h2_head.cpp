@@ -80,6 +80,10 @@ H2HeadResult RenderH1Request(std::span<const H2Field> fields, bool has_body, std
   if (connect ? (p.seen_scheme || p.seen_path || !p.seen_authority)
               : (!p.seen_scheme || !p.seen_path || !IsVisible(p.path)))
     return H2HeadResult::kMalformed;
+  // RFC 9113 8.3.1: the origin form, or `*` for OPTIONS; an absolute URI (whose authority would
+  // vie with :authority) or a relative one is refused.
+  if (!connect && !p.path.starts_with('/') && !(p.path == "*" && p.method == "OPTIONS"))
+    return H2HeadResult::kMalformed;
   if (p.seen_authority && !IsVisible(p.authority)) return H2HeadResult::kMalformed;
   if (p.seen_scheme && !util::IsToken(p.scheme)) return H2HeadResult::kMalformed;
   out.append(p.method).append(" ").append(connect ? p.authority : p.path).append(" HTTP/1.1\r\n");

@@ -65,9 +65,13 @@ std::string GrpcText(int status, std::string_view body) {
 
 net::awaitable<void> Pump(std::shared_ptr<H2Stream> s, Lane& lane, H2StreamPort& port) {
   std::string data = std::move(s->head);
+  // What is being written: DATA arriving meanwhile goes to s->in, which may move it.
+  std::string writing;
   char size_line[24];
   for (;;) {
-    const size_t body = s->in.size();
+    writing.clear();
+    writing.swap(s->in);
+    const size_t body = writing.size();
     const bool last = s->in_end;
     std::array<net::const_buffer, 5> bufs;
     bufs[0] = net::buffer(data);
@@ -78,17 +82,18 @@ net::awaitable<void> Pump(std::shared_ptr<H2Stream> s, Lane& lane, H2StreamPort&
         bufs[1] = net::buffer(size_line, static_cast<size_t>(r.ptr + 2 - size_line));
         bufs[3] = net::buffer("\r\n", 2);
       }
-      bufs[2] = net::buffer(s->in);
+      bufs[2] = net::buffer(writing);
     }
     if (last && s->request.chunked) bufs[4] = net::buffer("0\r\n\r\n", 5);
     if (net::buffer_size(bufs) > 0) {
       const beast::error_code ec = co_await WriteAll(lane.conn, bufs, port.SendTimeout());
+      lane.conn.Disarm();
+      // Written or not, the bytes are off the connection's window (its stream's, if it is open).
+      if (body > 0) port.Consumed(*s, body);
       if (ec || s->closed) {
         s->pump_failed = true;
         break;
       }
-      s->in.erase(0, body);
-      port.Consumed(*s, body);
     }
     data.clear();
     if (last && s->in.empty()) break;
@@ -178,6 +183,8 @@ net::awaitable<bool> Respond(H2Stream& s, Lane& lane, H2StreamPort& port) {
       if (!s.closed) port.Reset(s);
       co_return false;
     }
+    s.out.erase(0, s.out_sent);  // what the client took
+    s.out_sent = 0;
     s.out.append(chunk.get(), n);
     if (p.is_done()) TakeTrailers(m, head_fields, s.trailers);
     s.out_end = p.is_done();
@@ -196,6 +203,7 @@ net::awaitable<bool> RelayOnLane(std::shared_ptr<H2Stream> s, Lane& lane, H2Stre
   } else {
     const beast::error_code ec =
         co_await WriteAll(lane.conn, net::buffer(s->head), port.SendTimeout());
+    lane.conn.Disarm();
     if (ec) {
       if (!s->closed) port.Reset(*s);
       co_return false;

@@ -31,8 +31,10 @@ class Signal {
     if (std::exchange(pending_, false)) co_return true;
     timer_.expires_after(d);
     auto [ec] = co_await timer_.async_wait(kTuple);
+    // A Notify() after the timer expired, before this resumed, counts too.
+    const bool woke = pending_ || ec == net::error::operation_aborted;
     pending_ = false;
-    co_return ec == net::error::operation_aborted;
+    co_return woke;
   }
   void Notify() {
     pending_ = true;

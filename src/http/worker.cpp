@@ -280,14 +280,15 @@ net::awaitable<void> Worker::ServeHttp2(Conn& stream, beast::flat_buffer& buffer
                             .idle_timeout = milliseconds(gw.server.idle_timeout_ms),
                             .send_timeout = SendTimeout(),
                             .draining = gw.draining};
+  // A lane's two descriptors take two places in max_connections, and one among its address's.
   auto start_lane = [this, shared](tcp::socket lane) {
-    ConnectionSlot slot;
+    LaneSlots slots;
     ConnectionBudget& budget = gw.connections;
-    if (!budget.TakeTotal(slot)) return false;
+    if (!budget.TakeTotal(slots.first) || !budget.TakeTotal(slots.second)) return false;
     if (budget.LimitsAddresses() && !Policy()->IsTrusted(shared->peer_ip) &&
-        !budget.TakeAddress(slot, shared->peer_ip))
+        !budget.TakeAddress(slots.first, shared->peer_ip))
       return false;
-    net::co_spawn(ioc, ServeLane(std::move(lane), shared, std::move(slot)),
+    net::co_spawn(ioc, ServeLane(std::move(lane), shared, std::move(slots)),
                   [this](std::exception_ptr e) { LogEscaped(e); });
     return true;
   };
@@ -295,8 +296,8 @@ net::awaitable<void> Worker::ServeHttp2(Conn& stream, beast::flat_buffer& buffer
 }
 
 net::awaitable<void> Worker::ServeLane(tcp::socket lane, std::shared_ptr<const LaneFacts> facts,
-                                       ConnectionSlot slot) {
-  const ConnectionSlot held = std::move(slot);  // released when the lane ends
+                                       LaneSlots slots) {
+  const LaneSlots held = std::move(slots);  // released when the lane ends
   Conn stream(conns, std::move(lane));
   beast::flat_buffer buffer;
   co_await Serve(stream, buffer, facts->facts);

@@ -101,8 +101,9 @@ class Worker {
   net::awaitable<bool> OpensWithPreface(Conn& stream, beast::flat_buffer& buffer);
   net::awaitable<void> ServeHttp2(Conn& stream, beast::flat_buffer& buffer,
                                   const ConnectionFacts& facts, std::atomic<uint64_t>& counted);
+  using LaneSlots = std::pair<ConnectionSlot, ConnectionSlot>;  // one per descriptor
   net::awaitable<void> ServeLane(tcp::socket lane, std::shared_ptr<const LaneFacts> facts,
-                                 ConnectionSlot slot);
+                                 LaneSlots slots);
   H2Counters h2_counters{gw.metrics};
   // A TLS listener's handshake on `stream`, within its handshake timeout, counted; false when
   // it failed (the connection is then closed). `client_cert`: the client's verified certificate.

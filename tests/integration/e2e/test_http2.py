@@ -156,6 +156,25 @@ class RawH2:
             return ("closed", None)
         return (int(headers[":status"]), headers, body)
 
+    def statuses(self, streams, timeout=10.0):
+        """The :status (or "reset") each of `streams` ends with, as they come in any order."""
+        got = {}
+        want = set(streams)
+        def ended(f):
+            kind, flags, sid, payload = f
+            if sid in want and kind == HEADERS and ":status" in dict(payload):
+                got[sid] = int(dict(payload)[":status"])
+            if sid in want and kind == DATA and payload:
+                self.send(frame(WINDOW_UPDATE, 0, 0, struct.pack("!I", len(payload))))
+            if sid in want and kind == RST_STREAM:
+                got[sid] = "reset"
+                want.discard(sid)
+            elif sid in want and flags & END_STREAM and kind in (HEADERS, DATA):
+                want.discard(sid)
+            return not want
+        self.until(ended, timeout)
+        return [got.get(sid) for sid in streams]
+
     def goaway(self, timeout=5.0):
         """The error code of the server's GOAWAY, or None when it sent none before closing."""
         for f in self.until(lambda f: f[0] == GOAWAY, timeout):
@@ -403,6 +422,12 @@ MALFORMED = [
                                                    ("content-length", "0")])),
     ("DEL in :path", get_fields("/m\x7f")),
     ("non-ASCII in :path", get_fields("/m\xff")),
+    # :path in the origin form only (8.3.1): an absolute URI would bring an authority of its own.
+    (":path an absolute URI", get_fields("http://evil.example/v1/items")),
+    (":path an https URI", get_fields("https://localhost/v1/items")),
+    (":path relative", get_fields("v1/items")),
+    (":path empty", get_fields("")),
+    (":path * without OPTIONS", get_fields("*")),
 ]
 
 
@@ -546,10 +571,59 @@ class DefenceTests(Http2Case):
             h.request(sid, get_fields("/slow?ms=1500"))
         refused = [sid for sid in (7, 9) if h.response(sid, timeout=5) == ("reset", REFUSED_STREAM)]
         self.assertEqual(refused, [7, 9])
-        self.assertEqual([h.response(sid, timeout=10)[0] for sid in (1, 3, 5)], [200] * 3)
+        self.assertEqual(h.statuses((1, 3, 5)), [200] * 3)
         h.request(11, get_fields("/fine"))  # a lane free again: served
         self.assertEqual(h.response(11)[0], 200)
         self.assertEqual(gw.metrics().get("tollgate_http2_refused_streams_total"), 2)
+
+    def test_resets_we_send_count_as_a_flood(self):
+        """A client that has the gateway reset its streams (each block malformed) floods it as
+        one that resets them itself (CVE-2025-8671): GOAWAY past max_resets."""
+        gw = self.gateway(http2={"max_resets": 50})
+        h = RawH2(gw.port)
+        for sid in range(1, 2 * 120, 2):
+            if not h.request(sid, get_fields("/m", extra=[("Upper", "1")])):
+                break
+        self.assert_calm(gw, h, "resets")
+        self.assertEqual(self.received(), 0)
+
+    def test_idle_connection_times_out_despite_pings(self):
+        """No stream served for the idle timeout: GOAWAY NO_ERROR and the end, though the client
+        keeps the connection busy with PINGs."""
+        gw = self.gateway(idle_timeout_ms=800)
+        h = RawH2(gw.port)
+        h.request(1, get_fields("/fine"))
+        self.assertEqual(h.response(1)[0], 200)
+        start = time.monotonic()
+        code = None
+        for i in deadline_loop(6, step=0.2):
+            h.send(frame(PING, 0, 0, struct.pack("!Q", i)))
+            code = h.goaway(0.01) if code is None else code
+            if code is not None or h.closed:
+                break
+        self.assertEqual(code, 0, "no GOAWAY NO_ERROR on the idle timeout")
+        self.assertLess(time.monotonic() - start, 4)
+        self.assertTrue(gw.metrics().get('tollgate_http2_goaways_sent_total{error="no_error"}'))
+
+    def test_a_lane_takes_two_places_in_max_connections(self):
+        """A stream's lane is two descriptors: two places in server.max_connections."""
+        gw = self.gateway(max_connections=7, max_connections_per_address=0)  # 1 + 3 lanes
+        h = RawH2(gw.port)
+        for sid in (1, 3, 5, 7):
+            h.request(sid, get_fields("/slow?ms=1500"))
+        self.assertEqual(h.response(7, timeout=5), ("reset", REFUSED_STREAM))
+        self.assertEqual(h.statuses((1, 3, 5)), [200] * 3)
+
+    def test_small_response_stalled_on_a_zero_window_is_reset(self):
+        """A response read whole from its lane still waits for the client's window: one left at
+        zero past the send timeout is reset, its lane and memory freed."""
+        gw = self.gateway()  # send_timeout_ms 1500
+        h = RawH2(gw.port, settings=[(0x4, 0)])  # SETTINGS_INITIAL_WINDOW_SIZE 0
+        start = time.monotonic()
+        h.request(1, get_fields("/fine"))
+        frames = h.until(lambda f: f[0] == RST_STREAM and f[2] == 1, timeout=10)
+        self.assertEqual(frames[-1][0], RST_STREAM, frames[-3:])
+        self.assertLess(time.monotonic() - start, 6)
 
     def test_stream_stalled_on_a_zero_window_is_reset(self):
         gw = self.gateway()  # send_timeout_ms 1500

@@ -110,8 +110,20 @@ TEST(H2Head, MalformedBlocks) {
       {{":method", "GET"}, {":scheme", "ht tp"}, {":authority", "a"}, {":path", "/"}},
       {{":method", "GET"}, {":scheme", "http"}, {":authority", "a b"}, {":path", "/"}},
       {{":method", "GET"}, {":scheme", "http"}, {":authority", ""}, {":path", "/"}},
+      // :path in the origin form only (RFC 9113 8.3.1): no absolute or relative URI.
+      Get("http://evil.example/v1/items"),
+      Get("https://api.example/"),
+      Get("v1/items"),
+      Get(""),
+      Get("*"),
   };
   for (size_t i = 0; i < cases.size(); ++i) EXPECT_EQ(Render(cases[i]), "malformed") << i;
+}
+
+TEST(H2Head, AsteriskFormForOptionsOnly) {
+  EXPECT_EQ(
+      Render({{":method", "OPTIONS"}, {":scheme", "https"}, {":authority", "a"}, {":path", "*"}}),
+      "OPTIONS * HTTP/1.1\r\nHost: a\r\n\r\n");
 }
 
 TEST(H2Head, ResponseFieldsThatStayBehind) {
