@@ -79,12 +79,13 @@ void ParseLimitsOf(const YAML::Node& u, const std::string& path, UpstreamConfig&
   Set(u, "queue_size", path, upstream.queue_size, 0, 1'000'000);
   Set(u, "queue_timeout_ms", path, upstream.queue_timeout_ms, 1, 600'000);
   Set(u, "max_client_share_percent", path, upstream.max_client_share_percent, 1, 100);
+  if (u["http2"]) upstream.http2 = Bool(u["http2"], Join(path, "http2"));
 }
 
 void ParseUpstream(const YAML::Node& u, const std::string& base_dir, UpstreamConfig& upstream) {
   OnlyKeys(u, "upstream",
            {"url", "connect_timeout_ms", "timeout_ms", "max_connections", "queue_size",
-            "queue_timeout_ms", "forwarded_headers", "max_client_share_percent", "tls"});
+            "queue_timeout_ms", "forwarded_headers", "max_client_share_percent", "tls", "http2"});
   if (u["url"]) upstream.url = Expanded(u["url"], "upstream.url");
   if (const YAML::Node fh = u["forwarded_headers"])
     ParseForwardedHeaders(fh, "upstream.forwarded_headers", upstream.forwarded_headers);
@@ -182,7 +183,7 @@ UpstreamGroupConfig ParseGroup(const YAML::Node& n, const std::string& path,
   // The settings of `upstream` but its url, and the group's own.
   OnlyKeys(n, path,
            {"connect_timeout_ms", "timeout_ms", "max_connections", "queue_size", "queue_timeout_ms",
-            "forwarded_headers", "max_client_share_percent", "tls", "endpoints", "balance",
+            "forwarded_headers", "max_client_share_percent", "tls", "http2", "endpoints", "balance",
             "passive_health", "active_health"});
   UpstreamGroupConfig g;
   UpstreamConfig settings;

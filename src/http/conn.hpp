@@ -120,6 +120,7 @@ constexpr milliseconds kSweepInterval{10};
 
 struct UpstreamConnection {
   UpstreamConnection(ConnList& list, net::io_context& ioc) : conn(list, ioc) {}
+  UpstreamConnection(ConnList& list, tcp::socket s) : conn(list, std::move(s)) {}
   Conn conn;
   beast::flat_buffer buffer;
 };

@@ -1,7 +1,6 @@
 #include "h2_connection.hpp"
 
 #include <sys/socket.h>
-#include <unistd.h>
 
 #include <charconv>
 #include <memory>
@@ -12,8 +11,6 @@
 #include <nghttp2/nghttp2.h>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
-#include <boost/asio/local/connect_pair.hpp>
-#include <boost/asio/local/stream_protocol.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/beast/http.hpp>
 
@@ -518,36 +515,14 @@ bool Usable(Lane& lane) {
   return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
 }
 
-// Asio's TCP socket type serves a stream socket of any family: the worker's connection loop
-// takes a lane's as it is. Closes `s`'s descriptor when it fails.
-tcp::socket AsTcp(const net::any_io_executor& ex, net::local::stream_protocol::socket& s,
-                  beast::error_code& ec) {
-  tcp::socket t(ex);
-  const int fd = s.release(ec);
-  if (ec) return t;
-  t.assign(tcp::v4(), fd, ec);
-  if (ec) {
-    ::close(fd);
-    return t;
-  }
-  t.non_blocking(true, ec);
-  return t;
-}
-
 std::unique_ptr<Lane> H2Connection::TakeLane() {
   while (!idle_lanes_.empty()) {
     std::unique_ptr<Lane> lane = std::move(idle_lanes_.back());
     idle_lanes_.pop_back();
     if (Usable(*lane)) return lane;
   }
-  net::local::stream_protocol::socket ours(ex_), theirs(ex_);
-  beast::error_code ec;
-  net::local::connect_pair(ours, theirs, ec);
-  if (ec) return nullptr;
-  tcp::socket mine = AsTcp(ex_, ours, ec);
-  if (ec) return nullptr;
-  tcp::socket other = AsTcp(ex_, theirs, ec);
-  if (ec || !start_lane_(std::move(other))) return nullptr;
+  tcp::socket mine(ex_), other(ex_);
+  if (!OpenSocketPair(ex_, mine, other) || !start_lane_(std::move(other))) return nullptr;
   return std::make_unique<Lane>(conns_, std::move(mine));
 }
 

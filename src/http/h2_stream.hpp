@@ -12,6 +12,7 @@
 
 #include "conn.hpp"
 #include "h2_head.hpp"
+#include "socket_pair.hpp"
 
 namespace tollgate::http {
 

@@ -8,6 +8,8 @@
 
 #include <boost/asio/connect.hpp>
 
+#include "h2_upstream.hpp"
+
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmismatched-new-delete"
 #endif
@@ -44,7 +46,20 @@ UpstreamPool::Shares UpstreamPool::SharesOf(const config::UpstreamConfig& config
 
 UpstreamPool::UpstreamPool(net::io_context& ioc, ConnList& conns, Options options,
                            std::atomic<uint64_t>& stale)
-    : ioc_(ioc), conns_(conns), options_(std::move(options)), stale_(stale) {}
+    : ioc_(ioc), conns_(conns), options_(std::move(options)), stale_(stale) {
+  if (options_.http2) {
+    h2_ = std::make_unique<H2Upstream>(
+        ioc, conns,
+        H2Upstream::Options{.host = options_.endpoint.host,
+                            .port = options_.endpoint.port,
+                            .scheme = options_.start_tls ? "https" : "http",
+                            .connect_timeout = options_.connect_timeout,
+                            .write_timeout = options_.write_timeout,
+                            .start_tls = options_.start_tls});
+  }
+}
+
+UpstreamPool::~UpstreamPool() = default;
 
 std::unique_ptr<UpstreamConnection> UpstreamPool::TakeIdle() {
   while (!idle_.empty()) {
@@ -136,6 +151,13 @@ net::awaitable<std::unique_ptr<UpstreamConnection>> UpstreamPool::Connect(beast:
       if (pool) pool->Release(nullptr, false);
     }
   } undo{this};
+  if (h2_) {
+    // A lane to the upstream's HTTP/2 connection, spoken to as this one.
+    tcp::socket lane(ioc_);
+    if (!co_await h2_->OpenLane(lane, ec)) co_return nullptr;
+    undo.pool = nullptr;
+    co_return std::make_unique<UpstreamConnection>(conns_, std::move(lane));
+  }
   auto c = std::make_unique<UpstreamConnection>(conns_, ioc_);
   tcp::resolver resolver(ioc_);
   auto [rec, results] =

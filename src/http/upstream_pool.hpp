@@ -22,6 +22,8 @@
 
 namespace tollgate::http {
 
+class H2Upstream;
+
 struct Endpoint {
   std::string host;
   std::string port;
@@ -48,11 +50,15 @@ class UpstreamPool {
     // An https:// upstream: starts TLS on a new connection's stream (its context, the name
     // asked for and verified); false when it could not. Null: plaintext.
     std::function<bool(Stream&)> start_tls;
+    // upstream.http2: every connection is a lane to one HTTP/2 connection (h2_upstream.hpp).
+    bool http2 = false;
+    milliseconds write_timeout{0};  // of a write to that connection
   };
   // `conns`: the worker's connections (their deadlines are swept). `stale`: counts the idle
   // connections found closed or readable (tollgate_upstream_stale_total).
   UpstreamPool(net::io_context& ioc, ConnList& conns, Options options,
                std::atomic<uint64_t>& stale);
+  ~UpstreamPool();
   UpstreamPool(const UpstreamPool&) = delete;
   UpstreamPool& operator=(const UpstreamPool&) = delete;
 
@@ -100,6 +106,7 @@ class UpstreamPool {
   ConnList& conns_;
   const Options options_;
   std::atomic<uint64_t>& stale_;
+  std::unique_ptr<H2Upstream> h2_;  // upstream.http2
   std::vector<std::unique_ptr<UpstreamConnection>> idle_;
   std::atomic<size_t> open_{0};  // idle and busy
   std::deque<Waiter*> waiters_;  // oldest first

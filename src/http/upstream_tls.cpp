@@ -1,5 +1,7 @@
 #include "upstream_tls.hpp"
 
+#include <openssl/ssl.h>
+
 #include "http/tls/client_context.hpp"
 
 namespace tollgate::http {
@@ -20,8 +22,10 @@ core::Result<std::unique_ptr<UpstreamTls>> UpstreamTls::Create(const config::Ups
 UpstreamTls::UpstreamTls(std::unique_ptr<tls::ClientContext> ctx) : ctx_(std::move(ctx)) {}
 UpstreamTls::~UpstreamTls() = default;
 
-bool UpstreamTls::Start(Stream& s) const {
-  return s.StartTls(ctx_->native(), /*server=*/false) && ctx_->Prepare(s.ssl());
+bool UpstreamTls::Start(Stream& s, bool h2) const {
+  static constexpr unsigned char kH2[] = {2, 'h', '2'};
+  return s.StartTls(ctx_->native(), /*server=*/false) && ctx_->Prepare(s.ssl()) &&
+         (!h2 || SSL_set_alpn_protos(s.ssl(), kH2, sizeof kH2) == 0);
 }
 
 }  // namespace tollgate::http

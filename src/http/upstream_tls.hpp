@@ -27,8 +27,9 @@ class UpstreamTls {
   UpstreamTls(const UpstreamTls&) = delete;
   UpstreamTls& operator=(const UpstreamTls&) = delete;
 
-  // TLS on `s` as the client, asking for and verifying the name, offering the last session.
-  bool Start(Stream& s) const;
+  // TLS on `s` as the client, asking for and verifying the name, offering the last session;
+  // `h2`: ALPN offers h2 only (upstream.http2).
+  bool Start(Stream& s, bool h2 = false) const;
 
  private:
   explicit UpstreamTls(std::unique_ptr<tls::ClientContext> ctx);

@@ -42,14 +42,16 @@ Worker::Worker(Gateway::Impl& g, size_t i, size_t workers) : gw(g), index(i) {
     for (const GroupEndpoint& e : group->endpoints) {
       pools.push_back(std::make_unique<UpstreamPool>(
           ioc, conns,
-          UpstreamPool::Options{
-              .shares = UpstreamPool::SharesOf(e.config, workers),
-              .endpoint = e.target.endpoint,
-              .connect_timeout = milliseconds(e.config.connect_timeout_ms),
-              .queue_timeout = milliseconds(e.config.queue_timeout_ms),
-              .start_tls = e.tls ? std::function<bool(Stream&)>(
-                                       [&t = *e.tls](Stream& s) { return t.Start(s); })
-                                 : nullptr},
+          UpstreamPool::Options{.shares = UpstreamPool::SharesOf(e.config, workers),
+                                .endpoint = e.target.endpoint,
+                                .connect_timeout = milliseconds(e.config.connect_timeout_ms),
+                                .queue_timeout = milliseconds(e.config.queue_timeout_ms),
+                                .start_tls = e.tls ? std::function<bool(Stream&)>(
+                                                         [&t = *e.tls, h2 = e.config.http2](
+                                                             Stream& s) { return t.Start(s, h2); })
+                                                   : nullptr,
+                                .http2 = e.config.http2,
+                                .write_timeout = milliseconds(e.config.timeout_ms)},
           g.upstream_stale));
     }
   }

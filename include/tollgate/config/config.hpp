@@ -184,6 +184,9 @@ struct UpstreamConfig {
     std::string key_file;
     bool operator==(const Tls&) const = default;
   } tls;
+  // HTTP/2 to the upstream (issue 34; gRPC needs it): h2 by ALPN for https://, h2c with prior
+  // knowledge for http://. One connection per thread carries every request as a stream.
+  bool http2 = false;
   bool https() const { return url.rfind("https://", 0) == 0; }
   bool operator==(const UpstreamConfig&) const = default;
 };

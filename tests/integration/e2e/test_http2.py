@@ -16,6 +16,9 @@ send.
   a stream stalled on a zero window, a client that never reads. Each fails without its defence.
 - GrpcTests: a grpcio client gets RESOURCE_EXHAUSTED (and the rate-limit metadata) from a
   per-method limit, UNAUTHENTICATED for a bad key.
+- GrpcUpstreamTests: upstream.http2, a grpcio server behind the gateway over h2c and h2 (TLS):
+  unary, server- and client-streaming calls, statuses and trailing metadata, the health service,
+  200 calls at once, a method limit in front, an upstream lost, refusing h2c, or restarted.
 """
 import json
 import os
@@ -703,6 +706,189 @@ class GrpcTests(Http2Case):
         with self.assertRaises(grpc.RpcError) as e:
             channel.unary_unary("/v1/Get")(b"", timeout=10, metadata=[("x-api-key", "wrong")])
         self.assertEqual(e.exception.code(), grpc.StatusCode.UNAUTHENTICATED)
+        channel.close()
+
+
+def grpc_upstream(credentials=None):
+    """A grpcio server on 127.0.0.1 with raw-bytes methods: (server, port)."""
+    import grpc
+    from concurrent import futures
+
+    def ident(b):
+        return b
+
+    def say(req, ctx):
+        ctx.set_trailing_metadata((("x-echo-trailer", "yes"),))
+        return b"echo:" + req
+
+    def fail(req, ctx):
+        ctx.abort(grpc.StatusCode.NOT_FOUND, "no such thing")
+
+    def count(req, ctx):
+        for i in range(int(req or b"3")):
+            yield b"n%d" % i
+
+    def total(requests, ctx):
+        return b"%d" % sum(len(r) for r in requests)
+
+    def health(req, ctx):
+        return b"\x08\x01"  # grpc.health.v1.HealthCheckResponse{status: SERVING}
+
+    handlers = {
+        "/pkg.Echo/Say": grpc.unary_unary_rpc_method_handler(say, ident, ident),
+        "/pkg.Limited/Get": grpc.unary_unary_rpc_method_handler(say, ident, ident),
+        "/pkg.Echo/Fail": grpc.unary_unary_rpc_method_handler(fail, ident, ident),
+        "/pkg.Echo/Count": grpc.unary_stream_rpc_method_handler(count, ident, ident),
+        "/pkg.Echo/Total": grpc.stream_unary_rpc_method_handler(total, ident, ident),
+        "/grpc.health.v1.Health/Check": grpc.unary_unary_rpc_method_handler(health, ident, ident),
+    }
+
+    class Handler(grpc.GenericRpcHandler):
+        def service(self, details):
+            return handlers.get(details.method)
+
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
+    server.add_generic_rpc_handlers((Handler(),))
+    if credentials:
+        port = server.add_secure_port("127.0.0.1:0", credentials)
+    else:
+        port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    return server, port
+
+
+class GrpcUpstreamTests(Http2Case):
+    """upstream.http2: gRPC through the gateway to a grpcio server, over h2c and h2 (TLS)."""
+
+    def setUp(self):
+        super().setUp()
+        try:
+            import grpc  # noqa: F401  (python3-grpcio)
+        except ImportError:
+            self.skipTest("python3-grpcio is not installed: run `make deps`")
+        self.servers = []
+
+    def tearDown(self):
+        for s in self.servers:
+            s.stop(0)
+        super().tearDown()
+
+    def through(self, url, tls=None):
+        c = config()
+        c["upstream"]["http2"] = True
+        if tls:
+            c["upstream"]["tls"] = tls
+        return self.start(c, upstream=url)
+
+    def h2c_gateway(self):
+        server, port = grpc_upstream()
+        self.servers.append(server)
+        return self.through("http://127.0.0.1:%d" % port), server
+
+    def call(self, channel, method):
+        import grpc
+        ident = lambda b: b  # noqa: E731
+        return channel.unary_unary(method, ident, ident)
+
+    def test_every_call_shape_passes_an_h2c_upstream(self):
+        import grpc
+        gw, _ = self.h2c_gateway()
+        ident = lambda b: b  # noqa: E731
+        channel = grpc.insecure_channel("127.0.0.1:%d" % gw.port)
+        reply, call = self.call(channel, "/pkg.Echo/Say").with_call(b"hi", timeout=10)
+        self.assertEqual(reply, b"echo:hi")
+        self.assertEqual(dict(call.trailing_metadata())["x-echo-trailer"], "yes")
+        self.assertIn("ratelimit-remaining", dict(call.initial_metadata()))
+        with self.assertRaises(grpc.RpcError) as e:
+            self.call(channel, "/pkg.Echo/Fail")(b"", timeout=10)
+        self.assertEqual((e.exception.code(), e.exception.details()),
+                         (grpc.StatusCode.NOT_FOUND, "no such thing"))
+        streamed = channel.unary_stream("/pkg.Echo/Count", ident, ident)(b"5", timeout=10)
+        self.assertEqual(list(streamed), [b"n0", b"n1", b"n2", b"n3", b"n4"])
+        total = channel.stream_unary("/pkg.Echo/Total", ident, ident)
+        self.assertEqual(total(iter([b"ab", b"cde", b"x" * 100000]), timeout=10), b"100005")
+        # The upstream's health service passes through.
+        self.assertEqual(self.call(channel, "/grpc.health.v1.Health/Check")(b"", timeout=10),
+                         b"\x08\x01")
+        channel.close()
+
+    def test_method_limit_in_front_of_a_grpc_upstream(self):
+        import grpc
+        gw, _ = self.h2c_gateway()
+        channel = grpc.insecure_channel("127.0.0.1:%d" % gw.port)
+        codes = []
+        for _ in range(4):
+            try:
+                self.call(channel, "/pkg.Limited/Get")(b"x", timeout=10)
+                codes.append("OK")
+            except grpc.RpcError as e:
+                codes.append(e.code())
+        self.assertEqual(codes, ["OK", "OK"] + [grpc.StatusCode.RESOURCE_EXHAUSTED] * 2)
+        channel.close()
+
+    def test_many_calls_at_once_share_one_connection(self):
+        import grpc
+        from concurrent import futures
+        gw, _ = self.h2c_gateway()
+        channel = grpc.insecure_channel("127.0.0.1:%d" % gw.port)
+        say = self.call(channel, "/pkg.Echo/Say")
+        with futures.ThreadPoolExecutor(16) as pool:
+            replies = list(pool.map(lambda i: say(b"%d" % i, timeout=20), range(200)))
+        self.assertEqual(replies, [b"echo:%d" % i for i in range(200)])
+        channel.close()
+
+    def test_h2_upstream_over_tls(self):
+        import grpc
+        certs = Certs(os.path.join(self.tmpdir, "certs"))
+        cert, key = certs.leaf("localhost", ["localhost"])
+        with open(key, "rb") as k, open(cert, "rb") as c:
+            creds = grpc.ssl_server_credentials([(k.read(), c.read())])
+        server, port = grpc_upstream(creds)
+        self.servers.append(server)
+        gw = self.through("https://localhost:%d" % port, tls={"ca_file": certs.ca})
+        channel = grpc.insecure_channel("127.0.0.1:%d" % gw.port)
+        self.assertEqual(self.call(channel, "/pkg.Echo/Say")(b"tls", timeout=10), b"echo:tls")
+        channel.close()
+
+    def test_upstream_lost_then_back(self):
+        """An upstream that does not speak h2c (the plain HTTP/1.1 one), or is gone: the call
+        is UNAVAILABLE (502), and the gateway stays up."""
+        import grpc
+        self.upstream = harness.Upstream(self)
+        gw = self.through(self.upstream.url)
+        channel = grpc.insecure_channel("127.0.0.1:%d" % gw.port)
+        with self.assertRaises(grpc.RpcError) as e:
+            self.call(channel, "/pkg.Echo/Say")(b"", timeout=10)
+        self.assertEqual(e.exception.code(), grpc.StatusCode.UNAVAILABLE)
+        self.assertTrue(gw.healthy())
+        channel.close()
+
+    def test_upstream_restarted_gets_a_new_connection(self):
+        import grpc
+        gw, server = self.h2c_gateway()
+        channel = grpc.insecure_channel("127.0.0.1:%d" % gw.port)
+        say = self.call(channel, "/pkg.Echo/Say")
+        self.assertEqual(say(b"1", timeout=10), b"echo:1")
+        port = int(gw.config["upstream"]["url"].rsplit(":", 1)[1])
+        server.stop(0).wait()
+        with self.assertRaises(grpc.RpcError) as e:
+            say(b"2", timeout=10)
+        self.assertEqual(e.exception.code(), grpc.StatusCode.UNAVAILABLE)
+        from concurrent import futures
+        again = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+        again.add_generic_rpc_handlers(
+            (grpc.method_handlers_generic_handler("pkg.Echo", {
+                "Say": grpc.unary_unary_rpc_method_handler(lambda r, c: b"again:" + r)}),))
+        again.add_insecure_port("127.0.0.1:%d" % port)
+        again.start()
+        self.servers.append(again)
+        for _ in deadline_loop(10, step=0.2):
+            try:
+                if say(b"3", timeout=10) == b"again:3":
+                    break
+            except grpc.RpcError:
+                pass
+        self.assertEqual(say(b"4", timeout=10), b"again:4")
         channel.close()
 
 

@@ -59,6 +59,21 @@ routes:
   EXPECT_EQ(c->routes[1].upstream_index, 0u);
 }
 
+TEST(UpstreamGroups, Http2IsPerUpstreamAndCarriedToEachEndpoint) {
+  auto c = ParseConfig(kPlans + R"(
+upstream: {url: 'http://127.0.0.1:9000', http2: true}
+upstreams: {grpc: {endpoints: [http://127.0.0.1:9001, 'https://127.0.0.1:9002'], http2: true},
+            rest: {endpoints: [http://127.0.0.1:9003]}}
+)");
+  ASSERT_TRUE(c.ok()) << c.error();
+  ASSERT_EQ(c->upstreams.size(), 3u);
+  EXPECT_TRUE(c->upstreams[0].endpoints[0].http2);
+  for (const UpstreamConfig& e : c->upstreams[1].endpoints) EXPECT_TRUE(e.http2) << e.url;
+  EXPECT_FALSE(c->upstreams[2].endpoints[0].http2);
+  EXPECT_NE(ErrorOf("upstream: {http2: maybe}").find("upstream.http2"), std::string::npos)
+      << ErrorOf("upstream: {http2: maybe}");
+}
+
 TEST(UpstreamGroups, UpstreamsDefaultReplacesTheUpstreamSection) {
   auto c = ParseConfig(kPlans + "upstreams: {default: {endpoints: [http://127.0.0.1:9001]}}\n");
   ASSERT_TRUE(c.ok()) << c.error();
